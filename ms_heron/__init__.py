@@ -1,0 +1,26 @@
+"""ms_heron: Heron's constraint-aware auto-scheduling as a plug-in for TVM 0.27 MetaSchedule.
+
+Importing the package is cheap; TVM's tensor-intrinsic registry (~15 s) is loaded only where
+tuning or tensorizing needs it (:func:`ms_heron.intrinsics.ensure_registered`).
+"""
+
+import os
+
+import psutil
+
+
+def _use_all_physical_cores() -> None:
+    """Let TVM's runtime thread pool use every physical core.
+
+    TVM sizes its pool as ``hardware_concurrency / 2`` on x86, assuming hyper-threading; on a
+    machine without SMT (this project's 2-core VMs) every kernel, measured or deployed, would run
+    on half the cores. ``TVM_NUM_THREADS`` is read when the pool starts and inherited by
+    MetaSchedule's runner processes; a value the user set is kept.
+    """
+    cores = psutil.cpu_count(logical=False) or psutil.cpu_count() or 1
+    os.environ.setdefault("TVM_NUM_THREADS", str(cores))
+
+
+_use_all_physical_cores()
+
+__version__ = "0.1.0"

@@ -1,0 +1,76 @@
+"""What a user would otherwise run for the same GEMM: ONNX Runtime (int8) and numpy (fp32).
+
+Timed like ms_heron's kernels (median of repeats after a warm-up), on the same number of threads.
+ONNX Runtime is an optional dependency (the ``bench`` extra); a clear error says how to get it.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+
+class BaselineUnavailable(RuntimeError):
+    """The baseline's package is not installed; the message names the pip extra."""
+
+
+def _median_seconds(fn, repeat: int = 10, min_repeat_s: float = 0.1) -> float:
+    fn()  # warm-up: allocations, thread pools, first-touch
+    samples = []
+    for _ in range(repeat):
+        n, start = 0, time.perf_counter()
+        while True:
+            fn()
+            n += 1
+            elapsed = time.perf_counter() - start
+            if elapsed >= min_repeat_s:
+                break
+        samples.append(elapsed / n)
+    return float(np.median(samples))
+
+
+def onnxruntime_matmul_integer_seconds(M: int, N: int, K: int, threads: int) -> float:
+    """Latency of ONNX Runtime's ``MatMulInteger`` (u8 [M, K] x s8 [K, N] -> s32), the int8 GEMM users reach for."""
+    try:
+        import onnx  # pylint: disable=import-outside-toplevel
+        import onnxruntime as ort  # pylint: disable=import-outside-toplevel
+        from onnx import TensorProto, helper  # pylint: disable=import-outside-toplevel
+    except ImportError as err:
+        raise BaselineUnavailable(
+            "the ONNX Runtime baseline needs onnxruntime and onnx: pip install 'ms-heron[bench]'"
+        ) from err
+    graph = helper.make_graph(
+        [helper.make_node("MatMulInteger", ["A", "B"], ["C"])],
+        "int8_gemm",
+        [
+            helper.make_tensor_value_info("A", TensorProto.UINT8, [M, K]),
+            helper.make_tensor_value_info("B", TensorProto.INT8, [K, N]),
+        ],
+        [helper.make_tensor_value_info("C", TensorProto.INT32, [M, N])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = min(model.ir_version, 9)
+    onnx.checker.check_model(model)
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    sess = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(0)
+    feeds = {
+        "A": rng.integers(0, 256, (M, K), dtype=np.uint8),
+        "B": rng.integers(-128, 128, (K, N), dtype=np.int8),
+    }
+    expected = feeds["A"].astype(np.int64) @ feeds["B"].astype(np.int64)
+    if not np.array_equal(sess.run(None, feeds)[0], expected):
+        raise AssertionError("ONNX Runtime MatMulInteger disagrees with numpy; baseline not trustworthy")
+    return _median_seconds(lambda: sess.run(None, feeds))
+
+
+def numpy_matmul_seconds(M: int, N: int, K: int, dtype: str = "float32") -> float:
+    """Latency of ``a @ b`` in numpy (its BLAS), the fp32 baseline."""
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((M, K)).astype(dtype)
+    b = rng.standard_normal((K, N)).astype(dtype)
+    out = np.empty((M, N), dtype)
+    return _median_seconds(lambda: np.matmul(a, b, out=out))

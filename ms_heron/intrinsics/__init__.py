@@ -1,0 +1,26 @@
+"""Tensor intrinsics: which one serves which (target, dtype), and registration of fixed ones.
+
+Importing this package is cheap. :func:`ensure_registered` pays TVM's ~15 s
+``tvm.s_tir.tensor_intrin`` import once per process, where tuning or tensorizing needs it.
+"""
+
+import functools
+
+from .vnni import LANES as VNNI_LANES
+from .vnni import REDUCTION as VNNI_REDUCTION
+from .vnni import TVM_VNNI_INTRIN, VNNI_INTRIN, override_tvm_vnni, register_vnni
+
+__all__ = [
+    "VNNI_INTRIN",
+    "TVM_VNNI_INTRIN",
+    "VNNI_LANES",
+    "VNNI_REDUCTION",
+    "ensure_registered",
+]
+
+
+@functools.cache
+def ensure_registered() -> None:
+    """Register ms_heron's intrinsics and repair TVM's VNNI one; runs once per process."""
+    register_vnni()
+    override_tvm_vnni()

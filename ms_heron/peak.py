@@ -1,0 +1,56 @@
+"""Measured peak int8 VNNI throughput of the machine, for "% of peak" figures.
+
+The number comes from a TVM-built kernel (12 independent ``vpdpbusd`` accumulator chains per
+core, the same loop as ``shared/tools/peak.c``), so it needs no C compiler and reflects the clock
+the machine runs at right now.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import tvm
+from tvm.script import tirx as T
+from tvm.target import Target
+
+from .targets import num_cores, require_vnni
+
+_CHAINS = 12  # enough independent accumulators to cover vpdpbusd's latency on 2 ports
+_OPS_PER_INSTR = 2 * 64  # 64 u8*s8 multiply-adds per 512-bit vpdpbusd
+
+
+def _vnni_peak_kernel(cores: int, iters: int) -> tvm.tirx.PrimFunc:
+    @T.prim_func(s_tir=True)
+    def peak(out: T.Buffer((cores, 16), "int32")):
+        T.func_attr({"global_symbol": "main", "tirx.noalias": True})
+        for c in T.parallel(cores):
+            with T.sblock("core"):
+                vc = T.axis.spatial(cores, c)
+                acc = T.sblock_alloc_buffer((_CHAINS * 16,), "int32", scope="local")
+                for a in T.unroll(_CHAINS):
+                    acc[T.ramp(a * 16, 1, 16)] = T.broadcast(a, 16)
+                for t in range(iters):
+                    for a in T.unroll(_CHAINS):
+                        acc[T.ramp(a * 16, 1, 16)] = T.call_llvm_pure_intrin(
+                            T.llvm_lookup_intrinsic_id("llvm.x86.avx512.vpdpbusd.512"),
+                            acc[T.ramp(a * 16, 1, 16)],
+                            T.reinterpret(T.broadcast(T.int32(0x01010101), 16), dtype="int8x64"),
+                            T.reinterpret(T.broadcast(t + 0x01010101, 16), dtype="int8x64"),
+                            dtype="int32x16",
+                        )
+                out[vc, T.ramp(0, 1, 16)] = acc[T.ramp(0, 1, 16)]
+
+    return peak
+
+
+@functools.cache
+def vnni_peak_gops(target: Target, iters: int = 2_000_000) -> float:
+    """Peak u8 x s8 -> s32 GOPS over all of the target's cores, measured now (about 0.1 s)."""
+    require_vnni(target)
+    cores = num_cores(target)
+    lib = tvm.compile(_vnni_peak_kernel(cores, iters), target=target)
+    out = tvm.runtime.tensor(np.zeros((cores, 16), "int32"))
+    timer = lib.mod.time_evaluator("main", tvm.cpu(), number=1, repeat=5)
+    best = timer(out).min
+    return cores * iters * _CHAINS * _OPS_PER_INSTR / best / 1e9

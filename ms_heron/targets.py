@@ -1,0 +1,158 @@
+"""Hardware facts read from a ``tvm.target.Target``: host target, instruction sets, GPU limits.
+
+Everything is derived from the Target (and LLVM's view of the host), never from a list of CPU
+names, so a new CPU or GPU works as soon as LLVM and TVM know it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from tvm.target import Target, codegen
+
+
+class TargetError(ValueError):
+    """A target that cannot serve the request; the message names the fix."""
+
+
+def host_target(num_cores: int | None = None) -> Target:
+    """This machine as an LLVM Target: LLVM's host CPU name and the number of physical cores.
+
+    MetaSchedule on CPU requires ``num-cores``; physical cores because hyper-threads share the
+    vector units that the tuned kernels saturate.
+    """
+    if num_cores is None:
+        import psutil  # pylint: disable=import-outside-toplevel
+
+        num_cores = psutil.cpu_count(logical=False) or psutil.cpu_count() or 1
+    return Target({"kind": "llvm", "mcpu": codegen.llvm_get_system_cpu(), "num-cores": int(num_cores)})
+
+
+def parse_target(spec: Any) -> Target:
+    """Turn a Target, a dict, a JSON string, a tag, or ``"host"`` into a Target.
+
+    TVM 0.27 no longer parses CLI strings like ``"llvm -mcpu=znver4"``; say how to write them instead.
+    """
+    if isinstance(spec, Target):
+        return spec
+    if isinstance(spec, dict):
+        return Target(spec)
+    text = str(spec).strip()
+    if text == "host":
+        return host_target()
+    if text.startswith("{"):
+        import json  # pylint: disable=import-outside-toplevel
+
+        return Target(json.loads(text))
+    if " -" in text or text.startswith("-"):
+        raise TargetError(
+            f"target {text!r} is in the old CLI form, which TVM 0.27 no longer accepts; write it as a "
+            'dict or JSON, e.g. {"kind": "llvm", "mcpu": "znver4", "num-cores": 2}, or use "host"'
+        )
+    try:
+        return Target(text)
+    except Exception as err:  # TVM raises several error types for unknown kinds/tags
+        raise TargetError(
+            f"unknown target {text!r} ({err}); use a tag such as 'nvidia/nvidia-h100', a dict such as "
+            '{"kind": "llvm", "mcpu": "znver4", "num-cores": 2}, or "host"'
+        ) from err
+
+
+def is_cpu(target: Target) -> bool:
+    return target.kind.name == "llvm"
+
+
+def is_cuda(target: Target) -> bool:
+    return target.kind.name == "cuda"
+
+
+def cpu_name(target: Target) -> str:
+    """The CPU a Target compiles for (its ``mcpu``, or the host CPU when it names none)."""
+    mcpu = target.attrs.get("mcpu")
+    return str(mcpu) if mcpu else f"{codegen.llvm_get_system_cpu()} (host)"
+
+
+def num_cores(target: Target) -> int:
+    if "num-cores" not in target.attrs:
+        raise TargetError(
+            f"target {target} has no 'num-cores'; MetaSchedule needs it on CPU: add "
+            '"num-cores": N to the target dict, or use ms_heron.targets.host_target()'
+        )
+    return int(target.attrs["num-cores"])
+
+
+def has_vnni(target: Target) -> bool:
+    """Whether the target's CPU has AVX-512 VNNI (``vpdpbusd``), from LLVM's feature set."""
+    return is_cpu(target) and bool(codegen.target_has_features("avx512vnni", target))
+
+
+def require_vnni(target: Target) -> None:
+    """Raise a :class:`TargetError` naming the CPU when int8 VNNI code cannot run on ``target``."""
+    if not has_vnni(target):
+        raise TargetError(
+            f"int8 VNNI needs a CPU with AVX-512 VNNI, but target {target.kind.name} with CPU "
+            f"'{cpu_name(target)}' has none; use an mcpu such as 'znver4', 'cascadelake' or "
+            "'sapphirerapids' (or ms_heron.targets.host_target() on such a machine), or the fp32 form"
+        )
+
+
+def vector_bytes(target: Target) -> int:
+    """Width of the widest vector register of the target's CPU, in bytes, from its LLVM features.
+
+    (``codegen.llvm_get_vector_width`` answers 512 bits for any x86 mcpu in TVM 0.27.)
+    """
+    if not is_cpu(target):
+        raise TargetError(f"vector_bytes() is a CPU fact; {target.kind.name} is not an llvm target")
+    features = codegen.llvm_get_cpu_features(target)
+    for feature, width in (("avx512f", 64), ("avx", 32), ("sve", 16), ("neon", 16), ("sse2", 16)):
+        if feature in features:
+            return width
+    return 8
+
+
+@dataclass(frozen=True)
+class GpuLimits:
+    """The per-block limits that bound a GPU kernel's schedule."""
+
+    max_shared_memory_per_block: int
+    max_threads_per_block: int
+    warp_size: int
+    arch: str
+
+    @classmethod
+    def of(cls, target: Target) -> "GpuLimits":
+        if not is_cuda(target):
+            raise TargetError(f"GPU limits need a cuda target, got {target.kind.name}")
+        attrs = target.attrs
+        missing = [
+            k
+            for k in ("max_shared_memory_per_block", "max_threads_per_block", "thread_warp_size")
+            if k not in attrs
+        ]
+        if missing:
+            raise TargetError(
+                f"cuda target lacks {', '.join(missing)}; use a tag such as 'nvidia/nvidia-h100' "
+                "or add those keys to the target dict"
+            )
+        return cls(
+            max_shared_memory_per_block=int(attrs["max_shared_memory_per_block"]),
+            max_threads_per_block=int(attrs["max_threads_per_block"]),
+            warp_size=int(attrs["thread_warp_size"]),
+            arch=str(attrs.get("arch", "")),
+        )
+
+
+__all__ = [
+    "TargetError",
+    "GpuLimits",
+    "host_target",
+    "parse_target",
+    "is_cpu",
+    "is_cuda",
+    "cpu_name",
+    "num_cores",
+    "has_vnni",
+    "require_vnni",
+    "vector_bytes",
+]

@@ -1,0 +1,495 @@
+"""Heron's operator suite as TensorIR PrimFuncs, each with random inputs and a numpy reference.
+
+Families: gemm, bmm, gemv, c1d, c2d, c3d, dil (dilated c2d), t2d (transposed c2d), scan (prefix sum
+as a matmul with a lower-triangular ones matrix). Every family comes in three forms:
+
+* ``int8``: u8 activations, s8 weights in the packed layout VNNI reads
+  (``[o // 16, *kernel, i // 4, o % 16, i % 4]``), s32 accumulation; checked bit-exactly.
+* ``fp32``: everything fp32 (CPU); weights as ``[*kernel, i, o]``.
+* ``fp16``: fp16 inputs, fp32 accumulation and output (GPU tensor cores); weights as fp32's.
+
+Convolutions are channels-last (NWC / NHWC / NDHWC). The reference works on the logical weight
+``[o, *kernel, i]`` in int64/float64, independently of the TE definition it checks.
+Named cases follow Heron's benchmark configs, e.g. ``case("gemm.G1", "int8")``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from tvm import te, tirx
+
+from .intrinsics import VNNI_LANES, VNNI_REDUCTION
+
+DTYPES = ("int8", "fp32", "fp16")
+
+#: (input dtype of activations, of weights, of the output) per form.
+_TYPES = {
+    "int8": ("uint8", "int8", "int32"),
+    "fp32": ("float32", "float32", "float32"),
+    "fp16": ("float16", "float16", "float32"),
+}
+
+
+class WorkloadError(ValueError):
+    """A workload, case, dtype or shape that does not exist or cannot be built; names the fix."""
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One operator instance: the PrimFunc to tune and what is needed to check and rate it."""
+
+    family: str
+    dtype: str
+    shape: Mapping[str, int]
+    func: tirx.PrimFunc
+    #: Arithmetic operations (2 per multiply-accumulate), for GOPS figures.
+    ops: int
+    _make_inputs: Callable[[np.random.Generator], list[np.ndarray]] = field(repr=False)
+    _reference: Callable[..., np.ndarray] = field(repr=False)
+    _output: tuple[tuple[int, ...], str] = field(repr=False)
+
+    @property
+    def name(self) -> str:
+        dims = "_".join(f"{k}{v}" for k, v in self.shape.items())
+        return f"{self.family}_{self.dtype}_{dims}"
+
+    def random_inputs(self, seed: int = 0) -> list[np.ndarray]:
+        """Inputs in the PrimFunc's argument order (the output buffer excluded)."""
+        return self._make_inputs(np.random.default_rng(seed))
+
+    def reference(self, inputs: Sequence[np.ndarray]) -> np.ndarray:
+        """The expected output for ``inputs`` (as returned by :meth:`random_inputs`)."""
+        return self._reference(*inputs)
+
+    @property
+    def output_shape(self) -> tuple[int, ...]:
+        return self._output[0]
+
+    @property
+    def output_dtype(self) -> str:
+        return self._output[1]
+
+
+def _workload(family, dtype, shape, tensors, ops, inputs, reference) -> Workload:
+    """Package TE ``tensors`` (inputs..., output) as a :class:`Workload`."""
+    out = tensors[-1]
+    output = (tuple(int(d) for d in out.shape), str(out.dtype))
+    func = te.create_prim_func(list(tensors))
+    return Workload(family, dtype, dict(shape), func, int(ops), inputs, reference, output)
+
+
+# ----------------------------------------------------------------------------------------------
+# Weight layouts
+
+
+def pack_vnni(weight: np.ndarray, batch_dims: int = 0) -> np.ndarray:
+    """``[*batch, o, *kernel, i]`` -> ``[*batch, o//16, *kernel, i//4, o%16, i%4]`` (what VNNI reads)."""
+    shp = weight.shape
+    batch, o, kernel, i = shp[:batch_dims], shp[batch_dims], shp[batch_dims + 1 : -1], shp[-1]
+    w = weight.reshape(*batch, o // VNNI_LANES, VNNI_LANES, *kernel, i // VNNI_REDUCTION, VNNI_REDUCTION)
+    nb, nk = len(batch), len(kernel)
+    b = list(range(nb))
+    o_blk, o_lane = nb, nb + 1
+    k = list(range(nb + 2, nb + 2 + nk))
+    i_blk, i_lane = nb + 2 + nk, nb + 3 + nk
+    return np.ascontiguousarray(w.transpose(*b, o_blk, *k, i_blk, o_lane, i_lane))
+
+
+def _fp_layout(weight: np.ndarray, batch_dims: int = 0) -> np.ndarray:
+    """``[*batch, o, *kernel, i]`` -> ``[*batch, *kernel, i, o]``."""
+    nb = batch_dims
+    n = weight.ndim
+    return np.ascontiguousarray(weight.transpose(*range(nb), *range(nb + 1, n), nb))
+
+
+class _Operand:
+    """How the TE compute reads the weight operand, and how numpy lays it out, for one dtype form."""
+
+    def __init__(self, dtype: str, batch: Sequence[int], o: int, kernel: Sequence[int], i: int):
+        self.int8 = dtype == "int8"
+        self.batch, self.o, self.kernel, self.i = tuple(batch), o, tuple(kernel), i
+        self.dtype = wdtype = _TYPES[dtype][1]
+        if self.int8:
+            shape = (*batch, o // VNNI_LANES, *kernel, i // VNNI_REDUCTION, VNNI_LANES, VNNI_REDUCTION)
+        else:
+            shape = (*batch, *kernel, i, o)
+        self.placeholder = te.placeholder(shape, wdtype, name="W")
+
+    def __call__(self, b: Sequence, o, k: Sequence, i):
+        if self.int8:
+            return self.placeholder[
+                (*b, o // VNNI_LANES, *k, i // VNNI_REDUCTION, o % VNNI_LANES, i % VNNI_REDUCTION)
+            ]
+        return self.placeholder[(*b, *k, i, o)]
+
+    def layout(self, logical: np.ndarray) -> np.ndarray:
+        nb = len(self.batch)
+        return pack_vnni(logical, nb) if self.int8 else _fp_layout(logical, nb)
+
+
+def _check_vnni_shape(family: str, lanes_name: str, lanes: int, red_name: str, red: int) -> None:
+    for name, value, mult, what in (
+        (lanes_name, lanes, VNNI_LANES, "output lanes"),
+        (red_name, red, VNNI_REDUCTION, "reduction"),
+    ):
+        if value % mult:
+            lower = value // mult * mult
+            nearest = lower + mult if lower == 0 or value - lower >= mult / 2 else lower  # ties round up
+            raise WorkloadError(
+                f"{family} int8: {name}={value} breaks the VNNI layout rule ({what} must be a multiple "
+                f"of {mult}); nearest valid {name} is {nearest}"
+            )
+
+
+def _random(rng: np.random.Generator, shape: Sequence, dtype: str) -> np.ndarray:
+    shape = tuple(int(d) for d in shape)
+    if dtype == "uint8":
+        return rng.integers(0, 256, size=shape, dtype=np.uint8)
+    if dtype == "int8":
+        return rng.integers(-128, 128, size=shape, dtype=np.int8)
+    return rng.uniform(-1.0, 1.0, size=shape).astype(dtype)
+
+
+def _wide(x: np.ndarray) -> np.ndarray:
+    return x.astype(np.int64) if x.dtype.kind in "iu" else x.astype(np.float64)
+
+
+def _mac(a, b, out_dtype: str):
+    return a.astype(out_dtype) * b.astype(out_dtype)
+
+
+def _check_dtype(dtype: str) -> tuple[str, str, str]:
+    if dtype not in _TYPES:
+        raise WorkloadError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
+    return _TYPES[dtype]
+
+
+def _positive(**dims: int) -> None:
+    bad = {k: v for k, v in dims.items() if int(v) < 1}
+    if bad:
+        raise WorkloadError(f"dimensions must be positive, got {bad}")
+
+
+# ----------------------------------------------------------------------------------------------
+# Matrix families
+
+
+def _batched_matmul(
+    family: str, dtype: str, shape: dict, batch: tuple[int, ...], m: int | None, n: int, k: int
+) -> Workload:
+    """``C[*b, (m,) n] = sum_k A[*b, (m,) k] * W(*b, n, k)`` -- gemm, bmm and gemv in one definition."""
+    adt, _, odt = _check_dtype(dtype)
+    if dtype == "int8":
+        _check_vnni_shape(family, "N" if m is not None else "M", n, "K", k)
+    rows = () if m is None else (m,)
+    a = te.placeholder((*batch, *rows, k), adt, name="A")
+    w = _Operand(dtype, batch, n, (), k)
+    r = te.reduce_axis((0, k), name="k")
+
+    def body(*idx):
+        b, row, col = idx[: len(batch)], idx[len(batch) : len(batch) + len(rows)], idx[-1]
+        return te.sum(_mac(a[(*b, *row, r)], w(b, col, (), r), odt), axis=r)
+
+    c = te.compute((*batch, *rows, n), body, name="C")
+
+    def inputs(rng):
+        return [_random(rng, a.shape, adt), w.layout(_random(rng, (*batch, n, k), w.dtype))]
+
+    def reference(act, stored):
+        logical = _unlayout(w, stored)  # [*batch, n, k]
+        out = logical @ _wide(act) if m is None else _wide(act) @ logical.swapaxes(-1, -2)
+        return out.astype(odt)
+
+    ops = 2 * int(np.prod(batch, dtype=np.int64)) * (m or 1) * n * k
+    return _workload(family, dtype, shape, [a, w.placeholder, c], ops, inputs, reference)
+
+
+def _unlayout(operand: _Operand, stored: np.ndarray) -> np.ndarray:
+    """Invert :meth:`_Operand.layout`: stored weights back to logical ``[*batch, o, *kernel, i]`` (wide)."""
+    nb, nk = len(operand.batch), len(operand.kernel)
+    x = _wide(stored)
+    if operand.int8:
+        # [*b, ob, *k, ib, ol, il] -> [*b, ob, ol, *k, ib, il]
+        perm = (*range(nb), nb, nb + nk + 2, *range(nb + 1, nb + 1 + nk), nb + nk + 1, nb + nk + 3)
+        x = x.transpose(perm)
+        return x.reshape(*operand.batch, operand.o, *operand.kernel, operand.i)
+    # [*b, *k, i, o] -> [*b, o, *k, i]
+    return x.transpose(*range(nb), nb + nk + 1, *range(nb, nb + nk), nb + nk)
+
+
+def gemm(M: int, N: int, K: int, dtype: str = "int8") -> Workload:
+    """``C[M, N] = A[M, K] · W[N, K]ᵀ``."""
+    _positive(M=M, N=N, K=K)
+    return _batched_matmul("gemm", dtype, dict(M=M, N=N, K=K), (), M, N, K)
+
+
+def bmm(B: int, M: int, N: int, K: int, dtype: str = "int8") -> Workload:
+    """``C[B, M, N] = A[B, M, K] · W[B, N, K]ᵀ`` (both operands batched, as in attention)."""
+    _positive(B=B, M=M, N=N, K=K)
+    return _batched_matmul("bmm", dtype, dict(B=B, M=M, N=N, K=K), (B,), M, N, K)
+
+
+def gemv(M: int, K: int, dtype: str = "int8") -> Workload:
+    """``y[M] = W[M, K] · x[K]``."""
+    _positive(M=M, K=K)
+    return _batched_matmul("gemv", dtype, dict(M=M, K=K), (), None, M, K)
+
+
+def scan(B: int, M: int, N: int, dtype: str = "int8") -> Workload:
+    """Prefix sum along M of ``x[B, M, N]``, computed as ``Tri[M, M] · x`` (Heron's formulation).
+
+    The 0/1 lower-triangular matrix is a stage of the PrimFunc (the activation operand); ``x`` is the
+    weight-like operand, so in the int8 form it is s8 in the VNNI layout ``[B, N//16, M//4, 16, 4]``.
+    """
+    _positive(B=B, M=M, N=N)
+    adt, _, odt = _check_dtype(dtype)
+    if dtype == "int8":
+        _check_vnni_shape("scan", "N", N, "M", M)
+    x = _Operand(dtype, (B,), N, (), M)
+    tri = te.compute((M, M), lambda i, k: tirx.Select(k <= i, tirx.const(1, adt), tirx.const(0, adt)), name="Tri")
+    r = te.reduce_axis((0, M), name="k")
+    out = te.compute((B, M, N), lambda b, i, n: te.sum(_mac(tri[i, r], x((b,), n, (), r), odt), axis=r), name="C")
+
+    def inputs(rng):
+        return [x.layout(_random(rng, (B, N, M), x.dtype))]
+
+    def reference(stored):
+        logical = _unlayout(x, stored)  # [B, N, M]
+        return np.cumsum(logical, axis=2).transpose(0, 2, 1).astype(odt)
+
+    return _workload("scan", dtype, dict(B=B, M=M, N=N), [x.placeholder, out], 2 * B * M * M * N, inputs, reference)
+
+
+# ----------------------------------------------------------------------------------------------
+# Convolutions (channels-last), 1-3 spatial dimensions
+
+
+def _conv_out(size: int, kernel: int, stride: int, pad: int, dilation: int) -> int:
+    return (size + 2 * pad - dilation * (kernel - 1) - 1) // stride + 1
+
+
+def _conv(
+    family: str,
+    dtype: str,
+    shape: dict,
+    n: int,
+    spatial: tuple[int, ...],
+    ci: int,
+    co: int,
+    kernel: tuple[int, ...],
+    stride: int,
+    pad: int,
+    dilation: int,
+) -> Workload:
+    adt, _, odt = _check_dtype(dtype)
+    _positive(N=n, CI=ci, CO=co, stride=stride, dilation=dilation, **{f"S{d}": s for d, s in enumerate(spatial)})
+    if pad < 0:
+        raise WorkloadError(f"{family}: padding must be >= 0, got {pad}")
+    if dtype == "int8":
+        _check_vnni_shape(family, "CO", co, "CI", ci)
+    out_sp = tuple(_conv_out(s, k, stride, pad, dilation) for s, k in zip(spatial, kernel))
+    if min(out_sp) < 1:
+        raise WorkloadError(f"{family}: kernel {kernel} with dilation {dilation} does not fit input {spatial}")
+    nd = len(spatial)
+    data = te.placeholder((n, *spatial, ci), adt, name="X")
+    w = _Operand(dtype, (), co, kernel, ci)
+    if pad:
+        padded = tuple(s + 2 * pad for s in spatial)
+
+        def pad_body(b, *idx):
+            sp, c = idx[:nd], idx[nd]
+            inside = tirx.all(*[tirx.all(p >= pad, p < pad + s) for p, s in zip(sp, spatial)])
+            return tirx.if_then_else(inside, data[(b, *[p - pad for p in sp], c)], tirx.const(0, adt))
+
+        src = te.compute((n, *padded, ci), pad_body, name="Xpad")
+    else:
+        src = data
+    rk = [te.reduce_axis((0, k), name=f"r{d}") for d, k in enumerate(kernel)]
+    rc = te.reduce_axis((0, ci), name="rc")
+
+    def body(b, *idx):
+        sp, c = idx[:nd], idx[nd]
+        pos = [o * stride + r * dilation for o, r in zip(sp, rk)]
+        return te.sum(_mac(src[(b, *pos, rc)], w((), c, rk, rc), odt), axis=[*rk, rc])
+
+    out = te.compute((n, *out_sp, co), body, name="C")
+
+    def inputs(rng):
+        return [_random(rng, data.shape, adt), w.layout(_random(rng, (co, *kernel, ci), w.dtype))]
+
+    def reference(x, stored):
+        logical = _unlayout(w, stored)
+        xp = np.pad(_wide(x), [(0, 0), *[(pad, pad)] * nd, (0, 0)])
+        acc = np.zeros((n, *out_sp, co), dtype=xp.dtype)
+        for offs in itertools.product(*[range(k) for k in kernel]):
+            window = tuple(
+                slice(o * dilation, o * dilation + stride * (s - 1) + 1, stride) for o, s in zip(offs, out_sp)
+            )
+            acc += xp[(slice(None), *window, slice(None))] @ logical[(slice(None), *offs, slice(None))].T
+        return acc.astype(odt)
+
+    ops = 2 * n * int(np.prod(out_sp)) * co * ci * int(np.prod(kernel))
+    return _workload(family, dtype, shape, [data, w.placeholder, out], ops, inputs, reference)
+
+
+def c1d(N: int, W: int, CI: int, CO: int, KW: int, stride: int = 1, pad: int = 0, dilation: int = 1, dtype: str = "int8") -> Workload:
+    """1-D convolution, NWC."""
+    shape = dict(N=N, W=W, CI=CI, CO=CO, KW=KW, stride=stride, pad=pad, dilation=dilation)
+    return _conv("c1d", dtype, shape, N, (W,), CI, CO, (KW,), stride, pad, dilation)
+
+
+def c2d(N: int, H: int, W: int, CI: int, CO: int, KH: int, KW: int, stride: int = 1, pad: int = 0, dilation: int = 1, dtype: str = "int8") -> Workload:
+    """2-D convolution, NHWC."""
+    shape = dict(N=N, H=H, W=W, CI=CI, CO=CO, KH=KH, KW=KW, stride=stride, pad=pad, dilation=dilation)
+    return _conv("c2d", dtype, shape, N, (H, W), CI, CO, (KH, KW), stride, pad, dilation)
+
+
+def dil(N: int, H: int, W: int, CI: int, CO: int, KH: int, KW: int, stride: int = 1, pad: int = 2, dilation: int = 2, dtype: str = "int8") -> Workload:
+    """Dilated 2-D convolution, NHWC (Heron's ``dil``: c2d with dilation 2)."""
+    shape = dict(N=N, H=H, W=W, CI=CI, CO=CO, KH=KH, KW=KW, stride=stride, pad=pad, dilation=dilation)
+    return _conv("dil", dtype, shape, N, (H, W), CI, CO, (KH, KW), stride, pad, dilation)
+
+
+def c3d(N: int, D: int, H: int, W: int, CI: int, CO: int, KD: int, KH: int, KW: int, stride: int = 1, pad: int = 0, dilation: int = 1, dtype: str = "int8") -> Workload:
+    """3-D convolution, NDHWC."""
+    shape = dict(N=N, D=D, H=H, W=W, CI=CI, CO=CO, KD=KD, KH=KH, KW=KW, stride=stride, pad=pad, dilation=dilation)
+    return _conv("c3d", dtype, shape, N, (D, H, W), CI, CO, (KD, KH, KW), stride, pad, dilation)
+
+
+def t2d(N: int, H: int, W: int, CI: int, CO: int, KH: int, KW: int, stride: int = 1, pad: int = 0, dtype: str = "int8") -> Workload:
+    """Transposed 2-D convolution, NHWC: ``out[hi*s - p + kh] += x[hi] · W[kh]``.
+
+    Computed as a convolution over the stride-dilated, (K-1-p)-padded input with the kernel flipped;
+    the reference scatters instead, so the two formulations check each other.
+    """
+    adt, _, odt = _check_dtype(dtype)
+    _positive(N=N, H=H, W=W, CI=CI, CO=CO, KH=KH, KW=KW, stride=stride)
+    if not 0 <= pad <= min(KH, KW) - 1:
+        raise WorkloadError(f"t2d: pad must be in [0, kernel-1] = [0, {min(KH, KW) - 1}], got {pad}")
+    if dtype == "int8":
+        _check_vnni_shape("t2d", "CO", CO, "CI", CI)
+    kernel = (KH, KW)
+    sizes = (H, W)
+    out_sp = tuple((s - 1) * stride - 2 * pad + k for s, k in zip(sizes, kernel))
+    edge = tuple(k - 1 - pad for k in kernel)
+    data = te.placeholder((N, H, W, CI), adt, name="X")
+    w = _Operand(dtype, (), CO, kernel, CI)
+    grown = tuple(o + k - 1 for o, k in zip(out_sp, kernel))
+
+    def dilate_body(b, h, ww, c):
+        conds, idx = [], []
+        for p, e, s in zip((h, ww), edge, sizes):
+            q = p - e
+            conds += [q >= 0, q < (s - 1) * stride + 1, tirx.floormod(q, stride) == 0]
+            idx.append(tirx.floordiv(q, stride))
+        return tirx.if_then_else(tirx.all(*conds), data[b, idx[0], idx[1], c], tirx.const(0, adt))
+
+    src = te.compute((N, *grown, CI), dilate_body, name="Xdil")
+    rh, rw, rc = (te.reduce_axis((0, KH), "rh"), te.reduce_axis((0, KW), "rw"), te.reduce_axis((0, CI), "rc"))
+
+    def body(b, h, ww, c):
+        return te.sum(_mac(src[b, h + rh, ww + rw, rc], w((), c, (KH - 1 - rh, KW - 1 - rw), rc), odt), axis=[rh, rw, rc])
+
+    out = te.compute((N, *out_sp, CO), body, name="C")
+
+    def inputs(rng):
+        return [_random(rng, data.shape, adt), w.layout(_random(rng, (CO, KH, KW, CI), w.dtype))]
+
+    def reference(x, stored):
+        logical = _unlayout(w, stored)
+        full = np.zeros((N, *[(s - 1) * stride + k for s, k in zip(sizes, kernel)], CO), dtype=logical.dtype)
+        xw = _wide(x)
+        for kh, kw in itertools.product(range(KH), range(KW)):
+            contrib = xw @ logical[:, kh, kw, :].T
+            full[:, kh : kh + (H - 1) * stride + 1 : stride, kw : kw + (W - 1) * stride + 1 : stride, :] += contrib
+        return full[:, pad : pad + out_sp[0], pad : pad + out_sp[1], :].astype(odt)
+
+    shape = dict(N=N, H=H, W=W, CI=CI, CO=CO, KH=KH, KW=KW, stride=stride, pad=pad)
+    ops = 2 * N * H * W * CI * CO * KH * KW
+    return _workload("t2d", dtype, shape, [data, w.placeholder, out], ops, inputs, reference)
+
+
+# ----------------------------------------------------------------------------------------------
+# Registry: families and Heron's named benchmark cases
+
+FAMILIES: dict[str, Callable[..., Workload]] = {
+    "gemm": gemm,
+    "bmm": bmm,
+    "gemv": gemv,
+    "c1d": c1d,
+    "c2d": c2d,
+    "c3d": c3d,
+    "dil": dil,
+    "t2d": t2d,
+    "scan": scan,
+}
+
+_RESNET_3X3 = [(56, 64, 64), (28, 128, 128), (14, 256, 256)]
+
+#: Heron's configs (research/heron.md §6); 1000 is 1008 as in Heron's CPU configs (VNNI needs 16 | N).
+CASES: dict[str, tuple[str, dict]] = {
+    "gemm.G1": ("gemm", dict(M=1024, K=1024, N=1024)),
+    "gemm.G2": ("gemm", dict(M=4096, K=4096, N=4096)),
+    "gemm.G3": ("gemm", dict(M=32, K=2048, N=1008)),
+    "gemm.G4": ("gemm", dict(M=32, K=4096, N=4096)),
+    "gemm.G5": ("gemm", dict(M=32, K=4096, N=1008)),
+    "bmm.B1": ("bmm", dict(B=12, M=512, K=64, N=512)),
+    "bmm.B2": ("bmm", dict(B=12, M=512, K=512, N=64)),
+    "bmm.B3": ("bmm", dict(B=16, M=512, K=64, N=512)),
+    "bmm.B4": ("bmm", dict(B=16, M=512, K=512, N=64)),
+    "bmm.B5": ("bmm", dict(B=96, M=2048, K=128, N=2048)),
+    "gemv.V1": ("gemv", dict(M=512, K=16)),
+    "gemv.V2": ("gemv", dict(M=1024, K=256)),
+    "gemv.V3": ("gemv", dict(M=256, K=1024)),
+    "gemv.V4": ("gemv", dict(M=512, K=256)),
+    "gemv.V5": ("gemv", dict(M=1024, K=1024)),
+    "c1d.C1": ("c1d", dict(N=1, W=892, CI=512, CO=512, KW=1)),
+    "c1d.C2": ("c1d", dict(N=1, W=892, CI=512, CO=512, KW=3, pad=4, dilation=2)),
+    "c1d.C3": ("c1d", dict(N=1, W=892, CI=512, CO=512, KW=3, pad=8, dilation=4)),
+    "c1d.C4": ("c1d", dict(N=1, W=892, CI=512, CO=512, KW=3, pad=16, dilation=8)),
+    "c2d.C1": ("c2d", dict(N=1, H=56, W=56, CI=64, CO=64, KH=3, KW=3, pad=1)),
+    "c2d.C2": ("c2d", dict(N=1, H=56, W=56, CI=64, CO=64, KH=1, KW=1)),
+    "c2d.C3": ("c2d", dict(N=1, H=28, W=28, CI=128, CO=128, KH=3, KW=3, pad=1)),
+    "c2d.C4": ("c2d", dict(N=1, H=28, W=28, CI=128, CO=256, KH=1, KW=1, stride=2)),
+    "c2d.C5": ("c2d", dict(N=1, H=14, W=14, CI=256, CO=256, KH=3, KW=3, pad=1)),
+    "c2d.C6": ("c2d", dict(N=1, H=14, W=14, CI=256, CO=512, KH=1, KW=1, stride=2)),
+    **{
+        f"dil.D{i + 1}": ("dil", dict(N=1, H=h, W=h, CI=ci, CO=co, KH=3, KW=3, pad=2, dilation=2))
+        for i, (h, ci, co) in enumerate(_RESNET_3X3)
+    },
+    **{
+        f"c3d.C{i + 1}": ("c3d", dict(N=1, D=d, H=h, W=h, CI=ci, CO=co, KD=3, KH=3, KW=3, pad=1))
+        for i, (d, (h, ci, co)) in enumerate(zip((8, 4, 2), _RESNET_3X3))
+    },
+    "t2d.T1": ("t2d", dict(N=1, H=14, W=14, CI=256, CO=128, KH=4, KW=4, stride=2, pad=1)),
+    "t2d.T2": ("t2d", dict(N=1, H=28, W=28, CI=128, CO=64, KH=4, KW=4, stride=2, pad=1)),
+    "t2d.T3": ("t2d", dict(N=1, H=56, W=56, CI=64, CO=64, KH=3, KW=3, stride=1, pad=1)),
+    "scan.S1": ("scan", dict(B=16, M=512, N=128)),
+    "scan.S2": ("scan", dict(B=1024, M=16, N=256)),
+    "scan.S3": ("scan", dict(B=256, M=1024, N=256)),
+    "scan.S4": ("scan", dict(B=512, M=256, N=16)),
+    "scan.S5": ("scan", dict(B=1024, M=1024, N=1024)),
+}
+
+
+def make(family: str, dtype: str = "int8", **shape: int) -> Workload:
+    """Build ``family`` (a key of :data:`FAMILIES`) at ``shape`` in the ``dtype`` form."""
+    if family not in FAMILIES:
+        raise WorkloadError(f"unknown workload {family!r}; valid ones: {', '.join(FAMILIES)}")
+    _check_dtype(dtype)
+    try:
+        return FAMILIES[family](dtype=dtype, **shape)
+    except TypeError as err:
+        raise WorkloadError(f"{family}: bad shape arguments {shape} ({err})") from err
+
+
+def case(name: str, dtype: str = "int8") -> Workload:
+    """One of Heron's named configs, e.g. ``case("gemm.G1", "int8")``."""
+    if name not in CASES:
+        raise WorkloadError(f"unknown case {name!r}; valid ones: {', '.join(CASES)}")
+    family, shape = CASES[name]
+    return make(family, dtype, **shape)

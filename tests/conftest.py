@@ -1,0 +1,24 @@
+"""Shared fixtures: the CPU target and small instances of every workload family."""
+
+import pytest
+
+from ms_heron.targets import host_target
+
+#: Small shapes of every family that still exercise their index arithmetic (stride, pad, dilation).
+SMALL_SHAPES = {
+    "gemm": dict(M=8, N=32, K=16),
+    "bmm": dict(B=2, M=8, N=16, K=8),
+    "gemv": dict(M=32, K=8),
+    "c1d": dict(N=1, W=10, CI=8, CO=16, KW=3, pad=2, dilation=2),
+    "c2d": dict(N=1, H=6, W=6, CI=8, CO=16, KH=3, KW=3, stride=2, pad=1),
+    "c3d": dict(N=1, D=4, H=4, W=4, CI=4, CO=16, KD=3, KH=3, KW=3, pad=1),
+    "dil": dict(N=1, H=8, W=8, CI=4, CO=16, KH=3, KW=3),
+    "t2d": dict(N=1, H=4, W=4, CI=8, CO=16, KH=4, KW=4, stride=2, pad=1),
+    "scan": dict(B=2, M=8, N=16),
+}
+
+
+@pytest.fixture(scope="session")
+def cpu_target():
+    """This machine; the suite needs AVX-512 VNNI (see README), like the project's machines."""
+    return host_target()

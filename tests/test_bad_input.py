@@ -1,0 +1,49 @@
+"""Bad input gets an error that names the fix."""
+
+import pytest
+from tvm.target import Target
+
+from ms_heron import workloads
+from ms_heron.targets import TargetError, parse_target, require_vnni
+from ms_heron.tune import tune_workload
+
+
+def test_vnni_lane_rule_names_nearest_shape():
+    with pytest.raises(ValueError, match=r"N=1000 .*multiple of 16.*nearest valid N is 1008"):
+        workloads.gemm(M=32, N=1000, K=64)
+
+
+def test_vnni_reduction_rule_names_nearest_shape():
+    with pytest.raises(ValueError, match=r"CI=6 .*multiple of 4.*nearest valid CI is 8"):
+        workloads.c2d(N=1, H=8, W=8, CI=6, CO=16, KH=3, KW=3)
+
+
+def test_fp32_has_no_vnni_shape_rule():
+    assert workloads.gemm(M=3, N=5, K=7, dtype="fp32").output_shape == (3, 5)
+
+
+def test_unknown_names_list_valid_ones():
+    with pytest.raises(ValueError, match="valid ones: gemm, bmm, gemv"):
+        workloads.make("matmul")
+    with pytest.raises(ValueError, match="valid ones: .*gemm.G1"):
+        workloads.case("gemm.G9")
+    with pytest.raises(ValueError, match="choose one of int8, fp32, fp16"):
+        workloads.make("gemm", "bf16", M=16, N=16, K=16)
+
+
+def test_int8_on_cpu_without_vnni_names_the_cpu(tmp_path):
+    haswell = Target({"kind": "llvm", "mcpu": "haswell", "num-cores": 2})
+    with pytest.raises(TargetError, match="'haswell' has none"):
+        require_vnni(haswell)
+    with pytest.raises(TargetError, match="VNNI"):
+        tune_workload(workloads.gemm(M=16, N=16, K=16), haswell, str(tmp_path), 2)
+
+
+def test_old_cli_target_string_is_explained():
+    with pytest.raises(TargetError, match="old CLI form.*num-cores"):
+        parse_target("llvm -mcpu=znver4 -num-cores 2")
+
+
+def test_missing_num_cores_is_explained(tmp_path):
+    with pytest.raises(TargetError, match="num-cores"):
+        tune_workload(workloads.gemm(M=16, N=16, K=16, dtype="fp32"), Target({"kind": "llvm"}), str(tmp_path), 2)

@@ -1,0 +1,41 @@
+"""Hardware facts come from the Target."""
+
+from tvm.target import Target
+
+from ms_heron.peak import vnni_peak_gops
+from ms_heron.targets import GpuLimits, has_vnni, num_cores, parse_target, vector_bytes
+
+
+def test_host_target_is_complete(cpu_target):
+    assert cpu_target.kind.name == "llvm"
+    assert num_cores(cpu_target) >= 1
+    assert cpu_target.attrs["mcpu"]
+
+
+def test_vnni_from_features_not_names():
+    assert has_vnni(Target({"kind": "llvm", "mcpu": "znver4", "num-cores": 2}))
+    assert has_vnni(Target({"kind": "llvm", "mcpu": "cascadelake", "num-cores": 2}))
+    assert not has_vnni(Target({"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2}))
+    assert not has_vnni(parse_target("nvidia/nvidia-h100"))
+
+
+def test_vector_width(cpu_target):
+    assert vector_bytes(Target({"kind": "llvm", "mcpu": "haswell"})) == 32
+    assert vector_bytes(cpu_target) in (32, 64)
+
+
+def test_gpu_limits_from_tag():
+    h100 = GpuLimits.of(parse_target("nvidia/nvidia-h100"))
+    assert h100.max_shared_memory_per_block == 49152
+    assert h100.max_threads_per_block == 1024
+    assert h100.warp_size == 32
+    assert h100.arch.startswith("sm_90")
+
+
+def test_measured_vnni_peak_uses_all_cores(cpu_target):
+    """The whole-machine peak must exceed one core's: TVM's pool would otherwise use half the cores."""
+    one = vnni_peak_gops(Target({"kind": "llvm", "mcpu": cpu_target.attrs["mcpu"], "num-cores": 1}))
+    everything = vnni_peak_gops(cpu_target)
+    assert one > 50
+    if num_cores(cpu_target) > 1:
+        assert everything > 1.5 * one
