@@ -1,0 +1,158 @@
+"""Heron's static-analysis conditions on TensorIR blocks, and the loop roles rules leave behind.
+
+Rules fire on these conditions (Heron §2: "rules are triggered by static analysis"), and record
+the role of every loop level as block annotations so that later rules, and the constraint model,
+can recover them from the trace alone.
+"""
+
+from __future__ import annotations
+
+from tvm import tirx
+from tvm.tirx.analysis import undefined_vars
+from tvm.s_tir import Schedule
+from tvm.s_tir.schedule import LoopRV, SBlockRV
+
+#: Block annotation holding the tile structure, e.g. "SSRSRS" (MetaSchedule uses the same key).
+TILING_STRUCTURE = "meta_schedule.tiling_structure"
+#: Block annotation MetaSchedule's RewriteTensorize postproc reads.
+AUTO_TENSORIZE = "meta_schedule.auto_tensorize"
+#: Set on the inner block of a blockized (tensorized) block: rules work on its ``<name>_o`` parent.
+BLOCKIZED = "ms_heron.blockized"
+
+_SPATIAL, _REDUCE = 0, 2  # tirx.IterVar.DataPar / CommReduce
+
+
+def annotations(sch: Schedule, block: SBlockRV) -> dict:
+    return dict(sch.get(block).annotations)
+
+
+def working_block(sch: Schedule, block: SBlockRV) -> SBlockRV:
+    """The block rules schedule: the outer block of a tensorized (blockized) one, else itself."""
+    if BLOCKIZED in annotations(sch, block):
+        return sch.get_sblock(sch.get(block).name_hint + "_o")
+    return block
+
+
+def iter_kinds(sch: Schedule, block: SBlockRV) -> list[str]:
+    """'S' or 'R' per block iterator (other iterator types are reported as 'O')."""
+    kinds = {_SPATIAL: "S", _REDUCE: "R"}
+    return [kinds.get(int(iv.iter_type), "O") for iv in sch.get(block).iter_vars]
+
+
+def is_injective(sch: Schedule, block: SBlockRV) -> bool:
+    """Spatial iterators only and no init: one output element per iteration, no reduction."""
+    blk = sch.get(block)
+    kinds = iter_kinds(sch, block)
+    return blk.init is None and bool(kinds) and all(k == "S" for k in kinds)
+
+
+def _children(node) -> list:
+    kids = []
+    for name in ("a", "b", "value", "condition", "true_value", "false_value"):
+        child = getattr(node, name, None)
+        if child is not None and not isinstance(child, (int, float, str)):
+            kids.append(child)
+    for name in ("args", "indices"):
+        kids.extend(getattr(node, name, None) or [])
+    return kids
+
+
+def has_branch(sch: Schedule, block: SBlockRV) -> bool:
+    """Whether the block's body holds a conditional (padding, masks): inlining would copy it."""
+    stack = [sch.get(block).body]
+    while stack:
+        node = stack.pop()
+        op = getattr(getattr(node, "op", None), "name", "")
+        if isinstance(node, tirx.Select) or str(op).endswith("if_then_else"):
+            return True
+        stack.extend(_children(node))
+    return False
+
+
+def _vars_of(expr) -> set:
+    return set(undefined_vars(expr))
+
+
+def has_data_reuse(sch: Schedule, block: SBlockRV) -> bool:
+    """Heron's HasDataReuse: a reduction block with a read that ignores some spatial iterator.
+
+    Such a read is re-used across that iterator, which is what multi-level tiling and scratchpads
+    exploit (a GEMM's A ignores j, its B ignores i).
+    """
+    return "R" in iter_kinds(sch, block) and bool(reused_reads(sch, block))
+
+
+def consumers(sch: Schedule, block: SBlockRV) -> list[SBlockRV]:
+    return list(sch.get_consumers(block))
+
+
+def fusible_consumer(sch: Schedule, block: SBlockRV) -> SBlockRV | None:
+    """Heron's HasFusibleConsumer: the single consumer, if it is injective (bias, activation, cast)."""
+    cons = consumers(sch, block)
+    if len(cons) == 1 and is_injective(sch, cons[0]):
+        return cons[0]
+    return None
+
+
+def tile_levels(sch: Schedule, block: SBlockRV) -> dict[str, list[LoopRV]]:
+    """Loops of a tiled block by role, e.g. ``{"S0": [...], "R0": [...], "S1": [...]}``.
+
+    Roles come from the block's tiling-structure annotation: level ``S<n>`` is the n-th 'S' of the
+    structure, holding one loop per spatial iterator (likewise ``R<n>``).
+    """
+    structure = str(annotations(sch, block)[TILING_STRUCTURE])
+    kinds = iter_kinds(sch, block)
+    n_s, n_r = kinds.count("S"), kinds.count("R")
+    sizes = [n_s if c == "S" else n_r for c in structure]
+    loops = list(sch.get_loops(block))[-sum(sizes):]
+    levels, pos, seen = {}, 0, {"S": 0, "R": 0}
+    for c, size in zip(structure, sizes):
+        levels[f"{c}{seen[c]}"] = loops[pos : pos + size]
+        seen[c] += 1
+        pos += size
+    return levels
+
+
+def is_tiled(sch: Schedule, block: SBlockRV) -> bool:
+    return TILING_STRUCTURE in annotations(sch, block)
+
+
+def is_tensorized(sch: Schedule, block: SBlockRV) -> bool:
+    return AUTO_TENSORIZE in annotations(sch, block)
+
+
+def innermost_loop(sch: Schedule, block: SBlockRV) -> LoopRV | None:
+    loops = sch.get_loops(block)
+    return loops[-1] if loops else None
+
+
+def is_root(sch: Schedule, block: SBlockRV) -> bool:
+    return sch.get(block).name_hint == "root"
+
+
+def reused_reads(sch: Schedule, block: SBlockRV) -> list[int]:
+    """Indices of the block's reads that ignore some spatial iterator (the re-used operands)."""
+    blk = sch.get(block)
+    kinds = iter_kinds(sch, block)
+    spatial = {iv.var for iv, k in zip(blk.iter_vars, kinds) if k == "S"}
+    written = {w.source for w in blk.writes}
+    out = []
+    for index, region in enumerate(blk.reads):
+        used = set()
+        for rng in region.region:
+            used |= _vars_of(rng.min)
+        if spatial - used and region.source not in written:
+            out.append(index)
+    return out
+
+
+#: On a write-back (or fused consumer) block: the spatial tile level it sits under.
+CACHE_LEVEL = "ms_heron.cache_level"
+#: On a tile buffer's copy block: the reduction tile level it is loaded under.
+SPM_LEVEL = "ms_heron.spm_level"
+#: Block annotations of stages a rule already placed inside another block's tiles.
+PLACED = (CACHE_LEVEL, SPM_LEVEL)
+
+
+def placed_by_rule(sch: Schedule, block: SBlockRV) -> bool:
+    return any(key in annotations(sch, block) for key in PLACED)

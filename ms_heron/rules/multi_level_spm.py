@@ -1,0 +1,47 @@
+"""Heron's Add Multi-level SPM rule, CPU form: tile buffers for re-used inputs."""
+
+from tvm.ir.utils import derived_object
+from tvm.s_tir import Schedule
+from tvm.s_tir.schedule import SBlockRV
+
+from ..targets import is_cpu
+from .analysis import SPM_LEVEL, is_tiled, reused_reads, tile_levels, working_block
+from .base import HeronRule
+
+
+
+@derived_object
+class MultiLevelSPM(HeronRule):
+    """Condition: HasDataReuse (the block was tiled) and the target has a multi-level memory
+    hierarchy (every CPU: L1/L2 below DRAM).
+
+    Application: two design spaces -- the block unchanged, and every re-used input copied by
+    ``cache_read`` into a contiguous ``scope`` buffer under the outer reduction tile loop (level
+    ``R<level>``), so one tile's operands are packed once and stay in cache while the register
+    tiles sweep them (the CPU analogue of Heron's shared-memory stage).
+    """
+
+    def __init__(self, level: int = 0, scope: str = "global"):
+        self.level = level
+        self.scope = scope
+
+    def _params(self):
+        return {"level": self.level, "scope": self.scope}
+
+    def apply(self, sch: Schedule, block: SBlockRV) -> list[Schedule]:
+        block = working_block(sch, block)
+        if self.target is None or not is_cpu(self.target) or not is_tiled(sch, block):
+            return [sch]
+        key = f"R{self.level}"
+        if key not in tile_levels(sch, block):
+            return [sch]
+        reads = reused_reads(sch, block)
+        if not reads:
+            return [sch]
+        fork = sch.copy()
+        anchor = tile_levels(fork, block)[key][-1]
+        for index in reads:
+            stage = fork.cache_read(block, index, self.scope)
+            fork.compute_at(stage, anchor)
+            fork.annotate(stage, SPM_LEVEL, self.level)
+        return [sch, fork]

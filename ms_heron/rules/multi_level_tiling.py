@@ -1,0 +1,52 @@
+"""Heron's Multi-Level-Tiling rule."""
+
+from tvm.ir.utils import derived_object
+from tvm.s_tir import Schedule
+from tvm.s_tir.schedule import SBlockRV
+
+from .analysis import TILING_STRUCTURE, has_data_reuse, is_tiled, iter_kinds, working_block
+from .base import HeronRule
+
+
+@derived_object
+class MultiLevelTiling(HeronRule):
+    """Condition: HasDataReuse -- a reduction block with a read that ignores some spatial
+    iterator (so tiles of it are re-used across that iterator).
+
+    Application: split every loop into as many levels as its kind has in ``structure`` (factors
+    sampled with ``SamplePerfectTile``, so they multiply to the extent), reorder into the structure
+    (CPU default "SSRSRS": parallel tiles, cache tiles, outer reduction, register tiles, inner
+    reduction, vector lanes) and record the structure on the block for the rules after it.
+    For a tensorized block the outer (non-intrinsic) loops are tiled.
+    """
+
+    def __init__(self, structure: str = "SSRSRS", max_innermost_factor: int = 64):
+        if set(structure) - {"S", "R"} or "S" not in structure or "R" not in structure:
+            raise ValueError(f"tile structure must use 'S' and 'R' only, each at least once; got {structure!r}")
+        self.structure = structure
+        self.max_innermost_factor = max_innermost_factor
+
+    def _params(self):
+        return {"structure": self.structure, "max_innermost_factor": self.max_innermost_factor}
+
+    def apply(self, sch: Schedule, block: SBlockRV) -> list[Schedule]:
+        block = working_block(sch, block)
+        if is_tiled(sch, block) or not has_data_reuse(sch, block):
+            return [sch]
+        loops = sch.get_loops(block)
+        kinds = iter_kinds(sch, block)
+        if len(loops) != len(kinds) or "O" in kinds:
+            return [sch]  # loops not one-to-one with iterators: not a pattern this rule knows
+        levels = {c: [[] for _ in range(self.structure.count(c))] for c in "SR"}
+        for loop, kind in zip(loops, kinds):
+            n = len(levels[kind])
+            factors = sch.sample_perfect_tile(loop, n=n, max_innermost_factor=self.max_innermost_factor)
+            for level, part in zip(levels[kind], sch.split(loop, factors)):
+                level.append(part)
+        order, seen = [], {"S": 0, "R": 0}
+        for c in self.structure:
+            order += levels[c][seen[c]]
+            seen[c] += 1
+        sch.reorder(*order)
+        sch.annotate(block, TILING_STRUCTURE, self.structure)
+        return [sch]

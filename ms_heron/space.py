@@ -1,0 +1,73 @@
+"""HeronSpace: Heron's generation rules applied in post order, as a MetaSchedule space generator."""
+
+from __future__ import annotations
+
+from tvm import IRModule
+from tvm.ir.utils import derived_object
+from tvm.s_tir import Schedule
+from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.meta_schedule.space_generator import PySpaceGenerator
+from tvm.s_tir.schedule.analysis import has_block
+
+from .rules import default_rules
+
+
+def default_postprocs() -> list:
+    """TVM's postprocs that finish what the rules leave as annotations (CPU)."""
+    return [
+        ms.postproc.DisallowDynamicLoop(),
+        ms.postproc.RewriteParallelVectorizeUnroll(),
+        ms.postproc.RewriteReductionBlock(),
+        ms.postproc.RewriteTensorize(vectorize_init_loop=True),
+    ]
+
+
+def default_mutators() -> dict:
+    """For MetaSchedule's evolutionary search: the rules sample tiles and the unroll depth."""
+    return {ms.mutator.MutateTileSize(): 0.9, ms.mutator.MutateUnroll(): 0.1}
+
+
+def _blocks_consumers_first(sch: Schedule) -> list[str]:
+    """Block names to visit: consumers before producers, the root last (MetaSchedule's order)."""
+    root = sch.get_sblock("root")
+    names = [sch.get(b).name_hint for b in sch.get_child_blocks(root)]
+    return [*reversed(names), "root"]
+
+
+@derived_object
+class HeronSpace(PySpaceGenerator):
+    """Design spaces from Heron's rules (``ms_heron.rules``) plus any user rules.
+
+    Each block, consumers first, goes through every rule in order; a rule may fork a design space
+    into several (one per cache level, with and without tile buffers). TVM does not initialize a
+    Python space generator's rules and postprocs, so this class does.
+    """
+
+    def __init__(self, rules=None, user_rules=(), postprocs=None, mutator_probs=None):
+        self.sch_rules = [*(default_rules() if rules is None else rules), *user_rules]
+        self.postprocs = default_postprocs() if postprocs is None else list(postprocs)
+        self.mutator_probs = default_mutators() if mutator_probs is None else dict(mutator_probs)
+        self.rand_state = 0
+
+    def _initialize_with_tune_context(self, context) -> None:
+        self.rand_state = int(context.rand_state)
+        for part in (*self.sch_rules, *self.postprocs, *self.mutator_probs):
+            part._initialize_with_tune_context(context)  # pylint: disable=protected-access
+
+    def generate_design_space(self, mod: IRModule) -> list[Schedule]:
+        spaces = [Schedule(mod, seed=self.rand_state or None, debug_mask="none")]
+        for name in _blocks_consumers_first(spaces[0]):
+            for rule in self.sch_rules:
+                spaces = [
+                    out
+                    for sch in spaces
+                    for out in (rule.apply(sch, sch.get_sblock(name)) if has_block(sch, name) else [sch])
+                ]
+        return spaces
+
+    def clone(self) -> "HeronSpace":
+        return HeronSpace(
+            rules=[r.clone() for r in self.sch_rules],
+            postprocs=[p.clone() for p in self.postprocs],
+            mutator_probs={m.clone(): p for m, p in self.mutator_probs.items()},
+        )

@@ -1,0 +1,39 @@
+"""Helpers for the rule tests: design spaces through MetaSchedule's stock PostOrderApply."""
+
+import tvm
+from tvm.s_tir import Schedule, Trace
+from tvm.s_tir import meta_schedule as ms
+
+from ms_heron.evaluate import build, run_and_check
+from ms_heron.space import default_postprocs
+
+
+def stock_design_spaces(func, rules, target):
+    """Design spaces of ``rules`` in MetaSchedule's own PostOrderApply (drop-in check)."""
+    space = ms.space_generator.PostOrderApply(sch_rules=rules, postprocs=[], mutator_probs={})
+    ctx = ms.TuneContext(mod=tvm.IRModule({"main": func}), target=target, space_generator=space, task_name="t")
+    return list(ctx.generate_design_space())
+
+
+def block_names(sch):
+    root = sch.get_sblock("root")
+    return [sch.get(b).name_hint for b in sch.get_child_blocks(root)]
+
+
+def check_random_samples(space, workload, target, samples=3, seed=0):
+    """Re-sample every decision of ``space``'s trace, finish with the postprocs, build, compare."""
+    trace = space.trace.simplified(remove_postproc=True)
+    postprocs = default_postprocs()
+    for s in range(samples):
+        sch = Schedule(workload.func, seed=seed + s + 1)
+        Trace(trace.insts, {}).apply_to_schedule(sch, remove_postproc=True)
+        assert all(p.apply(sch) for p in postprocs)
+        run_and_check(build(sch.mod, target), workload, seed=s)
+
+
+_LOOKUPS = {"GetSBlock", "GetChildBlocks", "GetLoops", "GetConsumers", "GetProducers"}
+
+
+def schedule_steps(sch):
+    """Names of the trace's instructions that change or sample something (lookups left out)."""
+    return [inst.kind.name for inst in sch.trace.insts if inst.kind.name not in _LOOKUPS]

@@ -1,0 +1,165 @@
+"""Each generation rule fires exactly when its condition holds, leaves other blocks alone, and
+its design space builds and computes the right answer for randomly sampled decisions."""
+
+import numpy as np
+import pytest
+from tvm import te
+from tvm.target import Target
+
+from conftest import SMALL_SHAPES
+from ms_heron import workloads
+from ms_heron.evaluate import build
+from ms_heron.rules import (
+    AddCacheStage,
+    AlwaysInline,
+    MultiLevelSPM,
+    MultiLevelTiling,
+    MultiScopeSPM,
+    ParallelVectorizeUnroll,
+    Tensorize,
+)
+from ms_heron.rules.analysis import AUTO_TENSORIZE, CACHE_LEVEL, SPM_LEVEL, TILING_STRUCTURE
+from ms_heron.workloads import Workload
+from rule_helpers import block_names, check_random_samples, schedule_steps, stock_design_spaces
+
+
+def _producer_gemm_relu(relu: bool) -> Workload:
+    """fp32 ``relu?((A + 1) @ W)``: an inlinable producer and (optionally) a fusible consumer."""
+    M, N, K = 16, 32, 16
+    a = te.placeholder((M, K), "float32", name="A")
+    w = te.placeholder((K, N), "float32", name="W")
+    a1 = te.compute((M, K), lambda i, k: a[i, k] + 1.0, name="A1")
+    r = te.reduce_axis((0, K), name="k")
+    c = te.compute((M, N), lambda i, j: te.sum(a1[i, r] * w[r, j], axis=r), name="C")
+    tensors = [a, w, c]
+    if relu:
+        tensors.append(te.compute((M, N), lambda i, j: te.max(c[i, j], 0.0), name="Relu"))
+        tensors.remove(c)
+
+    def inputs(rng):
+        return [rng.uniform(-1, 1, (M, K)).astype("float32"), rng.uniform(-1, 1, (K, N)).astype("float32")]
+
+    def reference(x, y):
+        out = (x.astype(np.float64) + 1) @ y
+        return np.maximum(out, 0) if relu else out
+
+    from ms_heron.workloads import _workload  # the same packaging the suite uses
+
+    return _workload("custom", "fp32", dict(M=M, N=N, K=K), tensors, 2 * M * N * K, inputs, reference)
+
+
+def test_always_inline_fires_on_strictly_inlinable_producers_only(cpu_target):
+    workload = _producer_gemm_relu(relu=True)
+    (space,) = stock_design_spaces(workload.func, [AlwaysInline()], cpu_target)
+    assert block_names(space) == ["C", "Relu"]  # A1 inlined; the output Relu is kept
+    check_random_samples(space, workload, cpu_target, samples=1)
+    padded = workloads.make("c2d", "fp32", **SMALL_SHAPES["c2d"])
+    (space,) = stock_design_spaces(padded.func, [AlwaysInline()], cpu_target)
+    assert "Xpad" in block_names(space)  # a branch (padding) is not strictly inlinable
+
+
+def test_tensorize_fires_on_int8_with_vnni_only(cpu_target):
+    int8 = workloads.make("gemm", "int8", **SMALL_SHAPES["gemm"])
+    (space,) = stock_design_spaces(int8.func, [Tensorize()], cpu_target)
+    outer = space.get(space.get_sblock("C_o"))
+    assert outer.annotations[AUTO_TENSORIZE] == "ms_heron_dot_16x4_vnni"
+    check_random_samples(space, int8, cpu_target, samples=1)
+    assert "vpdpbusd" in build(_finished(space, int8).mod, cpu_target).mod.inspect_source("asm")
+
+    fp32 = workloads.make("gemm", "fp32", **SMALL_SHAPES["gemm"])
+    (space,) = stock_design_spaces(fp32.func, [Tensorize()], cpu_target)
+    assert block_names(space) == ["C"] and not schedule_steps(space)
+    haswell = Target({"kind": "llvm", "mcpu": "haswell", "num-cores": 2})
+    (space,) = stock_design_spaces(int8.func, [Tensorize()], haswell)
+    assert not schedule_steps(space)
+
+
+def _finished(space, workload):
+    from tvm.s_tir import Schedule
+
+    from ms_heron.space import default_postprocs
+
+    sch = Schedule(workload.func)
+    space.trace.apply_to_schedule(sch, remove_postproc=True)
+    assert all(p.apply(sch) for p in default_postprocs())
+    return sch
+
+
+@pytest.mark.parametrize("family", ["gemm", "c2d", "scan"])
+def test_multi_level_tiling_fires_on_data_reuse(family, cpu_target):
+    workload = workloads.make(family, "fp32", **SMALL_SHAPES[family])
+    (space,) = stock_design_spaces(workload.func, [MultiLevelTiling()], cpu_target)
+    compute = space.get_sblock("C")
+    assert space.get(compute).annotations[TILING_STRUCTURE] == "SSRSRS"
+    iters = space.get(compute).iter_vars
+    n_s = sum(int(iv.iter_type) == 0 for iv in iters)
+    assert len(space.get_loops(compute)) == 4 * n_s + 2 * (len(iters) - n_s)
+    for other in set(block_names(space)) - {"C"}:  # Xpad / Tri: no reduction, no reuse: untouched
+        assert TILING_STRUCTURE not in space.get(space.get_sblock(other)).annotations
+    check_random_samples(space, workload, cpu_target)
+
+
+def test_multi_level_tiling_tiles_the_outer_block_of_tensorized_code(cpu_target):
+    workload = workloads.make("c2d", "int8", **SMALL_SHAPES["c2d"])
+    (space,) = stock_design_spaces(workload.func, [Tensorize(), MultiLevelTiling()], cpu_target)
+    assert TILING_STRUCTURE in space.get(space.get_sblock("C_o")).annotations
+    check_random_samples(space, workload, cpu_target)
+
+
+def test_add_cache_stage_writes_back_at_each_level(cpu_target):
+    workload = workloads.make("gemm", "fp32", **SMALL_SHAPES["gemm"])
+    spaces = stock_design_spaces(workload.func, [MultiLevelTiling(), AddCacheStage()], cpu_target)
+    levels = sorted(int(s.get(s.get_sblock("C_global")).annotations[CACHE_LEVEL]) for s in spaces)
+    assert levels == [0, 1]
+    for space in spaces:
+        check_random_samples(space, workload, cpu_target, samples=2)
+
+
+def test_add_cache_stage_fuses_a_fusible_consumer_instead(cpu_target):
+    workload = _producer_gemm_relu(relu=True)
+    spaces = stock_design_spaces(workload.func, [MultiLevelTiling(), AddCacheStage()], cpu_target)
+    assert len(spaces) == 2
+    for space in spaces:
+        assert "C_global" not in str(space.mod)
+        assert CACHE_LEVEL in space.get(space.get_sblock("Relu")).annotations
+        check_random_samples(space, workload, cpu_target, samples=2)
+
+
+def test_add_cache_stage_needs_a_tiled_block(cpu_target):
+    workload = workloads.make("gemm", "fp32", **SMALL_SHAPES["gemm"])
+    (space,) = stock_design_spaces(workload.func, [AddCacheStage()], cpu_target)
+    assert not schedule_steps(space)
+
+
+def test_multi_level_spm_adds_tile_buffers_as_a_second_space(cpu_target):
+    workload = workloads.make("gemm", "int8", **SMALL_SHAPES["gemm"])
+    rules = [Tensorize(), MultiLevelTiling(), MultiLevelSPM()]
+    plain, packed = sorted(stock_design_spaces(workload.func, rules, cpu_target), key=lambda s: len(block_names(s)))
+    assert block_names(plain) == ["C_o"]
+    copies = [n for n in block_names(packed) if SPM_LEVEL in packed.get(packed.get_sblock(n)).annotations]
+    assert sorted(copies) == ["A_global", "W_global"]
+    check_random_samples(packed, workload, cpu_target)
+
+
+def test_multi_scope_spm_only_on_targets_with_scratchpads(cpu_target):
+    workload = workloads.make("gemm", "fp16", **SMALL_SHAPES["gemm"])
+    (cpu_space,) = stock_design_spaces(workload.func, [MultiLevelTiling(), MultiScopeSPM()], cpu_target)
+    assert "shared" not in str(cpu_space.mod)
+    gpu = Target("nvidia/nvidia-h100", host={"kind": "llvm"})
+    (gpu_space,) = stock_design_spaces(workload.func, [MultiLevelTiling(), MultiScopeSPM()], gpu)
+    text = str(gpu_space.mod)
+    assert 'scope="shared"' in text and 'scope="local"' in text
+
+
+def test_parallel_vectorize_unroll(cpu_target):
+    workload = workloads.make("c2d", "fp32", **SMALL_SHAPES["c2d"])
+    rules = [MultiLevelTiling(), ParallelVectorizeUnroll()]
+    (space,) = stock_design_spaces(workload.func, rules, cpu_target)
+    text = space.mod.script()
+    assert "T.parallel" in text and "T.vectorized" in text
+    assert "meta_schedule.unroll_explicit" in text
+    check_random_samples(space, workload, cpu_target)
+    int8 = workloads.make("gemm", "int8", **SMALL_SHAPES["gemm"])
+    (space,) = stock_design_spaces(int8.func, [Tensorize(), MultiLevelTiling(), ParallelVectorizeUnroll()], cpu_target)
+    assert "T.vectorized" not in space.mod.script()  # never around tensorized code
+    check_random_samples(space, int8, cpu_target)
