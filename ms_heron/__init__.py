@@ -24,3 +24,7 @@ def _use_all_physical_cores() -> None:
 _use_all_physical_cores()
 
 __version__ = "0.1.0"
+
+from .space import HeronSpace  # noqa: E402  (after the thread-pool set-up above)
+
+__all__ = ["HeronSpace"]

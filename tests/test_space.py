@@ -1,0 +1,45 @@
+"""HeronSpace as a drop-in space generator for MetaSchedule's stock evolutionary search."""
+
+import pytest
+from tvm.ir.utils import derived_object
+from tvm.s_tir import meta_schedule as ms
+
+from conftest import SMALL_SHAPES
+from ms_heron import HeronSpace, workloads
+from ms_heron.evaluate import build, run_and_check
+from ms_heron.rules.base import HeronRule
+from ms_heron.tune import tune_workload
+
+
+@pytest.mark.parametrize("dtype", ["int8", "fp32"])
+@pytest.mark.parametrize("family", sorted(SMALL_SHAPES))
+def test_tunes_every_family_with_stock_evolutionary_search(family, dtype, cpu_target, tmp_path):
+    workload = workloads.make(family, dtype, **SMALL_SHAPES[family])
+    db = tune_workload(workload, cpu_target, str(tmp_path), 16, num_trials_per_iter=16, space=HeronSpace(), seed=0)
+    sch = ms.tir_integration.compile_tir(db, workload.func, cpu_target)  # stock MetaSchedule rebuilds it
+    assert sch is not None
+    lib = build(sch.mod, cpu_target)
+    run_and_check(lib, workload)
+    if dtype == "int8":
+        assert "vpdpbusd" in lib.mod.inspect_source("asm")
+
+
+@derived_object
+class MarkBlocks(HeronRule):
+    """A user rule: annotates every non-root block."""
+
+    def apply(self, sch, block):
+        if sch.get(block).name_hint != "root":
+            sch.annotate(block, "user.seen", 1)
+        return [sch]
+
+
+def test_user_rules_apply_with_the_rest(cpu_target):
+    workload = workloads.make("gemm", "fp32", **SMALL_SHAPES["gemm"])
+    space = HeronSpace(user_rules=[MarkBlocks()])
+    ctx = ms.TuneContext(mod=workload.func, target=cpu_target, space_generator=space, task_name="t").clone()
+    spaces = ctx.generate_design_space()
+    assert len(spaces) == 4  # 2 cache levels x (with, without) tile buffers
+    for sch in spaces:
+        assert 'user.seen' in sch.mod.script()
+        assert "meta_schedule.tiling_structure" in sch.mod.script()
