@@ -6,6 +6,7 @@ the fast builder, and a clear error when the database holds no valid record.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from tvm.s_tir import Schedule
@@ -41,6 +42,7 @@ def tune_workload(
     if is_cpu(target):
         num_cores(target)  # raises early with the fix when num-cores is missing
         tune_tir_kwargs.setdefault("builder", local_builder())
+    _drop_unnamed_log_handlers()
     return ms.tune_tir(
         workload.func,
         target,
@@ -52,6 +54,14 @@ def tune_workload(
         seed=seed,
         **tune_tir_kwargs,
     )
+
+
+def _drop_unnamed_log_handlers() -> None:
+    """MetaSchedule re-configures its logger by handler *name* on every tune and crashes on a
+    handler without one (pytest's log capture leaves such handlers behind between tunes)."""
+    logger = logging.getLogger("tvm.s_tir.meta_schedule")
+    for handler in [h for h in logger.handlers if h.get_name() is None]:
+        logger.removeHandler(handler)
 
 
 def best_schedule(database: ms.Database, workload: Workload, target: Target) -> Schedule:
