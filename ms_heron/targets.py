@@ -111,6 +111,30 @@ def vector_bytes(target: Target) -> int:
     return 8
 
 
+#: Per-core cache sizes assumed for a CPU that is not this machine (a recent x86 server core).
+_DEFAULT_CACHES = {"L1": 48 * 1024, "L2": 2 * 1024 * 1024}
+
+
+def cpu_cache_bytes(target: Target) -> dict[str, int]:
+    """Per-core data-cache sizes: read from the host when the target is this CPU, else typical ones."""
+    if not is_cpu(target):
+        raise TargetError(f"cpu_cache_bytes() is a CPU fact; {target.kind.name} is not an llvm target")
+    if str(target.attrs.get("mcpu", "")) != codegen.llvm_get_system_cpu():
+        return dict(_DEFAULT_CACHES)
+    sizes = dict(_DEFAULT_CACHES)
+    import glob  # pylint: disable=import-outside-toplevel
+
+    for index in glob.glob("/sys/devices/system/cpu/cpu0/cache/index*"):
+        try:
+            with open(f"{index}/level") as f_level, open(f"{index}/type") as f_type, open(f"{index}/size") as f_size:
+                level, kind, size = f_level.read().strip(), f_type.read().strip(), f_size.read().strip()
+        except OSError:
+            continue
+        if kind in ("Data", "Unified") and level in ("1", "2"):
+            sizes[f"L{level}"] = int(size.rstrip("K")) * 1024 if size.endswith("K") else int(size.rstrip("M")) * 1024 * 1024
+    return sizes
+
+
 @dataclass(frozen=True)
 class GpuLimits:
     """The per-block limits that bound a GPU kernel's schedule."""
@@ -155,4 +179,5 @@ __all__ = [
     "has_vnni",
     "require_vnni",
     "vector_bytes",
+    "cpu_cache_bytes",
 ]

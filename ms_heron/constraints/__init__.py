@@ -1,0 +1,21 @@
+"""Heron's constraint model for MetaSchedule design spaces, solved with OR-Tools CP-SAT."""
+
+from .derive import ConstraintOptions, derive
+from .model import Constraint, ConstraintModel, Decision, Footprint
+from .replay import RepairedDecision, decisions_of, replay
+from .solver import Infeasible, Solver, uniformity
+
+__all__ = [
+    "ConstraintModel",
+    "ConstraintOptions",
+    "Constraint",
+    "Decision",
+    "Footprint",
+    "derive",
+    "Solver",
+    "Infeasible",
+    "uniformity",
+    "replay",
+    "decisions_of",
+    "RepairedDecision",
+]

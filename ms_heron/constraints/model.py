@@ -1,0 +1,152 @@
+"""The constraint model of one design space: variables per sampled decision, named constraints.
+
+Every constraint exists twice, on purpose: as CP-SAT constraints (to sample and complete) and as a
+Python predicate over a concrete assignment (to say *which* constraint a decision set breaks).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from ortools.sat.python import cp_model
+from tvm.s_tir.schedule import Instruction
+
+Values = dict  # variable name -> int
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One sampling instruction of the trace and the primary variables that decide it."""
+
+    inst: Instruction
+    kind: str  # "tile" (SamplePerfectTile) or "categorical" (SampleCategorical)
+    variables: tuple[str, ...]
+    #: tile: the loop extent; categorical: the candidate values.
+    extent: int = 0
+    candidates: tuple = ()
+
+    def to_trace(self, values: Values):
+        """The decision in the form ``Trace.with_decision`` takes."""
+        if self.kind == "tile":
+            return [int(values[v]) for v in self.variables]
+        return int(values[self.variables[0]])
+
+
+@dataclass(frozen=True)
+class Constraint:
+    name: str
+    kind: str  # split, candidates, parallel, vector, memory, register
+    holds: Callable[[Values], bool] = field(repr=False)
+    #: Performance constraints can be switched off; validity constraints cannot.
+    performance: bool = False
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """A cache / scratchpad buffer's size in elements, as the derived variable ``variable``."""
+
+    variable: str
+    buffer: str
+    scope: str
+    dtype_bytes: int
+    #: The tiled block whose loop the buffer is placed under.
+    block: str
+
+
+class ConstraintModel:
+    """Variables, constraints and the CP-SAT model of one design space (see :mod:`.derive`)."""
+
+    def __init__(self):
+        self.cp = cp_model.CpModel()
+        self.vars: dict[str, cp_model.IntVar] = {}
+        self.decisions: list[Decision] = []
+        self.constraints: list[Constraint] = []
+        #: Derived quantities (products, footprints) as functions of the primary variables.
+        self.derived: dict[str, Callable[[Values], int]] = {}
+        self.footprints: list[Footprint] = []
+        #: Values each primary variable may take.
+        self.domains: dict[str, list[int]] = {}
+
+    # -- building ---------------------------------------------------------------------------
+
+    def new_var(self, name: str, values: Sequence[int] | None = None, lo: int = 0, hi: int = 0) -> cp_model.IntVar:
+        values = sorted(set(values)) if values is not None else list(range(lo, hi + 1))
+        var = self.cp.NewIntVarFromDomain(cp_model.Domain.FromValues(values), name)
+        self.vars[name] = var
+        self.domains[name] = values
+        return var
+
+    def product(self, name: str, terms: Sequence, upper: int) -> cp_model.IntVar | int:
+        """A variable equal to the product of ``terms`` (variable names or ints), chained pairwise."""
+        const = math.prod(t for t in terms if isinstance(t, int))
+        names = [t for t in terms if not isinstance(t, int)]
+        if not names:
+            return const
+        acc = self.vars[names[0]]
+        for i, other in enumerate(names[1:], 1):
+            nxt = self.cp.NewIntVar(1, upper, f"{name}.p{i}")
+            self.cp.AddMultiplicationEquality(nxt, [acc, self.vars[other]])
+            acc = nxt
+        if const != 1:
+            scaled = self.cp.NewIntVar(1, upper * const, f"{name}.scaled")
+            self.cp.Add(scaled == const * acc)
+            acc = scaled
+        self.derived[name] = lambda values, names=tuple(names), const=const: const * math.prod(values[n] for n in names)
+        return acc
+
+    def add(self, constraint: Constraint) -> None:
+        self.constraints.append(constraint)
+
+    # -- using --------------------------------------------------------------------------------
+
+    @property
+    def primary(self) -> list[str]:
+        return [v for d in self.decisions for v in d.variables]
+
+    def values_of(self, decisions: dict) -> Values:
+        """Primary variable values from a trace's decision map."""
+        values = {}
+        for d in self.decisions:
+            got = decisions[d.inst]
+            seq = [int(x) for x in got] if d.kind == "tile" else [int(got)]
+            values.update(zip(d.variables, seq))
+        return values
+
+    def evaluate(self, values: Values) -> Values:
+        """``values`` plus every derived quantity."""
+        full = dict(values)
+        for name, fn in self.derived.items():
+            full[name] = fn(full)
+        return full
+
+    def violations(self, values: Values, performance: bool = True) -> list[str]:
+        """Names of the constraints the assignment breaks (empty: valid)."""
+        full = self.evaluate(values)
+        return [c.name for c in self.constraints if (performance or not c.performance) and not c.holds(full)]
+
+    def summary(self) -> dict:
+        """Sizes for logs and reports: variables, constraints by kind, size of the space."""
+        size = 1
+        for d in self.decisions:
+            size *= _tilings(d.extent, len(d.variables)) if d.kind == "tile" else len(d.candidates)
+        return {
+            "decisions": len(self.decisions),
+            "variables": len(self.primary),
+            "cp_sat_variables": len(self.cp.Proto().variables),
+            "constraints": dict(Counter(c.kind for c in self.constraints)),
+            "unconstrained_space_size": size,
+        }
+
+
+def _tilings(extent: int, parts: int) -> int:
+    """Number of ordered factorizations of ``extent`` into ``parts`` factors."""
+    if parts == 1:
+        return 1
+    return sum(_tilings(extent // d, parts - 1) for d in divisors(extent))
+
+
+def divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]

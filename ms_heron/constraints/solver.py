@@ -1,0 +1,93 @@
+"""CP-SAT over a ConstraintModel: random samples, completion of partial assignments, validation.
+
+The CpModel is built once per design space (by :func:`derive`); each query solves a copy with
+a few equalities or hints added. Diversity comes from random hints on every primary variable,
+a fresh random seed and randomized search per call (Heron's recipe); :func:`uniformity` measures
+how far from uniform the samples of one variable are.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from collections.abc import Iterable
+
+from ortools.sat.python import cp_model
+
+from .model import ConstraintModel, Values
+
+
+class Infeasible(RuntimeError):
+    """No assignment satisfies the model with the given fixed values."""
+
+
+class Solver:
+    def __init__(self, model: ConstraintModel, seed: int = 0, time_limit_s: float = 5.0):
+        self.model = model
+        self.rng = random.Random(seed)
+        self.time_limit_s = time_limit_s
+        self._domains = {name: model.domains[name] for name in model.primary}
+
+    def _solve(self, fixed: Values, hints: Values) -> Values | None:
+        cp = self.model.cp.clone()
+        variables = {name: cp.get_int_var_from_proto_index(var.Index()) for name, var in self.model.vars.items()}
+        for name, value in fixed.items():
+            cp.Add(variables[name] == int(value))
+        for name, value in hints.items():
+            cp.AddHint(variables[name], int(value))
+        solver = cp_model.CpSolver()
+        params = solver.parameters
+        params.random_seed = self.rng.randrange(1 << 30)
+        params.randomize_search = True
+        params.num_workers = 1
+        params.cp_model_presolve = False
+        params.max_time_in_seconds = self.time_limit_s
+        status = solver.Solve(cp)
+        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            return None
+        return {name: int(solver.Value(variables[name])) for name in self.model.primary}
+
+    def _random_hints(self, skip: Iterable[str] = ()) -> Values:
+        skip = set(skip)
+        return {n: self.rng.choice(vals) for n, vals in self._domains.items() if n not in skip}
+
+    def sample(self) -> Values:
+        """One random solution (primary variables)."""
+        got = self._solve({}, self._random_hints())
+        if got is None:
+            raise Infeasible("the constraint model has no solution")
+        return got
+
+    def complete(self, fixed: Values, hints: Values | None = None) -> Values:
+        """A solution that keeps ``fixed``; the other variables are re-solved (crossover, mutation)."""
+        free_hints = self._random_hints(skip=fixed)
+        free_hints.update(hints or {})
+        got = self._solve(dict(fixed), {k: v for k, v in free_hints.items() if k not in fixed})
+        if got is None:
+            raise Infeasible(f"no solution keeps {fixed}")
+        return got
+
+    def samples(self, n: int, max_tries: int | None = None) -> list[Values]:
+        """Up to ``n`` distinct random solutions (fewer when the space is smaller)."""
+        seen, out = set(), []
+        for _ in range(max_tries or 4 * n):
+            got = self.sample()
+            key = tuple(sorted(got.items()))
+            if key not in seen:
+                seen.add(key)
+                out.append(got)
+                if len(out) == n:
+                    break
+        return out
+
+
+def uniformity(samples: list[Values], variable: str, domain: list[int]) -> float:
+    """Normalized entropy of one variable's sampled values over its domain (1.0 = uniform)."""
+    import math  # pylint: disable=import-outside-toplevel
+
+    counts = Counter(s[variable] for s in samples)
+    total = sum(counts.values())
+    if len(domain) < 2 or not total:
+        return 1.0
+    entropy = -sum((c / total) * math.log(c / total) for c in counts.values())
+    return entropy / math.log(len(domain))
