@@ -3,7 +3,7 @@
 from .derive import ConstraintOptions, derive
 from .model import Constraint, ConstraintModel, Decision, Footprint
 from .replay import RepairedDecision, decisions_of, replay
-from .solver import Infeasible, Solver, uniformity
+from .solver import Infeasible, Solver, count_solutions, uniformity
 
 __all__ = [
     "ConstraintModel",
@@ -15,6 +15,7 @@ __all__ = [
     "Solver",
     "Infeasible",
     "uniformity",
+    "count_solutions",
     "replay",
     "decisions_of",
     "RepairedDecision",

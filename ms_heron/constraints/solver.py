@@ -81,6 +81,28 @@ class Solver:
         return out
 
 
+class _Counter(cp_model.CpSolverSolutionCallback):
+    def __init__(self, variables, limit):
+        super().__init__()
+        self.variables, self.limit, self.seen = variables, limit, set()
+
+    def on_solution_callback(self):
+        self.seen.add(tuple(self.Value(v) for v in self.variables))
+        if len(self.seen) >= self.limit:
+            self.StopSearch()
+
+
+def count_solutions(model: ConstraintModel, limit: int = 100_000) -> int:
+    """Distinct assignments of the primary variables that satisfy the model (up to ``limit``)."""
+    solver = cp_model.CpSolver()
+    solver.parameters.enumerate_all_solutions = True
+    solver.parameters.cp_model_presolve = False
+    solver.parameters.num_workers = 1
+    counter = _Counter([model.vars[n] for n in model.primary], limit)
+    solver.Solve(model.cp, counter)
+    return len(counter.seen)
+
+
 def uniformity(samples: list[Values], variable: str, domain: list[int]) -> float:
     """Normalized entropy of one variable's sampled values over its domain (1.0 = uniform)."""
     import math  # pylint: disable=import-outside-toplevel

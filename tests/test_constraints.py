@@ -1,0 +1,132 @@
+"""The constraint model derived from HeronSpace's design spaces, solved with CP-SAT."""
+
+import math
+import re
+
+import pytest
+import tvm
+import tvm.s_tir.transform as s_tir_transform
+from tvm.s_tir import meta_schedule as ms
+
+from conftest import SMALL_SHAPES
+from ms_heron import HeronSpace, workloads
+from ms_heron.constraints import RepairedDecision, Solver, count_solutions, derive, replay
+from ms_heron.evaluate import build, run_and_check
+from ms_heron.space import default_postprocs
+
+SAMPLES = 500
+
+
+def _spaces(workload, target):
+    ctx = ms.TuneContext(mod=workload.func, target=target, space_generator=HeronSpace(), task_name="t").clone()
+    return list(ctx.generate_design_space())
+
+
+@pytest.mark.parametrize("dtype", ["int8", "fp32"])
+@pytest.mark.parametrize("family", sorted(SMALL_SHAPES))
+def test_samples_are_distinct_valid_and_replay_without_repair(family, dtype, cpu_target):
+    workload = workloads.make(family, dtype, **SMALL_SHAPES[family])
+    postprocs = default_postprocs()
+    for index, space in enumerate(_spaces(workload, cpu_target)):
+        model = derive(space, cpu_target)
+        samples = Solver(model, seed=index).samples(SAMPLES)
+        if model.summary()["unconstrained_space_size"] >= 10 * SAMPLES:
+            assert len(samples) == SAMPLES
+        assert len({tuple(sorted(s.items())) for s in samples}) == len(samples)
+        trace = space.trace.simplified(remove_postproc=True)
+        for i, values in enumerate(samples):
+            assert model.violations(values) == []
+            sch = replay(model, trace, workload.func, values)  # raises if TVM repaired a decision
+            assert all(p.apply(sch) for p in postprocs)
+            if i < 2:
+                run_and_check(build(sch.mod, cpu_target), workload, seed=i)
+
+
+def test_small_space_is_covered_completely(cpu_target):
+    workload = workloads.make("gemv", "fp32", M=8, K=4)
+    space = _spaces(workload, cpu_target)[0]
+    model = derive(space, cpu_target)
+    feasible = count_solutions(model)
+    assert 1 < feasible < SAMPLES
+    assert len(Solver(model, seed=0).samples(SAMPLES, max_tries=20 * SAMPLES)) == feasible
+
+
+def test_violating_decisions_are_named(cpu_target):
+    workload = workloads.make("gemm", "fp32", **SMALL_SHAPES["gemm"])
+    space = _spaces(workload, cpu_target)[0]
+    model = derive(space, cpu_target)
+    values = Solver(model, seed=0).sample()
+    tile = next(d for d in model.decisions if d.kind == "tile" and d.extent > 1)
+    broken = dict(values)
+    broken[tile.variables[0]] = values[tile.variables[0]] * 3  # product no longer the extent
+    names = model.violations(broken)
+    assert any(n.startswith("split ") and tile.variables[0] in n for n in names), names
+    with pytest.raises(RepairedDecision):
+        replay(model, space.trace.simplified(remove_postproc=True), workload.func, broken)
+
+    serial = dict(values)
+    parallel = [c for c in model.constraints if c.kind == "parallel"]
+    assert parallel
+    outer = model.decisions[0].variables  # the first tile decision's outermost factor is parallel
+    for d in model.decisions:
+        if d.kind == "tile":
+            serial.update({v: (d.extent if j == len(d.variables) - 1 else 1) for j, v in enumerate(d.variables)})
+    assert any(n.startswith("parallel") for n in model.violations(serial)), (outer, model.violations(serial))
+    assert not any(n.startswith("parallel") for n in model.violations(serial, performance=False))
+
+
+def test_completion_keeps_fixed_values(cpu_target):
+    workload = workloads.make("c2d", "int8", **SMALL_SHAPES["c2d"])
+    model = derive(_spaces(workload, cpu_target)[1], cpu_target)
+    solver = Solver(model, seed=3)
+    first = solver.sample()
+    fixed = {name: first[name] for name in model.primary[: len(model.primary) // 2]}
+    for _ in range(10):
+        child = solver.complete(fixed)
+        assert all(child[k] == v for k, v in fixed.items())
+        assert model.violations(child) == []
+
+
+def test_summary_reports_kinds_and_size(cpu_target):
+    workload = workloads.make("gemm", "int8", **SMALL_SHAPES["gemm"])
+    summaries = [derive(s, cpu_target).summary() for s in _spaces(workload, cpu_target)]
+    for summary in summaries:
+        assert summary["constraints"]["split"] > 0 and summary["constraints"]["candidates"] == 1
+        assert summary["unconstrained_space_size"] > 1
+    assert any(s["constraints"].get("memory") for s in summaries)
+
+
+_LOWER = tvm.transform.Sequential(
+    [
+        s_tir_transform.LowerInitBlock(),
+        s_tir_transform.PlanAndUpdateBufferAllocationLocation(),
+        s_tir_transform.ConvertBlocksToOpaque(),
+        s_tir_transform.CompactBufferAllocation(),
+    ]
+)
+
+
+def _allocated_elements(mod, buffer):
+    text = _LOWER(mod).script()
+    found = re.search(rf"\b{buffer} = T\.(?:sblock_alloc_buffer|alloc_buffer)\(\(([^)]*)\)", text)
+    assert found, f"{buffer} not allocated in the lowered TIR"
+    return math.prod(int(x) for x in found.group(1).split(",") if x.strip())
+
+
+@pytest.mark.parametrize("family", ["gemm", "c1d", "c2d", "dil", "t2d", "scan"])
+@pytest.mark.parametrize("dtype", ["int8", "fp32"])
+def test_memory_footprints_equal_lowered_allocations(family, dtype, cpu_target):
+    """Strided, dilated and transposed convolutions included: the affine window sizes must match."""
+    workload = workloads.make(family, dtype, **SMALL_SHAPES[family])
+    checked = 0
+    for index, space in enumerate(_spaces(workload, cpu_target)):
+        model = derive(space, cpu_target)
+        trace = space.trace.simplified(remove_postproc=True)
+        for values in Solver(model, seed=index).samples(6):
+            sch = replay(model, trace, workload.func, values)
+            assert all(p.apply(sch) for p in default_postprocs())
+            full = model.evaluate(values)
+            for fp in model.footprints:
+                assert full[fp.variable] == _allocated_elements(sch.mod, fp.buffer), (fp, values)
+                checked += 1
+    assert checked > 0
