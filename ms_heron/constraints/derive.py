@@ -104,7 +104,7 @@ def derive(space: Schedule, target: Target, options: ConstraintOptions = Constra
         elif kind == "Vectorize":
             _add_vector(model, loops.get(ins[0]), options.max_vector_extent, fresh("vector"))
         elif kind in ("ComputeAt", "ReverseComputeAt"):
-            _pending_anchor(model, space, inst, loops, blocks, nest, target, options, fresh)
+            _add_footprint(model, space, inst, loops, nest, fresh)
     _add_register_tile(model, space, nest, target, options)
     if options.cache_capacity and is_cpu(target):
         _add_cache_capacity(model, target)
@@ -183,7 +183,7 @@ def _affine(expr) -> dict | None:
     return None
 
 
-def _footprint_terms(model, region, iter_vars, inner_extent):
+def _footprint_terms(region, iter_vars, inner_extent):
     """Per buffer dimension: a variable for ``sum |c_v| (E_v - 1) + extent``; None if not affine."""
     dims = []
     for rng in region.region:
@@ -203,7 +203,7 @@ def _footprint_terms(model, region, iter_vars, inner_extent):
     return dims
 
 
-def _pending_anchor(model, space, inst, loops, blocks, nest, target, options, fresh) -> None:
+def _add_footprint(model, space, inst, loops, nest, fresh) -> None:
     """Footprint of a cache stage placed under an anchor loop of a tiled block."""
     anchor = loops.get(list(inst.inputs)[1])
     if anchor is None or anchor.block is None or anchor.block not in nest:
@@ -221,7 +221,7 @@ def _pending_anchor(model, space, inst, loops, blocks, nest, target, options, fr
     def inner_extent(idx):
         return [f for lp in inside if lp.iter_index == idx for f in lp.factors]
 
-    dims = _footprint_terms(model, buffer_region, list(sch_block.iter_vars), inner_extent)
+    dims = _footprint_terms(buffer_region, list(sch_block.iter_vars), inner_extent)
     if dims is None:
         return
     name = fresh(f"footprint.{buffer_region.source.name}.")
