@@ -25,6 +25,7 @@ _use_all_physical_cores()
 
 __version__ = "0.1.0"
 
-from .space import HeronSpace  # noqa: E402  (after the thread-pool set-up above)
+from .search import HeronSearch  # noqa: E402  (after the thread-pool set-up above)
+from .space import HeronSpace  # noqa: E402
 
-__all__ = ["HeronSpace"]
+__all__ = ["HeronSpace", "HeronSearch"]
