@@ -1,0 +1,105 @@
+"""ms_heron vs MetaSchedule's default space and evolutionary search, same run, same trials.
+
+The ms_heron arm is HeronSpace with MetaSchedule's evolutionary search (``--search evolutionary``)
+or with HeronSearch (``--search heron``). Per workload: share of measured candidates that built
+and ran, best GOPS in the database, their ratio, and for GEMMs the library baseline measured in
+the same run (ONNX Runtime MatMulInteger for int8, numpy for fp32). Usage (repository root):
+
+    .venv/bin/python bench/tuning_vs_default.py --trials 64 --dtype int8 --search evolutionary
+    .venv/bin/python bench/tuning_vs_default.py --trials 64 --search heron --cases gemm.G1 bmm.B1 c2d.C3 c2d.C4
+
+Writes bench/results/tuning_vs_default_<search>_<dtype>_<trials>.{md,json}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import tempfile
+import time
+
+from ms_heron import HeronSearch, HeronSpace, workloads
+from ms_heron.baselines import numpy_matmul_seconds, onnxruntime_matmul_integer_seconds
+from ms_heron.targets import host_target, num_cores
+from ms_heron.tune import tune_workload
+
+#: One representative Heron case per family, small enough for a 2-core machine.
+CASES = ["gemm.G3", "bmm.B1", "gemv.V2", "c1d.C1", "c2d.C3", "c3d.C3", "dil.D3", "t2d.T1", "scan.S1"]
+_FAILED_RUN = 1e9  # MetaSchedule stores failed candidates with run_secs of 1e10
+
+
+def _summary(db, workload) -> dict:
+    records = db.get_all_tuning_records()
+    secs = [min(float(s) for s in r.run_secs) if r.run_secs else float("inf") for r in records]
+    valid = [s for s in secs if s < _FAILED_RUN]
+    best = min(valid) if valid else float("inf")
+    return {
+        "trials": len(records),
+        "valid_share": len(valid) / len(records) if records else 0.0,
+        "best_gops": workload.ops / best / 1e9 if valid else 0.0,
+    }
+
+
+def _library_gops(workload, target) -> float | None:
+    """The GEMM a user would otherwise call, on the same shape (None for other families)."""
+    if workload.family != "gemm":
+        return None
+    M, N, K = (workload.shape[k] for k in "MNK")
+    if workload.dtype == "int8":
+        secs = onnxruntime_matmul_integer_seconds(M, N, K, threads=num_cores(target))
+    else:
+        secs = numpy_matmul_seconds(M, N, K)
+    return workload.ops / secs / 1e9
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=64)
+    parser.add_argument("--dtype", default="int8", choices=["int8", "fp32"])
+    parser.add_argument("--search", default="evolutionary", choices=["evolutionary", "heron"])
+    parser.add_argument("--cases", nargs="*", default=CASES)
+    parser.add_argument("--out", default=str(pathlib.Path(__file__).parent / "results"))
+    args = parser.parse_args()
+    target = host_target()
+    rows = []
+    for name in args.cases:
+        workload = workloads.case(name, args.dtype)
+        row = {"case": name, "dtype": args.dtype}
+        heron_strategy = HeronSearch() if args.search == "heron" else "evolutionary"
+        arms = (("default", "post-order-apply", "evolutionary"), ("heron", HeronSpace(), heron_strategy))
+        for label, space, strategy in arms:
+            with tempfile.TemporaryDirectory() as work_dir:
+                start = time.perf_counter()
+                db = tune_workload(
+                    workload, target, work_dir, args.trials, num_trials_per_iter=32, space=space, strategy=strategy, seed=0
+                )
+                row[label] = {**_summary(db, workload), "tuning_s": time.perf_counter() - start}
+        row["ratio"] = row["heron"]["best_gops"] / row["default"]["best_gops"] if row["default"]["best_gops"] else None
+        row["library_gops"] = _library_gops(workload, target)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    lines = [
+        f"# ms_heron (HeronSpace + {args.search} search) vs MetaSchedule default ({args.dtype}, {args.trials} trials, one run)",
+        "",
+        "| case | default valid | default GOPS | ms_heron valid | ms_heron GOPS | ms_heron / default | library GOPS | ms_heron / library |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        d, h = r["default"], r["heron"]
+        ratio = f"{r['ratio']:.2f}x" if r["ratio"] else "n/a"
+        lib = r["library_gops"]
+        lib_cols = f"{lib:.0f} | {h['best_gops'] / lib:.2f}x" if lib else "- | -"
+        lines.append(
+            f"| {r['case']} | {d['valid_share']:.0%} | {d['best_gops']:.0f} | {h['valid_share']:.0%} | {h['best_gops']:.0f} | {ratio} | {lib_cols} |"
+        )
+    out = pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = out / f"tuning_vs_default_{args.search}_{args.dtype}_{args.trials}"
+    stem.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    stem.with_suffix(".json").write_text(json.dumps(rows, indent=1))
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
