@@ -72,7 +72,7 @@ def _demo(args: argparse.Namespace) -> int:
     print(f"{'':28s} {'latency':>11s} {'GOPS':>7s} {'% peak':>7s}")
     for name, secs in rows:
         gops = workload.ops / secs / 1e9
-        print(f"{name:28s} {secs * 1e3:8.3f} ms {gops:7.0f} {100 * gops / peak:6.1f}%")
+        print(f"{name:28s} {secs * 1e3:8.3f} ms {gops:7.1f} {100 * gops / peak:6.1f}%")
     if ort_s is not None:
         print(f"speed-up over ONNX Runtime: {ort_s / tuned.seconds:.2f}x")
     return 0

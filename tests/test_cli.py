@@ -17,10 +17,10 @@ def test_demo_tunes_checks_and_compares(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout
     assert "checked bit-exact against numpy" in out
-    tuned = re.search(r"\(tuned\)\s+([\d.]+) ms\s+(\d+)\s+([\d.]+)%", out)
+    tuned = re.search(r"\(tuned\)\s+([\d.]+) ms\s+([\d.]+)\s+([\d.]+)%", out)
     ort = re.search(r"ONNX Runtime MatMulInteger\s+([\d.]+) ms", out)
     assert tuned and ort, out
-    assert float(tuned.group(1)) > 0 and int(tuned.group(2)) > 0
+    assert float(tuned.group(1)) > 0 and float(tuned.group(2)) > 0
     assert re.search(r"measured VNNI peak of this machine: \d+ GOPS", out)
     assert (tmp_path / "database_tuning_record.json").stat().st_size > 0
 

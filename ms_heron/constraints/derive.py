@@ -18,6 +18,7 @@ from tvm import tirx
 from tvm.s_tir import Schedule, Trace
 from tvm.target import Target
 
+from ..rules.analysis import TILING_STRUCTURE, annotations, iter_kinds, split_by_structure
 from ..targets import cpu_cache_bytes, is_cpu, num_cores, vector_bytes
 from .model import Constraint, ConstraintModel, Decision, Footprint, divisors
 
@@ -291,19 +292,16 @@ def _add_register_tile(model, space, nest, target, options) -> None:
     for block_name, tiled in nest.items():
         if block_name is None:
             continue
-        block = space.get(space.get_sblock(block_name))
-        structure = str(block.annotations.get("meta_schedule.tiling_structure", ""))
-        if not structure or not structure.endswith("S"):
+        rv = space.get_sblock(block_name)
+        structure = str(annotations(space, rv).get(TILING_STRUCTURE, ""))
+        if not structure.endswith("S"):
             continue
-        last_r = structure.rfind("R")
-        kinds = ["S" if int(iv.iter_type) == 0 else "R" for iv in block.iter_vars]
-        n_s, n_r = kinds.count("S"), kinds.count("R")
-        sizes = [n_s if c == "S" else n_r for c in structure]
-        start = sum(sizes[: last_r + 1])
-        factors = [f for lp in tiled[start:] for f in lp.factors]
+        levels = split_by_structure(structure, iter_kinds(space, rv), tiled)
+        innermost = list(levels)[structure.rfind("R") + 1 :]  # the spatial levels inside all reductions
+        factors = [f for level in innermost for lp in levels[level] for f in lp.factors]
         if not factors:
             continue
-        out = block.writes[0]
+        out = space.get(rv).writes[0]
         lanes = math.prod(int(r.extent) for r in out.region)
         elem = _bytes(out.source.dtype) * lanes
         _, hi = _extent_bounds(model, factors)

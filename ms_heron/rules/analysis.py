@@ -94,23 +94,26 @@ def fusible_consumer(sch: Schedule, block: SBlockRV) -> SBlockRV | None:
     return None
 
 
-def tile_levels(sch: Schedule, block: SBlockRV) -> dict[str, list[LoopRV]]:
-    """Loops of a tiled block by role, e.g. ``{"S0": [...], "R0": [...], "S1": [...]}``.
+def split_by_structure(structure: str, kinds: list[str], items: list) -> dict[str, list]:
+    """Group a tiled nest's innermost loops (or anything in their order) by level: ``{"S0": [...], ...}``.
 
-    Roles come from the block's tiling-structure annotation: level ``S<n>`` is the n-th 'S' of the
-    structure, holding one loop per spatial iterator (likewise ``R<n>``).
+    Level ``S<n>`` is the n-th 'S' of the structure and holds one item per spatial iterator
+    (likewise ``R<n>``); ``kinds`` are the block's iterator kinds (:func:`iter_kinds`).
     """
-    structure = str(annotations(sch, block)[TILING_STRUCTURE])
-    kinds = iter_kinds(sch, block)
-    n_s, n_r = kinds.count("S"), kinds.count("R")
-    sizes = [n_s if c == "S" else n_r for c in structure]
-    loops = list(sch.get_loops(block))[-sum(sizes):]
+    sizes = [kinds.count(c) for c in structure]
+    items = list(items)[len(items) - sum(sizes) :]
     levels, pos, seen = {}, 0, {"S": 0, "R": 0}
     for c, size in zip(structure, sizes):
-        levels[f"{c}{seen[c]}"] = loops[pos : pos + size]
+        levels[f"{c}{seen[c]}"] = items[pos : pos + size]
         seen[c] += 1
         pos += size
     return levels
+
+
+def tile_levels(sch: Schedule, block: SBlockRV) -> dict[str, list[LoopRV]]:
+    """Loops of a tiled block by role, from its tiling-structure annotation."""
+    structure = str(annotations(sch, block)[TILING_STRUCTURE])
+    return split_by_structure(structure, iter_kinds(sch, block), sch.get_loops(block))
 
 
 def is_tiled(sch: Schedule, block: SBlockRV) -> bool:
