@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import pathlib
 import random
 import time
+
+import results_io
 
 import numpy as np
 from tvm.s_tir import Schedule, Trace
@@ -98,7 +99,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=64)
     parser.add_argument("--cases", nargs="*", default=CASES)
-    parser.add_argument("--out", default=str(pathlib.Path(__file__).parent / "results"))
+    parser.add_argument("--out", default=str(results_io.DEFAULT_DIR))
     args = parser.parse_args()
     ensure_registered()
     target = host_target()
@@ -137,11 +138,7 @@ def main() -> None:
         f"Sampler uniformity on {uni['workload']} (first design space, {uni['feasible']} feasible programs): "
         f"{uni['draws']} draws hit {uni['uniformity']:.2f}x the distinct programs uniform sampling would.",
     ]
-    out = pathlib.Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "constrained_sampling.md").write_text("\n".join(lines) + "\n")
-    (out / "constrained_sampling.json").write_text(json.dumps({"cases": rows, "uniformity": uni}, indent=1))
-    print("\n".join(lines))
+    results_io.write(args.out, "constrained_sampling", lines, {"cases": rows, "uniformity": uni})
 
 
 if __name__ == "__main__":

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import pathlib
 import tempfile
 import time
+
+import results_io
 
 from ms_heron import HeronSearch, HeronSpace, workloads
 from ms_heron.baselines import numpy_matmul_seconds, onnxruntime_matmul_integer_seconds
@@ -59,7 +60,7 @@ def main() -> None:
     parser.add_argument("--dtype", default="int8", choices=["int8", "fp32"])
     parser.add_argument("--search", default="evolutionary", choices=["evolutionary", "heron"])
     parser.add_argument("--cases", nargs="*", default=CASES)
-    parser.add_argument("--out", default=str(pathlib.Path(__file__).parent / "results"))
+    parser.add_argument("--out", default=str(results_io.DEFAULT_DIR))
     args = parser.parse_args()
     target = host_target()
     rows = []
@@ -93,12 +94,7 @@ def main() -> None:
         lines.append(
             f"| {r['case']} | {d['valid_share']:.0%} | {d['best_gops']:.0f} | {h['valid_share']:.0%} | {h['best_gops']:.0f} | {ratio} | {lib_cols} |"
         )
-    out = pathlib.Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    stem = out / f"tuning_vs_default_{args.search}_{args.dtype}_{args.trials}"
-    stem.with_suffix(".md").write_text("\n".join(lines) + "\n")
-    stem.with_suffix(".json").write_text(json.dumps(rows, indent=1))
-    print("\n".join(lines))
+    results_io.write(args.out, f"tuning_vs_default_{args.search}_{args.dtype}_{args.trials}", lines, rows)
 
 
 if __name__ == "__main__":
