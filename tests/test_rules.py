@@ -20,7 +20,7 @@ from ms_heron.rules import (
 )
 from ms_heron.rules.analysis import AUTO_TENSORIZE, CACHE_LEVEL, SPM_LEVEL, TILING_STRUCTURE
 from ms_heron.workloads import Workload
-from rule_helpers import block_names, check_random_samples, schedule_steps, stock_design_spaces
+from rule_helpers import block_names, check_random_samples, finished, schedule_steps, stock_design_spaces
 
 
 def _producer_gemm_relu(relu: bool) -> Workload:
@@ -64,7 +64,7 @@ def test_tensorize_fires_on_int8_with_vnni_only(cpu_target):
     outer = space.get(space.get_sblock("C_o"))
     assert outer.annotations[AUTO_TENSORIZE] == "ms_heron_dot_16x4_vnni"
     check_random_samples(space, int8, cpu_target, samples=1)
-    assert "vpdpbusd" in build(_finished(space, int8).mod, cpu_target).mod.inspect_source("asm")
+    assert "vpdpbusd" in build(finished(space, int8).mod, cpu_target).mod.inspect_source("asm")
 
     fp32 = workloads.make("gemm", "fp32", **SMALL_SHAPES["gemm"])
     (space,) = stock_design_spaces(fp32.func, [Tensorize()], cpu_target)
@@ -72,17 +72,6 @@ def test_tensorize_fires_on_int8_with_vnni_only(cpu_target):
     haswell = Target({"kind": "llvm", "mcpu": "haswell", "num-cores": 2})
     (space,) = stock_design_spaces(int8.func, [Tensorize()], haswell)
     assert not schedule_steps(space)
-
-
-def _finished(space, workload):
-    from tvm.s_tir import Schedule
-
-    from ms_heron.space import default_postprocs
-
-    sch = Schedule(workload.func)
-    space.trace.apply_to_schedule(sch, remove_postproc=True)
-    assert all(p.apply(sch) for p in default_postprocs())
-    return sch
 
 
 @pytest.mark.parametrize("family", ["gemm", "c2d", "scan"])

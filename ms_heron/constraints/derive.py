@@ -135,22 +135,29 @@ def _extent_bounds(model: ConstraintModel, factors) -> tuple[int, int]:
     return 1, hi
 
 
-def _add_parallel(model: ConstraintModel, loop: _Loop | None, cores: int, name: str) -> None:
+def _loop_extent(model: ConstraintModel, loop: _Loop | None, name: str):
+    """``(variable, upper bound)`` for a loop whose extent depends on sampled factors, else None."""
     if loop is None or not loop.factors or all(isinstance(f, int) for f in loop.factors):
-        return
+        return None
     _, hi = _extent_bounds(model, loop.factors)
+    return model.product(name, list(loop.factors), hi), hi
+
+
+def _add_parallel(model: ConstraintModel, loop: _Loop | None, cores: int, name: str) -> None:
+    extent = _loop_extent(model, loop, name)
+    if extent is None:
+        return
+    jobs, hi = extent
     need = min(cores, hi)
-    jobs = model.product(name, list(loop.factors), hi)
     model.cp.Add(jobs >= need)
     model.add(Constraint(f"{name}: parallel jobs >= {need}", "parallel", lambda v, n=name, k=need: v[n] >= k, performance=True))
 
 
 def _add_vector(model: ConstraintModel, loop: _Loop | None, limit: int, name: str) -> None:
-    if loop is None or not loop.factors or all(isinstance(f, int) for f in loop.factors):
+    extent = _loop_extent(model, loop, name)
+    if extent is None:
         return
-    _, hi = _extent_bounds(model, loop.factors)
-    lanes = model.product(name, list(loop.factors), hi)
-    model.cp.Add(lanes <= limit)
+    model.cp.Add(extent[0] <= limit)
     model.add(Constraint(f"{name}: vector lanes <= {limit}", "vector", lambda v, n=name, k=limit: v[n] <= k))
 
 
