@@ -1,5 +1,7 @@
 """HeronSearch: the constrained genetic search inside MetaSchedule's tuning loop."""
 
+import logging
+
 import pytest
 import tvm_ffi
 from tvm.s_tir import meta_schedule as ms
@@ -8,31 +10,31 @@ from tvm.s_tir.meta_schedule.runner import RunnerResult
 from conftest import SMALL_SHAPES
 from ms_heron import HeronSearch, HeronSpace, workloads
 from ms_heron.evaluate import build, run_and_check
+from ms_heron.search.decision_model import DecisionModel, rank_correlation
 from ms_heron.tune import best_schedule, tune_workload
 
 
-@pytest.mark.parametrize("family,dtype", [("gemm", "int8"), ("c2d", "fp32"), ("scan", "int8")])
-def test_tunes_and_best_record_is_correct(family, dtype, cpu_target, tmp_path):
-    workload = workloads.make(family, dtype, **SMALL_SHAPES[family])
+@pytest.mark.parametrize("family", sorted(SMALL_SHAPES))
+def test_tunes_every_family_and_best_record_is_correct(family, cpu_target, tmp_path):
+    workload = workloads.make(family, "int8", **SMALL_SHAPES[family])
     db = tune_workload(
-        workload, cpu_target, str(tmp_path), 8, num_trials_per_iter=4, space=HeronSpace(), strategy=HeronSearch(), seed=0
+        workload, cpu_target, str(tmp_path), 12, num_trials_per_iter=4, space=HeronSpace(), strategy=HeronSearch(), seed=0
     )
-    assert len(db.get_all_tuning_records()) == 8
+    records = db.get_all_tuning_records()
+    assert len(records) == 12
+    assert all(r.run_secs and min(float(s) for s in r.run_secs) < 1e9 for r in records)  # valid by construction
     run_and_check(build(best_schedule(db, workload, cpu_target).mod, cpu_target), workload)
+    log = "".join(p.read_text() for p in (tmp_path / "logs").glob("*task_0*"))
+    assert log.count("HeronSearch round") == 3 and "valid 4/4" in log
 
 
-def _strategy(workload, target, seed):
+def _strategy(workload, target, seed, trials=16, per_round=8):
+    strategy = HeronSearch()
     ctx = ms.TuneContext(
-        mod=workload.func,
-        target=target,
-        space_generator=HeronSpace(),
-        search_strategy=HeronSearch(),
-        task_name="t",
-        rand_state=seed,
-    ).clone()
-    spaces = ctx.generate_design_space()
-    ctx.search_strategy.pre_tuning(16, 8, spaces, None, None)
-    return ctx.search_strategy
+        mod=workload.func, target=target, space_generator=HeronSpace(), search_strategy=strategy, task_name="t", rand_state=seed
+    )
+    strategy.pre_tuning(trials, per_round, ctx.generate_design_space(), None, None)
+    return strategy
 
 
 def _hashes(candidates):
@@ -57,3 +59,30 @@ def test_survives_failed_candidates_and_stops_at_budget(cpu_target):
         failed = [RunnerResult(run_secs=None, error_msg="build failed: simulated by the test") for _ in batch]
         strategy.notify_runner_results(batch, failed)
     assert strategy.generate_measure_candidates() is None  # 16 trials spent, all failed: tuning ends cleanly
+    assert [s.valid for s in strategy.stats] == [0, 0]
+
+
+def test_survives_candidates_that_time_out(cpu_target, tmp_path):
+    """A runner whose time limit every candidate exceeds: all are recorded as failed, tuning finishes."""
+    workload = workloads.make("gemm", "int8", M=256, N=256, K=256)
+    runner = ms.runner.LocalRunner(timeout_sec=1e-4)
+    db = tune_workload(
+        workload, cpu_target, str(tmp_path), 4, num_trials_per_iter=2, space=HeronSpace(), strategy=HeronSearch(),
+        runner=runner, seed=0,
+    )
+    records = db.get_all_tuning_records()
+    assert len(records) == 4 and all(not r.run_secs or min(float(s) for s in r.run_secs) >= 1e9 for r in records)
+
+
+def test_decision_model_learns_which_variable_matters():
+    """Throughput that depends on one of three variables only: that variable gets the split gain."""
+    import random
+
+    rng = random.Random(0)
+    rows = [{"a": rng.choice([1, 2, 4, 8]), "b": rng.choice([1, 2, 4, 8]), "c": rng.choice([1, 2, 4])} for _ in range(40)]
+    scores = [r["b"] / 8 for r in rows]
+    model = DecisionModel(["a", "b", "c"])
+    model.fit(rows, scores)
+    gains = model.importance()
+    assert max(gains, key=gains.get) == "b"
+    assert rank_correlation(list(model.predict(rows)), scores) > 0.9

@@ -15,7 +15,7 @@ from ms_heron.tune import tune_workload
 @pytest.mark.parametrize("family", sorted(SMALL_SHAPES))
 def test_tunes_every_family_with_stock_evolutionary_search(family, dtype, cpu_target, tmp_path):
     workload = workloads.make(family, dtype, **SMALL_SHAPES[family])
-    db = tune_workload(workload, cpu_target, str(tmp_path), 16, num_trials_per_iter=16, space=HeronSpace(), seed=0)
+    db = tune_workload(workload, cpu_target, str(tmp_path), 8, num_trials_per_iter=8, space=HeronSpace(), seed=0)
     sch = ms.tir_integration.compile_tir(db, workload.func, cpu_target)  # stock MetaSchedule rebuilds it
     assert sch is not None
     lib = build(sch.mod, cpu_target)
