@@ -1,22 +1,36 @@
 """The ``ms-heron`` command.
 
-``ms-heron demo`` tunes an int8 VNNI GEMM on this CPU and compares it with ONNX Runtime's
-``MatMulInteger`` in the same run. Errors a user can fix are printed as one line, exit code 2.
+* ``demo``: tune an int8 VNNI GEMM on this CPU and compare it with ONNX Runtime's
+  ``MatMulInteger`` in the same run;
+* ``tune``: tune a workload into a work dir with live progress, a wall-clock budget and an
+  optional MetaSchedule baseline; re-running it on the same work dir resumes;
+* ``report`` / ``show``: what a work dir found, as markdown + PNG, or as TVMScript + trace.
+
+Errors a user can fix are printed as one line, exit code 2.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import math
+import re
 import sys
 import tempfile
 import time
 
 from . import workloads
-from .targets import TargetError, cpu_name, num_cores, parse_target
+from .session import TRIALS_PER_ROUND, RunError, RunSpec, TuningRun
+from .targets import TargetError, cpu_name, num_cores, parse_target, require_vnni
+from .tune import NoValidRecord
+
+
+class UsageError(ValueError):
+    """A malformed option value; the message says what form it takes."""
+
 
 #: Errors whose message already names the fix: shown without a traceback.
-_USER_ERRORS = (TargetError, workloads.WorkloadError)
+_USER_ERRORS = (TargetError, workloads.WorkloadError, RunError, NoValidRecord, UsageError)
 
 
 def _quiet_metaschedule(verbose: bool) -> None:
@@ -78,6 +92,142 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _workload(args: argparse.Namespace) -> workloads.Workload:
+    """A case name (``gemm.G1``), or a family with ``--shape NAME=INT ...``."""
+    if "." in args.workload:
+        if args.shape:
+            raise UsageError(f"{args.workload} is a named case with a fixed shape; drop --shape or name a family")
+        return workloads.case(args.workload, args.dtype)
+    shape = {}
+    for item in args.shape or []:
+        match = re.fullmatch(r"(\w+)=(\d+)", item)
+        if not match:
+            raise UsageError(f"--shape takes NAME=INT items such as M=1024, got {item!r}")
+        shape[match.group(1)] = int(match.group(2))
+    if args.workload in workloads.FAMILIES and not shape:
+        cases = [c for c in workloads.CASES if c.startswith(args.workload + ".")]
+        raise UsageError(f"{args.workload} needs --shape (e.g. M=1024 N=1024 K=1024) or a named case such as {cases[0]}")
+    return workloads.make(args.workload, args.dtype, **shape)
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in ``90s``, ``10m``, ``1h30m`` or plain seconds."""
+    match = re.fullmatch(r"(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s?)?", text.strip())
+    if not text.strip() or not match or not any(match.groups()):
+        raise UsageError(f"--time-budget takes a duration such as 90s, 10m or 1h30m, got {text!r}")
+    h, m, s = (int(g or 0) for g in match.groups())
+    return float(3600 * h + 60 * m + s)
+
+
+def _clock(seconds: float) -> str:
+    seconds = int(round(seconds))
+    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+
+
+class _ProgressLine:
+    """One status line per measured round; redrawn in place on a terminal."""
+
+    def __init__(self, label: str, ops: float, trials: int, start_trials: int, budget_s: float | None):
+        self.label, self.ops, self.trials, self.budget_s = label, ops, trials, budget_s
+        self.start_trials, self.started = start_trials, time.monotonic()
+        self.tty = sys.stdout.isatty()
+
+    def __call__(self, p) -> None:
+        spent = time.monotonic() - self.started
+        done_here = p.trials - self.start_trials
+        left = spent / done_here * (self.trials - p.trials) if done_here else math.inf
+        if self.budget_s is not None:
+            left = min(left, max(0.0, self.budget_s - spent))
+        best = f"{p.best_seconds * 1e3:.4f} ms = {p.best_gops(self.ops):.1f} GOPS" if p.best_seconds < math.inf else "none yet"
+        line = (
+            f"{self.label}: {p.trials:4d}/{self.trials} trials | best {best} | valid {p.valid / max(p.trials, 1):.0%} "
+            f"| {_clock(spent)} elapsed, ~{_clock(left) if left < math.inf else '?'} left"
+        )
+        print(("\r" + line.ljust(110)) if self.tty else line, end="" if self.tty else "\n", flush=True)
+
+    def close(self) -> None:
+        if self.tty:
+            print(flush=True)
+
+
+def _tune_arm(run: TuningRun, label: str, args: argparse.Namespace, trials: int, budget_s: float | None, default: bool):
+    start = run.state()
+    if start.trials >= trials:
+        print(f"{label}: {start.trials} records already in {run.work_dir}; nothing to tune (raise --trials to go on)")
+        return
+    if start.trials:
+        print(f"{label}: resuming from {start.trials} records in {run.work_dir}")
+    show = _ProgressLine(label, run.workload.ops, trials, start.trials, budget_s)
+    try:
+        run.tune(trials, budget_s, on_round=show, metaschedule_default=default, per_round=args.round_size)
+    finally:
+        show.close()
+
+
+def _tune(args: argparse.Namespace) -> int:
+    workload = _workload(args)
+    target = parse_target(args.target)
+    if workload.dtype == "int8":
+        require_vnni(target)
+    if args.trials < 1 or args.round_size < 1:
+        raise UsageError("--trials and --round-size must be at least 1")
+    budget_s = parse_duration(args.time_budget) if args.time_budget else None
+    work_dir = args.work_dir or f"ms_heron_runs/{workload.name}"
+    _quiet_metaschedule(args.verbose)
+    run = TuningRun.create(work_dir, RunSpec.of(workload, target, args.seed))
+    print(f"ms-heron tune: {run.spec.describe()} on {cpu_name(run.target)}; records in {run.work_dir}")
+    _tune_arm(run, "ms_heron", args, args.trials, budget_s, default=False)
+    arms = [("ms_heron", run)]
+    if args.baseline == "metaschedule":
+        baseline = run.baseline()
+        _tune_arm(baseline, "MetaSchedule default", args, run.state().trials, None, default=True)
+        arms.append(("MetaSchedule default", baseline))
+    _print_table(workload, arms)
+    print(f"report with plots: ms-heron report {run.work_dir}; best schedule: ms-heron show {run.work_dir}")
+    return 0
+
+
+def _print_table(workload: workloads.Workload, arms: list) -> None:
+    states = [(label, r.state()) for label, r in arms]
+    print(f"\n{'':22s}" + "".join(f"{label:>24s}" for label, _ in states))
+    rows = {
+        "best latency": [f"{s.best_seconds * 1e3:.4f} ms" if s.best_seconds < math.inf else "none" for _, s in states],
+        "GOPS": [f"{s.best_gops(workload.ops):.1f}" for _, s in states],
+        "trials": [str(s.trials) for _, s in states],
+        "valid share": [f"{s.valid / max(s.trials, 1):.0%}" for _, s in states],
+        "tuning time": [_clock(s.elapsed_s) for _, s in states],
+    }
+    for name, cells in rows.items():
+        print(f"{name:22s}" + "".join(f"{c:>24s}" for c in cells))
+    if len(states) == 2 and all(s.best_seconds < math.inf for _, s in states):
+        print(f"{'speed-up':22s}{states[1][1].best_seconds / states[0][1].best_seconds:>23.2f}x")
+
+
+def _report(args: argparse.Namespace) -> int:
+    # pylint: disable=import-outside-toplevel
+    from .peak import vnni_peak_gops
+    from .report import write
+
+    run = TuningRun.open(args.work_dir)
+    peak = vnni_peak_gops(run.target) if run.spec.dtype == "int8" else None
+    report, curve = write(run, peak_gops=peak)
+    print(report.read_text())
+    print(f"wrote {report} and {curve}")
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    from .tune import best_schedule  # pylint: disable=import-outside-toplevel
+
+    run = TuningRun.open(args.work_dir)
+    sch = best_schedule(run.database(), run.workload, run.target)
+    print(f"# best schedule of {run.spec.describe()} in {run.work_dir}\n")
+    print(sch.mod.script())
+    print("\n# its trace\n")
+    print(sch.trace)
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ms-heron", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -89,6 +239,30 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("-v", "--verbose", action="store_true", help="show MetaSchedule's per-round logs")
     demo.set_defaults(run=_demo)
+
+    tune = sub.add_parser("tune", help="tune a workload into a work dir (re-run to resume)")
+    tune.add_argument("workload", help=f"a case such as gemm.G1, or a family ({', '.join(workloads.FAMILIES)}) with --shape")
+    tune.add_argument("--shape", nargs="+", metavar="NAME=INT", help="the family's dimensions, e.g. M=512 N=512 K=512")
+    tune.add_argument("--dtype", default="int8", choices=list(workloads.DTYPES))
+    tune.add_argument("--target", default="host", help='"host" (default), a tag, or a JSON target dict')
+    tune.add_argument("--trials", type=int, default=200, help="records the work dir should hold in the end (default 200)")
+    tune.add_argument("--time-budget", help="wall-clock limit such as 10m; the round in flight finishes first")
+    tune.add_argument("--work-dir", help="database, logs and progress (default: ms_heron_runs/<workload>)")
+    tune.add_argument("--round-size", type=int, default=TRIALS_PER_ROUND, help=f"candidates measured per round (default {TRIALS_PER_ROUND})")
+    tune.add_argument("--seed", type=int, default=0)
+    tune.add_argument(
+        "--baseline", choices=["metaschedule"], help="also tune with MetaSchedule's default search, same trials, in <work-dir>/baseline"
+    )
+    tune.add_argument("-v", "--verbose", action="store_true", help="show MetaSchedule's per-round logs")
+    tune.set_defaults(run=_tune)
+
+    report = sub.add_parser("report", help="markdown summary and PNG tuning curve of a work dir")
+    report.add_argument("work_dir")
+    report.set_defaults(run=_report)
+
+    show = sub.add_parser("show", help="the best schedule of a work dir as TVMScript and as its trace")
+    show.add_argument("work_dir")
+    show.set_defaults(run=_show)
     return parser
 
 

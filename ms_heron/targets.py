@@ -29,6 +29,23 @@ def host_target(num_cores: int | None = None) -> Target:
     return Target({"kind": "llvm", "mcpu": codegen.llvm_get_system_cpu(), "num-cores": int(num_cores)})
 
 
+def target_json(target: Target) -> dict:
+    """The Target as plain JSON values; ``Target(target_json(t))`` is ``t`` again."""
+    return _plain(dict(target.export()))
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, (bool, int, float)) or value is None:
+        return value
+    if hasattr(value, "items"):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if hasattr(value, "__iter__"):
+        return [_plain(v) for v in value]
+    return str(value)
+
+
 def parse_target(spec: Any) -> Target:
     """Turn a Target, a dict, a JSON string, a tag, or ``"host"`` into a Target.
 

@@ -2,8 +2,11 @@
 
 import json
 import re
+import signal
 import subprocess
 import sys
+
+import pytest
 
 
 def _ms_heron(*args, timeout=600):
@@ -43,3 +46,103 @@ def test_demo_rejects_shape_vnni_cannot_take():
     proc = _ms_heron("demo", "--shape", "64", "60", "64")
     assert proc.returncode == 2
     assert "nearest valid N is 64" in proc.stderr
+
+
+# -- ms-heron tune / report / show -------------------------------------------------------------
+
+SMALL_GEMM = ("gemm", "--shape", "M=64", "N=64", "K=64")
+
+
+def _trace_lines(work_dir):
+    """The trace part of every record, in the order stored."""
+    lines = (work_dir / "database_tuning_record.json").read_text().splitlines()
+    return [json.dumps(json.loads(line)[1][0]) for line in lines if line.strip()]
+
+
+def test_tune_resume_report_show(tmp_path):
+    work = tmp_path / "run"
+    proc = _ms_heron("tune", *SMALL_GEMM, "--trials", "8", "--round-size", "4", "--work-dir", str(work), "--baseline", "metaschedule")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert re.search(r"ms_heron:\s+8/8 trials \| best [\d.]+ ms = [\d.]+ GOPS \| valid 100%", proc.stdout), proc.stdout
+    assert re.search(r"speed-up\s+[\d.]+x", proc.stdout) and "MetaSchedule default:    8/8 trials" in proc.stdout
+    assert len(_trace_lines(work)) == 8 and len(_trace_lines(work / "baseline")) == 8
+
+    again = _ms_heron("tune", *SMALL_GEMM, "--trials", "12", "--round-size", "4", "--work-dir", str(work))
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "resuming from 8 records" in again.stdout and "12/12 trials" in again.stdout
+    traces = _trace_lines(work)
+    assert len(traces) == 12 and len(set(traces)) == 12  # nothing measured twice
+    log = "".join(p.read_text() for p in (work / "logs").glob("*task*"))
+    assert "warm start: 8 of 8 earlier records" in log
+
+    report = _ms_heron("report", str(work))
+    assert report.returncode == 0, report.stderr[-3000:]
+    png = (work / "tuning_curve.png").read_bytes()
+    assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 10_000
+    text = (work / "report.md").read_text()
+    assert "| trials | 12 | 8 |" in text and "% of measured VNNI peak" in text and "unconstrained size" in text
+
+    show = _ms_heron("show", str(work))
+    assert show.returncode == 0, show.stderr[-3000:]
+    assert "T.call_llvm_pure_intrin" in show.stdout and "sch.sample_perfect_tile" in show.stdout
+
+
+def test_time_budget_stops_after_the_round_in_flight(tmp_path):
+    proc = _ms_heron("tune", *SMALL_GEMM, "--trials", "40", "--round-size", "4", "--time-budget", "1s", "--work-dir", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert len(_trace_lines(tmp_path)) == 4
+
+
+def test_killed_run_loses_at_most_the_round_in_flight_and_resumes(tmp_path):
+    cmd = [sys.executable, "-m", "ms_heron.cli", "tune", *SMALL_GEMM, "--trials", "40", "--round-size", "4", "--work-dir", str(tmp_path)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    for line in proc.stdout:  # progress lines arrive once a round is stored
+        if re.search(r"\b8/40 trials", line):
+            break
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    kept = len(_trace_lines(tmp_path))
+    assert 4 <= kept < 40  # the round just reported may still have been on its way to the database
+    again = _ms_heron("tune", *SMALL_GEMM, "--trials", "16", "--round-size", "4", "--work-dir", str(tmp_path))
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"resuming from {kept} records" in again.stdout or kept >= 16
+    assert len(_trace_lines(tmp_path)) == max(kept, 16)
+
+
+def test_torn_last_record_is_cut_on_resume(tmp_path):
+    """A kill inside a write leaves half a line: the run still loads, minus that record."""
+    assert _ms_heron("tune", *SMALL_GEMM, "--trials", "4", "--work-dir", str(tmp_path)).returncode == 0
+    records = tmp_path / "database_tuning_record.json"
+    records.write_text(records.read_text() + '[0, [[["GetSBlock", [], ["C"')
+    show = _ms_heron("show", str(tmp_path))
+    assert show.returncode == 0, show.stderr[-3000:]
+    assert len(_trace_lines(tmp_path)) == 4
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (("tune", "gemx.G1"), "unknown case 'gemx.G1'"),
+        (("tune", "gemm", "--shape", "M=64", "N=60", "K=64"), "nearest valid N is 64"),
+        (("tune", "gemm.G1", "--target", "llvm -mcpu=znver4"), "old CLI form"),
+        (("tune", "gemm", "--shape", "M64"), "NAME=INT"),
+        (("tune", "gemm.G1", "--time-budget", "soon"), "duration such as 90s"),
+        (("report", "/nonexistent/run"), "holds no ms-heron run"),
+    ],
+)
+def test_bad_input_gets_one_line_naming_the_fix(args, message):
+    proc = _ms_heron(*args)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert message in proc.stderr and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_work_dir_of_another_workload_or_unwritable_is_refused(tmp_path):
+    assert _ms_heron("tune", *SMALL_GEMM, "--trials", "2", "--work-dir", str(tmp_path)).returncode == 0
+    other = _ms_heron("tune", "bmm", "--shape", "B=2", "M=8", "N=16", "K=8", "--trials", "2", "--work-dir", str(tmp_path))
+    assert other.returncode == 2 and "holds a run of gemm M=64 N=64 K=64 int8" in other.stderr
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    unwritable = _ms_heron("tune", *SMALL_GEMM, "--work-dir", str(blocker / "run"))
+    assert unwritable.returncode == 2 and "choose a writable --work-dir" in unwritable.stderr
+    assert "Traceback" not in other.stderr + unwritable.stderr

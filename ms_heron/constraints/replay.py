@@ -6,6 +6,8 @@ factor or re-samples); a replay is accepted only if every decision reads back un
 
 from __future__ import annotations
 
+import re
+
 from tvm import IRModule
 from tvm.s_tir import Schedule, Trace
 
@@ -37,3 +39,26 @@ def replay(model: ConstraintModel, trace: Trace, mod: IRModule, values: Values) 
         if back != expected:
             raise RepairedDecision(f"replay changed {d.kind} decision {expected} into {back}")
     return sch
+
+
+_DECISION = re.compile(r", decision=.*\)$")
+
+
+def _skeleton(trace: Trace) -> list[str]:
+    """The trace as Python without its decisions: equal for every replay of one design space."""
+    return [_DECISION.sub(")", line) for line in trace.as_python(remove_postproc=True)]
+
+
+def values_from_trace(model: ConstraintModel, space_trace: Trace, trace: Trace) -> Values | None:
+    """The values that turn ``space_trace`` into ``trace`` (e.g. a database record's), or None
+    when ``trace`` is not a replay of this design space."""
+    trace = trace.simplified(remove_postproc=True)
+    if _skeleton(trace) != _skeleton(space_trace):
+        return None
+    decided = [trace.decisions[inst] for inst in trace.insts if inst in trace.decisions]
+    if len(decided) != len(model.decisions):
+        return None
+    values: Values = {}
+    for d, got in zip(model.decisions, decided):
+        values.update(zip(d.variables, [int(x) for x in got] if d.kind == "tile" else [int(got)]))
+    return values

@@ -29,9 +29,11 @@ from dataclasses import dataclass, field
 import numpy as np
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+from tvm.s_tir.meta_schedule.runner import RunnerResult
 from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate, PySearchStrategy
 
-from ..constraints import ConstraintModel, Infeasible, RepairedDecision, Solver, derive, replay
+from ..constraints import ConstraintModel, Infeasible, RepairedDecision, Solver, derive, replay, values_from_trace
+from ..tune import record_seconds
 from .decision_model import DecisionModel, rank_correlation
 
 FEATURES, DECISIONS = "program-features", "decision-vector"
@@ -118,6 +120,9 @@ class HeronSearch(PySearchStrategy):
         self.quality: dict[str, list[float]] = {FEATURES: [], DECISIONS: []}
         self.pool: list[_Program] = []
         self.stats: list[RoundStats] = []
+        self.now = RoundStats(round=-1)  # the warm start's time goes here, unlogged
+        if database is not None and database.has_workload(self.mod):
+            self._warm_start(database)
 
     def post_tuning(self) -> None:
         self.pool = []
@@ -160,6 +165,31 @@ class HeronSearch(PySearchStrategy):
 
     def clone(self):
         return HeronSearch(self.population, self.generations, self.epsilon, self.key_ratio, self.elite)
+
+    def _warm_start(self, database) -> None:
+        """Records of earlier runs on this workload (a resumed work dir): never measured again, and
+        both cost models learn from them before the first round."""
+        records = database.get_top_k(database.commit_workload(self.mod), 1 << 30)
+        programs, results = [], []
+        for record in records:
+            for space, (model, trace) in enumerate(zip(self.models, self.traces)):
+                values = values_from_trace(model, trace, record.trace)
+                if values is None:
+                    continue
+                program = _Program(space, values)
+                self.measured[program.key] = record_seconds(record.run_secs)
+                ok = self.measured[program.key] < float("inf")
+                if self._build([program]):
+                    programs.append(program)
+                    results.append(RunnerResult(run_secs=record.run_secs, error_msg=None if ok else "failed earlier"))
+                break
+        if programs and self.cost_model is not None:
+            self.cost_model.update(self.context, [p.candidate for p in programs], results)
+        self._fit_decision_models(set(range(len(self.models))))
+        self.logger.info(
+            "HeronSearch warm start: %d of %d earlier records belong to these design spaces; they are not measured again",
+            len(self.measured), len(records),
+        )
 
     # -- cost models ----------------------------------------------------------------------------
 
@@ -247,6 +277,7 @@ class HeronSearch(PySearchStrategy):
             sch = replay(self.models[program.space], self.traces[program.space], self.mod, program.values)
         except RepairedDecision:
             return False
+        sch.enter_postproc()  # as MetaSchedule does: records' traces then split into space and postprocs
         if not all(p.apply(sch) for p in self.postprocs):
             return False
         return MeasureCandidate(sch, ArgInfo.from_entry_func(sch.mod, remove_preproc=True))

@@ -1,0 +1,224 @@
+"""A tuning run in a work directory: what it tunes, its records and its progress, resumable.
+
+Layout of a work dir (MetaSchedule's own files plus two of ours)::
+
+    ms_heron_run.json              what is tuned: workload, dtype, target, seed
+    database_workload.json         MetaSchedule's JSONDatabase, one record per line,
+    database_tuning_record.json      appended as each round ends
+    progress.jsonl                 one line per measured round: trials, best, valid, elapsed
+    logs/                          MetaSchedule's per-task logs (HeronSearch's round statistics)
+    baseline/                      the same layout for MetaSchedule's default search, if asked for
+
+Everything is appended line by line, so a run killed at any point loses at most the round in
+flight: on resume a torn last line is cut off, the records are loaded, HeronSearch warms its cost
+models from them and never measures them again, and ``trials`` counts the records already there.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from tvm.s_tir import meta_schedule as ms
+from tvm.target import Target
+
+from . import workloads
+from .intrinsics import ensure_registered
+from .search import HeronSearch, WatchedSearch
+from .space import HeronSpace
+from .targets import target_json
+from .tune import record_seconds, tune_workload
+
+RUN_FILE = "ms_heron_run.json"
+PROGRESS_FILE = "progress.jsonl"
+DATABASE_FILES = ("database_workload.json", "database_tuning_record.json")
+BASELINE_DIR = "baseline"
+#: Candidates measured per round (MetaSchedule's num_trials_per_iter): enough for the cost models
+#: to learn from each round, few enough that a killed run loses little.
+TRIALS_PER_ROUND = 32
+
+
+class RunError(ValueError):
+    """A work dir that cannot hold this run; the message names the fix."""
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    family: str
+    shape: dict
+    dtype: str
+    target: dict
+    seed: int = 0
+
+    @staticmethod
+    def of(workload: workloads.Workload, target: Target, seed: int) -> RunSpec:
+        return RunSpec(workload.family, dict(workload.shape), workload.dtype, target_json(target), seed)
+
+    def workload(self) -> workloads.Workload:
+        return workloads.make(self.family, self.dtype, **self.shape)
+
+    def describe(self) -> str:
+        dims = " ".join(f"{k}={v}" for k, v in self.shape.items())
+        return f"{self.family} {dims} {self.dtype}"
+
+
+@dataclass
+class Progress:
+    """The state after a measured round, as written to ``progress.jsonl``."""
+
+    trials: int
+    valid: int
+    best_seconds: float  # inf until a candidate is valid
+    elapsed_s: float  # wall-clock tuning time, summed over resumed runs
+
+    def best_gops(self, ops: float) -> float:
+        return ops / self.best_seconds / 1e9 if self.best_seconds < math.inf else 0.0
+
+
+class TuningRun:
+    """One work dir. ``TuningRun.create(...)`` starts or resumes; ``TuningRun.open(dir)`` reads one."""
+
+    def __init__(self, work_dir: Path, spec: RunSpec):
+        self.work_dir = Path(work_dir)
+        self.spec = spec
+        self.workload = spec.workload()
+        self.target = Target(spec.target)
+
+    # -- opening ----------------------------------------------------------------------------
+
+    @staticmethod
+    def create(work_dir: str | Path, spec: RunSpec) -> TuningRun:
+        work_dir = Path(work_dir)
+        try:
+            work_dir.mkdir(parents=True, exist_ok=True)
+            probe = work_dir / ".ms_heron_write_test"
+            probe.write_text("")
+            probe.unlink()
+        except OSError as err:
+            raise RunError(f"cannot write to work dir {work_dir} ({err.strerror}); choose a writable --work-dir") from err
+        run_file = work_dir / RUN_FILE
+        if run_file.exists():
+            held = _read_spec(run_file)
+            if (held.family, held.shape, held.dtype) != (spec.family, spec.shape, spec.dtype):
+                raise RunError(
+                    f"work dir {work_dir} holds a run of {held.describe()}, not {spec.describe()}; "
+                    "use another --work-dir, or the same workload to resume it"
+                )
+            spec = held  # resume as started (target, seed)
+        elif any((work_dir / f).exists() for f in DATABASE_FILES):
+            raise RunError(f"work dir {work_dir} holds a MetaSchedule database not made by ms-heron; use another --work-dir")
+        else:
+            run_file.write_text(json.dumps(asdict(spec), indent=1) + "\n")
+        return TuningRun(work_dir, spec)
+
+    @staticmethod
+    def open(work_dir: str | Path) -> TuningRun:
+        work_dir = Path(work_dir)
+        run_file = work_dir / RUN_FILE
+        if not run_file.exists():
+            raise RunError(f"{work_dir} holds no ms-heron run ({RUN_FILE} is missing); tune into it first: ms-heron tune ... --work-dir {work_dir}")
+        return TuningRun(work_dir, _read_spec(run_file))
+
+    def baseline(self) -> TuningRun:
+        """MetaSchedule's default search on the same workload, in ``baseline/``."""
+        return TuningRun(self.work_dir / BASELINE_DIR, self.spec)
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def database(self) -> ms.database.JSONDatabase:
+        ensure_registered()  # records name ms_heron's VNNI intrinsic; loading them needs it
+        for name in DATABASE_FILES:
+            _cut_torn_line(self.work_dir / name)
+        return ms.database.JSONDatabase(work_dir=str(self.work_dir))
+
+    def seconds(self) -> list[float]:
+        """Mean seconds of every record in the order measured (inf: failed)."""
+        if not (self.work_dir / DATABASE_FILES[1]).exists():
+            return []
+        return [record_seconds(r.run_secs) for r in self.database().get_all_tuning_records()]
+
+    def progress(self) -> list[Progress]:
+        path = self.work_dir / PROGRESS_FILE
+        if not path.exists():
+            return []
+        _cut_torn_line(path)
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        return [Progress(r["trials"], r["valid"], float(r["best_seconds"]), r["elapsed_s"]) for r in rows]
+
+    def state(self) -> Progress:
+        """Trials, valid count and best from the database itself (the progress log may lag it)."""
+        secs = self.seconds()
+        valid = [s for s in secs if s < math.inf]
+        rows = self.progress()
+        return Progress(len(secs), len(valid), min(valid, default=math.inf), rows[-1].elapsed_s if rows else 0.0)
+
+    # -- tuning -------------------------------------------------------------------------------
+
+    def tune(
+        self,
+        trials: int,
+        time_budget_s: float | None = None,
+        on_round: Callable[[Progress], None] | None = None,
+        metaschedule_default: bool = False,
+        per_round: int = TRIALS_PER_ROUND,
+    ) -> Progress:
+        """Tune until the work dir holds ``trials`` records or the time budget is spent (the round
+        in flight finishes first). HeronSpace + HeronSearch, or MetaSchedule's default search."""
+        before = self.state()
+        todo = trials - before.trials
+        if todo <= 0:
+            return before
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        started = time.monotonic()
+        deadline = started + time_budget_s if time_budget_s is not None else None
+        current = Progress(before.trials, before.valid, before.best_seconds, before.elapsed_s)
+
+        def record_round(_candidates, results) -> None:
+            for result in results:
+                secs = record_seconds(result.run_secs) if result.error_msg is None else math.inf
+                current.trials += 1
+                current.valid += secs < math.inf
+                current.best_seconds = min(current.best_seconds, secs)
+            current.elapsed_s = before.elapsed_s + time.monotonic() - started
+            with open(self.work_dir / PROGRESS_FILE, "a") as log:
+                log.write(json.dumps(asdict(current)) + "\n")
+            if on_round is not None:
+                on_round(current)
+
+        space, strategy = ("post-order-apply", "evolutionary") if metaschedule_default else (HeronSpace(), HeronSearch())
+        self.database()  # cuts torn lines before MetaSchedule loads the files
+        tune_workload(
+            self.workload,
+            self.target,
+            str(self.work_dir),
+            todo,
+            num_trials_per_iter=min(per_round, todo),
+            space=space,
+            strategy=WatchedSearch(strategy, deadline=deadline, on_round=record_round),
+            seed=self.spec.seed,
+        )
+        return self.state()
+
+
+def _read_spec(run_file: Path) -> RunSpec:
+    try:
+        return RunSpec(**json.loads(run_file.read_text()))
+    except (ValueError, TypeError) as err:
+        raise RunError(f"{run_file} is not an ms-heron run file ({err}); use another --work-dir") from err
+
+
+def _cut_torn_line(path: Path) -> None:
+    """Drop a last line a killed process left half-written (every complete line ends in a newline)."""
+    if not path.exists():
+        return
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        with open(path, "r+b") as f:
+            f.truncate(data.rfind(b"\n") + 1)
+            f.flush()
+            os.fsync(f.fileno())
