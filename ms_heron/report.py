@@ -114,6 +114,7 @@ def plot(found: list[Arm], ops: float, path: Path, title: str) -> Path:
     by_time.set(xlabel="tuning time (s)", ylabel="best GOPS so far", title="against wall-clock time")
     for ax in (by_trial, by_time):
         ax.grid(alpha=0.3)
+        ax.set_ylim(bottom=0)
         ax.legend(loc="lower right")
     fig.savefig(path, dpi=100)
     plt.close(fig)

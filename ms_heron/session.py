@@ -138,9 +138,14 @@ class TuningRun:
 
     def seconds(self) -> list[float]:
         """Mean seconds of every record in the order measured (inf: failed)."""
-        if not (self.work_dir / DATABASE_FILES[1]).exists():
+        path = self.work_dir / DATABASE_FILES[1]
+        if not path.exists():
             return []
-        return [record_seconds(r.run_secs) for r in self.database().get_all_tuning_records()]
+        _cut_torn_line(path)
+        # The file, not the database: JSONDatabase hands records back sorted by speed.
+        # A line is [workload index, [trace, run_secs, target, arg info]].
+        lines = [line for line in path.read_text().splitlines() if line.strip()]
+        return [record_seconds(json.loads(line)[1][1]) for line in lines]
 
     def progress(self) -> list[Progress]:
         path = self.work_dir / PROGRESS_FILE
