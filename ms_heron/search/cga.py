@@ -144,9 +144,7 @@ class HeronSearch(PySearchStrategy):
         stats.seconds["measure"] += time.perf_counter() - self.measure_started
         secs = []
         for program, result in zip(self.pending, results):
-            run = [float(x) for x in (result.run_secs or [])]
-            ok = result.error_msg is None and run
-            secs.append(float(np.mean(run)) if ok else float("inf"))
+            secs.append(record_seconds(result.run_secs) if result.error_msg is None else float("inf"))
             self.measured[program.key] = secs[-1]
         throughput = [0.0 if s == float("inf") else 1.0 / s for s in secs]
         for name in self.quality:
