@@ -20,7 +20,7 @@ import tempfile
 import time
 
 from . import workloads
-from .session import TRIALS_PER_ROUND, RunError, RunSpec, TuningRun
+from .session import TRIALS_PER_ROUND, RunError, RunSpec, TuningRun, summary_rows
 from .targets import TargetError, cpu_name, num_cores, parse_target, require_vnni
 from .tune import NoValidRecord
 
@@ -188,19 +188,10 @@ def _tune(args: argparse.Namespace) -> int:
 
 
 def _print_table(workload: workloads.Workload, arms: list) -> None:
-    states = [(label, r.state()) for label, r in arms]
-    print(f"\n{'':22s}" + "".join(f"{label:>24s}" for label, _ in states))
-    rows = {
-        "best latency": [f"{s.best_seconds * 1e3:.4f} ms" if s.best_seconds < math.inf else "none" for _, s in states],
-        "GOPS": [f"{s.best_gops(workload.ops):.1f}" for _, s in states],
-        "trials": [str(s.trials) for _, s in states],
-        "valid share": [f"{s.valid / max(s.trials, 1):.0%}" for _, s in states],
-        "tuning time": [_clock(s.elapsed_s) for _, s in states],
-    }
+    rows = summary_rows([r.state() for _, r in arms], workload.ops)
+    print(f"\n{'':22s}" + "".join(f"{label:>24s}" for label, _ in arms))
     for name, cells in rows.items():
         print(f"{name:22s}" + "".join(f"{c:>24s}" for c in cells))
-    if len(states) == 2 and all(s.best_seconds < math.inf for _, s in states):
-        print(f"{'speed-up':22s}{states[1][1].best_seconds / states[0][1].best_seconds:>23.2f}x")
 
 
 def _report(args: argparse.Namespace) -> int:

@@ -10,7 +10,7 @@ from tvm.s_tir import meta_schedule as ms
 
 from .constraints import derive
 from .intrinsics import ensure_registered
-from .session import Progress, TuningRun
+from .session import Progress, TuningRun, summary_rows
 from .space import HeronSpace
 
 REPORT_FILE = "report.md"
@@ -29,14 +29,6 @@ class Arm:
     @staticmethod
     def of(label: str, run: TuningRun) -> Arm:
         return Arm(label, run, run.seconds(), run.progress())
-
-    @property
-    def best(self) -> float:
-        return min(self.seconds, default=math.inf)
-
-    @property
-    def valid_share(self) -> float:
-        return sum(s < math.inf for s in self.seconds) / len(self.seconds) if self.seconds else 0.0
 
     def best_so_far_gops(self, ops: float) -> list[float]:
         out, best = [], math.inf
@@ -69,18 +61,7 @@ def write(run: TuningRun, peak_gops: float | None = None) -> tuple[Path, Path]:
     curve = plot(found, ops, run.work_dir / CURVE_FILE, title=run.spec.describe())
     lines = [f"# ms-heron report: {run.spec.describe()}", "", f"Target: `{run.target}`", ""]
     lines += ["| | " + " | ".join(a.label for a in found) + " |", "|---" * (len(found) + 1) + "|"]
-    rows = {
-        "best latency": [f"{a.best * 1e3:.4f} ms" if a.best < math.inf else "no valid record" for a in found],
-        "GOPS": [f"{ops / a.best / 1e9:.1f}" if a.best < math.inf else "-" for a in found],
-        "% of measured VNNI peak": [
-            f"{ops / a.best / 1e9 / peak_gops:.0%}" if peak_gops and a.best < math.inf else "-" for a in found
-        ],
-        "trials": [str(len(a.seconds)) for a in found],
-        "valid share": [f"{a.valid_share:.0%}" for a in found],
-        "tuning time": [f"{a.rounds[-1].elapsed_s:.0f} s" if a.rounds else "-" for a in found],
-    }
-    if len(found) == 2 and found[0].best < math.inf and found[1].best < math.inf:
-        rows["speed-up over MetaSchedule default"] = [f"{found[1].best / found[0].best:.2f}x", ""]
+    rows = summary_rows([a.run.state() for a in found], ops, peak_gops)
     lines += [f"| {name} | " + " | ".join(cells) + " |" for name, cells in rows.items()]
     lines += ["", f"![tuning curve]({CURVE_FILE})", "", "## Constraint model of each design space", ""]
     lines += ["| space | variables | CP-SAT variables | constraints | unconstrained size |", "|---|---|---|---|---|"]
