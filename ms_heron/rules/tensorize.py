@@ -11,6 +11,7 @@ from ..intrinsics import VNNI_INTRIN, ensure_registered
 from ..targets import has_vnni
 from .analysis import AUTO_TENSORIZE, BLOCKIZED, is_tiled, iter_kinds
 from .base import HeronRule
+from .operand_layout import match_operands, prepare_operands
 
 
 def intrinsics_for(target) -> list[str]:
@@ -32,7 +33,8 @@ def _desc_dtypes(desc) -> set[str]:
 class Tensorize(HeronRule):
     """Condition: the block (a reduction not yet tiled) matches a tensor intrinsic the target
     executes -- TVM's loop-mapping analysis finds its description inside the block, dtypes included
-    (u8 x s8 -> s32 16x4 for VNNI).
+    (u8 x s8 -> s32 16x4 for VNNI) -- and each operand either holds the intrinsic's tile in place or
+    is a layout-free weight that can be packed (:mod:`.operand_layout`).
 
     Application: split off and reorder the loops the intrinsic covers, ``blockize`` them, and mark
     the outer block with ``meta_schedule.auto_tensorize`` (MetaSchedule's RewriteTensorize postproc
@@ -56,7 +58,11 @@ class Tensorize(HeronRule):
             ensure_registered()
         for intrin in candidates:
             desc = TensorIntrin.get(intrin).desc
-            if _dtypes(sch, block) != _desc_dtypes(desc) or get_tensorize_loop_mapping(sch, block, desc) is None:
+            if _dtypes(sch, block) != _desc_dtypes(desc):
+                continue
+            mapping = get_tensorize_loop_mapping(sch, block, desc)
+            operands = match_operands(sch, block, desc, mapping) if mapping is not None else None
+            if operands is None or not prepare_operands(sch, block, operands):
                 continue
             inner = tile_with_tensor_intrin(sch, block, intrin)
             if inner is None:

@@ -1,0 +1,213 @@
+"""Whole-model tuning through Relax: bind weights, lower and fuse, tune every task, compile.
+
+Relax is how models reach MetaSchedule in TVM 0.27 (Relay is gone). ``tune_model`` tunes every fused
+TIR function of a model with :class:`HeronSpace` + :class:`HeronSearch` through MetaSchedule's task
+scheduler; ``compile_model`` applies the database and returns an executable for
+``relax.VirtualMachine``. Weights are bound as constants, so layout-free weights (e.g. int8 weights
+the VNNI intrinsic reads packed) are re-laid out once at compile time, not on every call.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+from typing import Any, Mapping
+
+import numpy as np
+import tvm
+from tvm import IRModule, relax
+from tvm.relax import pipeline as relax_pipeline
+from tvm.s_tir import meta_schedule as ms
+from tvm.target import Target
+
+from .builder import local_builder
+from .intrinsics import ensure_registered
+from .search import HeronSearch
+from .space import HeronSpace
+from .targets import is_cpu, num_cores
+from .tune import _drop_unnamed_log_handlers, record_seconds
+
+logger = logging.getLogger(__name__)
+
+
+class ModelError(ValueError):
+    """A model ms_heron cannot tune as given; the message names the fix."""
+
+
+def from_onnx(model, input_shapes: Mapping[str, tuple[int, ...]] | None = None) -> IRModule:
+    """Import an ONNX model (a ``ModelProto`` or a path) as a Relax module with static shapes.
+
+    ``input_shapes`` fixes inputs whose shapes the model leaves symbolic (``{"x": (1, 128)}``).
+    """
+    try:
+        import onnx  # pylint: disable=import-outside-toplevel
+        from tvm.relax.frontend.onnx import from_onnx as relax_from_onnx  # pylint: disable=import-outside-toplevel
+    except ImportError as err:
+        raise ModelError("ONNX import needs the onnx package: pip install 'ms_heron[onnx]'") from err
+    if isinstance(model, (str, os.PathLike)):
+        model = onnx.load(os.fspath(model))
+    inputs = {i.name: i for i in model.graph.input}
+    unknown = sorted(set(input_shapes or {}) - set(inputs))
+    if unknown:
+        raise ModelError(f"--input-shape names {', '.join(unknown)}, but the model's inputs are {', '.join(inputs)}")
+    dtypes = {name: onnx.helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type).name for name, i in inputs.items()}
+    try:
+        mod = relax_from_onnx(model, shape_dict=dict(input_shapes or {}), dtype_dict=dtypes)
+    except tvm.error.OpNotImplemented as err:
+        raise ModelError(f"{err}. Relax cannot import these ONNX operators; replace them in the model "
+                         "(or export it with other operators) before tuning") from err
+    require_static_shapes(mod)
+    return mod
+
+
+def require_static_shapes(mod: IRModule) -> None:
+    """MetaSchedule tunes static shapes only: name every input with a symbolic dimension."""
+    for gv, func in mod.functions_items():
+        if not isinstance(func, relax.Function):
+            continue
+        for param in func.params:
+            shape = getattr(param.ty, "shape", None)
+            dims = getattr(shape, "values", None)
+            if shape is not None and (dims is None or any(not isinstance(d, tvm.tirx.IntImm) for d in dims)):
+                raise ModelError(
+                    f"input '{param.name}' of {gv.name_hint} has a dynamic shape ({shape}); tuning needs "
+                    f"static shapes: give them, e.g. --input-shape {param.name}:1,128 "
+                    f"(from_onnx(..., input_shapes={{'{param.name}': (1, 128)}}))"
+                )
+
+
+def bind_params(mod: IRModule, params: Mapping[str, Any] | None) -> IRModule:
+    """Bind weights by parameter name in every Relax function (``nn.Module`` exports ``forward``,
+    not ``main``, which MetaSchedule's own binding assumes)."""
+    if not params:
+        return mod
+    tensors = {name: value if isinstance(value, tvm.runtime.Tensor) else tvm.runtime.tensor(np.asarray(value))
+               for name, value in params.items()}
+    used = set()
+    for gv, func in list(mod.functions_items()):
+        if isinstance(func, relax.Function):
+            mine = {p.name: tensors[p.name] for p in func.params if p.name in tensors}
+            used |= set(mine)
+            if mine:
+                mod = relax.transform.BindParams(gv.name_hint, mine)(mod)
+    unused = sorted(set(tensors) - used)
+    if unused:
+        raise ModelError(f"params {', '.join(unused[:5])} match no function parameter of the model")
+    return mod
+
+
+def lower_for_tuning(mod: IRModule, params: Mapping[str, Any] | None, target: Target) -> IRModule:
+    """Bind weights, legalize and fuse: the fused TIR functions are the tuning tasks.
+
+    Weights that reach a TIR function as constants are marked layout-free, so schedules may store
+    them in whatever layout their kernels read best.
+    """
+    mod = bind_params(mod, params)
+    require_static_shapes(mod)
+    with target:
+        return tvm.transform.Sequential(
+            [
+                *relax_pipeline.library_dispatch_passes(target),
+                relax.transform.DecomposeOpsForInference(),
+                relax.transform.CanonicalizeBindings(),
+                relax.transform.LegalizeOps(),
+                relax.transform.AnnotateTIROpPattern(),
+                relax.transform.FoldConstant(),
+                relax.transform.FuseOps(),
+                relax.transform.FuseTIR(),
+                relax.transform.AttachAttrLayoutFreeBuffers(),
+            ]
+        )(mod)
+
+
+def extract_tasks(lowered: IRModule, target: Target) -> list[ms.ExtractedTask]:
+    """The tuning tasks of a lowered model (one per distinct fused TIR function)."""
+    return list(ms.relax_integration.extract_tasks(lowered, target))
+
+
+def tune_model(
+    mod: IRModule,
+    params: Mapping[str, Any] | None,
+    target: Target,
+    work_dir: str,
+    max_trials: int,
+    *,
+    max_trials_per_task: int | None = None,
+    num_trials_per_iter: int = 16,
+    space: Any = None,
+    strategy: Any = None,
+    seed: int | None = None,
+    **tune_kwargs: Any,
+) -> ms.Database:
+    """Tune every task of the model; ``max_trials`` in total, shared by MetaSchedule's gradient task
+    scheduler. ``space``/``strategy`` default to HeronSpace/HeronSearch; pass "post-order-apply" /
+    "evolutionary" for MetaSchedule's defaults. Records go to a JSONDatabase in ``work_dir``."""
+    ensure_registered()
+    if is_cpu(target):
+        num_cores(target)  # raises early with the fix when num-cores is missing
+        tune_kwargs.setdefault("builder", local_builder())
+    lowered = lower_for_tuning(mod, params, target)
+    _drop_unnamed_log_handlers()
+    return ms.relax_integration.tune_relax(
+        lowered,
+        params={},
+        target=target,
+        work_dir=work_dir,
+        max_trials_global=max_trials,
+        max_trials_per_task=max_trials_per_task,
+        num_trials_per_iter=num_trials_per_iter,
+        space=HeronSpace() if space is None else space,
+        strategy=HeronSearch() if strategy is None else strategy,
+        seed=seed,
+        **tune_kwargs,
+    )
+
+
+def _lowering_passes(target: Target) -> list:
+    """Relax's own passes from fused dataflow to VM code (what ``tvm.compile`` runs last)."""
+    if target.kind.name == "llvm":  # TVM 0.27's dispatcher misses the CPU backend's dataflow passes
+        from tvm.relax.backend.cpu_generic import pipeline as backend  # pylint: disable=import-outside-toplevel
+    else:
+        backend = relax_pipeline
+    return [*backend.dataflow_lower_passes(target), *backend.finalize_passes(target)]
+
+
+def untuned_tasks(database: ms.Database, lowered: IRModule, target: Target) -> list[str]:
+    """Tasks without a record that built and ran: they will run their untuned kernel."""
+    missing = []
+    for task in extract_tasks(lowered, target):
+        records = database.get_top_k(database.commit_workload(task.dispatched[0]), 1) if database.has_workload(
+            task.dispatched[0]) else []
+        if not records or record_seconds(records[0].run_secs) == float("inf"):
+            missing.append(task.task_name)
+    return missing
+
+
+def compile_model(database: ms.Database, mod: IRModule, params: Mapping[str, Any] | None, target: Target):
+    """Compile the model with the database's best schedules into a ``relax.VirtualMachine`` executable.
+
+    Tasks the database has no valid record for keep their untuned kernel, with a warning. Weight
+    re-layouts the schedules ask for are split out and folded into the constants here, once.
+    """
+    ensure_registered()
+    lowered = lower_for_tuning(mod, params, target)
+    missing = untuned_tasks(database, lowered, target)
+    if missing:
+        warnings.warn(
+            f"{len(missing)} task(s) have no tuned schedule and run untuned (slow) kernels: {', '.join(missing)}; "
+            "tune them with more trials",
+            stacklevel=2,
+        )
+    @tvm.transform.module_pass(opt_level=0)
+    def apply_and_lower(mod: IRModule, _ctx) -> IRModule:
+        passes = [
+            relax.transform.MetaScheduleApplyDatabase(),
+            relax.transform.SplitLayoutRewritePreproc(),
+            relax.transform.FoldConstant(),
+            *_lowering_passes(target),
+        ]
+        return tvm.transform.Sequential(passes)(mod)
+
+    with target, database, tvm.transform.PassContext(opt_level=3):
+        return relax.build(lowered, target=target, relax_pipeline=apply_and_lower)

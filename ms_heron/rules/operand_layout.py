@@ -1,0 +1,177 @@
+"""Operand layouts a tensor intrinsic can read in place, and the weight re-layout when it cannot.
+
+A tensor intrinsic's description reads small dense tiles (VNNI: ``B[16, 4]`` -- 16 output lanes by
+4 reduction steps, contiguous). A model's weight is usually stored differently (a Relax ``matmul``
+reads ``B[k, n]``), so tensorizing it in place would fail at the final ``tensorize``. When that
+weight is *layout-free* (a constant the compiler may re-lay out: Relax's
+``AttachAttrLayoutFreeBuffers`` marks them), the rule rewrites it to the packed layout the intrinsic
+reads -- ``[..., n // 16, k // 4, n % 16, k % 4]`` for VNNI -- through a copy block marked
+``meta_schedule.layout_rewrite_preproc``. MetaSchedule's builder drops that block when measuring
+(the weight arrives packed), and Relax's ``SplitLayoutRewritePreproc`` turns it into a weight
+transform that ``FoldConstant`` runs once at compile time. This is MetaSchedule's own layout-rewrite
+mechanism (its ``RewriteLayout`` postproc), driven by the intrinsic's needs instead of the tiling.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tvm import tirx
+from tvm.s_tir import Schedule, SBlockRealize
+from tvm.s_tir.schedule import SBlockRV
+
+#: Block annotation of the copy that re-lays out a weight (MetaSchedule and Relax read this key).
+LAYOUT_REWRITE_PREPROC = "meta_schedule.layout_rewrite_preproc"
+
+
+@dataclass
+class Operand:
+    """One buffer access of the block, matched against the intrinsic's access to the same role."""
+
+    buffer: tirx.Buffer
+    read_index: int | None  # index among the block's reads; None for the written buffer
+    indices: list  # the block's index expressions into ``buffer``
+    tile_vars: list  # block iterators the intrinsic's access uses, in its order
+    tile_shape: list[int]  # the intrinsic buffer's shape
+
+    def in_place(self) -> bool:
+        """The intrinsic's tile is the buffer's trailing dims, dense: it can be read as it is."""
+        n = len(self.tile_vars)
+        trailing = self.indices[len(self.indices) - n :]
+        if len(self.indices) < n or not all(_is_var(i, v) for i, v in zip(trailing, self.tile_vars)):
+            return False
+        shape = [int(s) for s in self.buffer.shape[len(self.indices) - n :]]
+        return shape[1:] == self.tile_shape[1:]
+
+    def packed_index_map(self):
+        """``lambda *idx: [outer dims, tile dims]`` with each tiled dim split by its tile extent."""
+        dims = {}
+        for var, extent in zip(self.tile_vars, self.tile_shape):
+            dims[next(d for d, i in enumerate(self.indices) if _is_var(i, var))] = extent
+
+        def index_map(*idx):
+            outer = [idx[d] // dims[d] if d in dims else idx[d] for d in range(len(idx))]
+            return [*outer, *(idx[d] % extent for d, extent in dims.items())]
+
+        return index_map
+
+    def packable(self) -> bool:
+        """Every index a bare iterator, each tiled dim once and divisible by its tile extent."""
+        if not all(isinstance(i, tirx.Var) for i in self.indices):
+            return False
+        for var, extent in zip(self.tile_vars, self.tile_shape):
+            dims = [d for d, i in enumerate(self.indices) if _is_var(i, var)]
+            if len(dims) != 1 or int(self.buffer.shape[dims[0]]) % extent:
+                return False
+        return True
+
+
+def _is_var(expr, var) -> bool:
+    return isinstance(expr, tirx.Var) and expr.same_as(var)
+
+
+def _realize(sch: Schedule, block: SBlockRV) -> SBlockRealize | None:
+    """The realize of ``block`` directly under its innermost loop (its iterator bindings)."""
+    loops = sch.get_loops(block)
+    if not loops:
+        return None
+    body = sch.get(loops[-1]).body
+    for stmt in getattr(body, "seq", [body]):
+        if isinstance(stmt, SBlockRealize) and stmt.block.same_as(sch.get(block)):
+            return stmt
+    return None
+
+
+def _desc_accesses(desc) -> tuple[dict, list[tuple[tirx.Buffer, list, bool]]]:
+    """The description's loop var -> block iter map, and its (buffer, indices, is_write) accesses
+    (the accumulator, read and written, counts once, as written)."""
+    realize = desc.body.block.body
+    while not isinstance(realize, SBlockRealize):
+        realize = realize.body
+    block = realize.block
+    iter_of_loop = {}
+    for iv, value in zip(block.iter_vars, realize.iter_values):
+        iter_of_loop[value] = iv.var
+    written = [w.source for w in block.writes]
+    accesses = [(r.source, [rng.min for rng in r.region], False) for r in block.reads if r.source not in written]
+    accesses += [(w.source, [rng.min for rng in w.region], True) for w in block.writes]
+    return iter_of_loop, accesses
+
+
+def match_operands(sch: Schedule, block: SBlockRV, desc, tensorize_info) -> list[Operand] | None:
+    """The block's operands in the roles of the description's buffers (None if unclear).
+
+    ``tensorize_info`` is TVM's loop mapping (``get_tensorize_loop_mapping``): block loops to
+    description loops; the bindings of both blocks turn that into iterator to iterator.
+    """
+    realize = _realize(sch, block)
+    if realize is None:
+        return None
+    block_iter_of_loop = {
+        value: iv.var for iv, value in zip(realize.block.iter_vars, realize.iter_values) if isinstance(value, tirx.Var)
+    }
+    desc_iter_of_loop, desc_accesses = _desc_accesses(desc)
+    to_block_iter = {}
+    for sref, desc_loop in tensorize_info.loop_map.items():
+        block_var = next((v for lv, v in block_iter_of_loop.items() if lv.same_as(sref.stmt.loop_var)), None)
+        desc_var = next((v for lv, v in desc_iter_of_loop.items() if lv.same_as(desc_loop.loop_var)), None)
+        if block_var is None or desc_var is None:
+            return None
+        to_block_iter[desc_var] = block_var
+    blk = realize.block
+    mapped = list(to_block_iter.values())
+    regions = [(r, i) for i, r in enumerate(blk.reads)] + [(w, None) for w in blk.writes]
+    operands = []
+    for buf, desc_indices, is_write in desc_accesses:
+        tile_vars = [next((b for d, b in to_block_iter.items() if d.same_as(i)), None) for i in desc_indices]
+        if any(v is None for v in tile_vars):
+            return None
+        candidates = [
+            (r, i) for r, i in regions if (i is None) == is_write and _positions(_used_vars(r), mapped) == _positions(tile_vars, mapped)
+        ]
+        if len(candidates) != 1:
+            return None
+        region, read_index = candidates[0]
+        operands.append(
+            Operand(region.source, read_index, [rng.min for rng in region.region], tile_vars, [int(s) for s in buf.shape])
+        )
+    return operands
+
+
+def _positions(variables, mapped: list) -> set[int]:
+    """Positions in ``mapped`` (the intrinsic-mapped block iterators) of ``variables``."""
+    return {p for p, m in enumerate(mapped) if any(v.same_as(m) for v in variables)}
+
+
+def _used_vars(region) -> list:
+    return [v for rng in region.region for v in tirx.analysis.undefined_vars(rng.min)]
+
+
+def is_layout_free(sch: Schedule, buffer: tirx.Buffer) -> bool:
+    """Whether ``buffer`` is a parameter the compiler may re-lay out (a constant weight; Relax's
+    ``AttachAttrLayoutFreeBuffers`` lists them in the ``layout_free_buffers`` function attribute)."""
+    func = sch.mod["main"]
+    indices = func.attrs.get("layout_free_buffers", []) if func.attrs is not None else []
+    # TVM 0.27: a parameter is a buffer-typed Var; its buffer's data is ``tirx.buffer_data(param)``.
+    data = buffer.data
+    param = data.args[0] if getattr(getattr(data, "op", None), "name", "") == "tirx.buffer_data" else data
+    return any(func.params[int(i)].same_as(param) for i in indices)
+
+
+def prepare_operands(sch: Schedule, block: SBlockRV, operands: list[Operand]) -> bool:
+    """Make every operand readable in place, packing layout-free weights; False if impossible.
+
+    Checks first and changes the schedule only when all operands will fit.
+    """
+    to_pack = []
+    for op in operands:
+        if op.in_place():
+            continue
+        if op.read_index is None or not is_layout_free(sch, op.buffer) or not op.packable():
+            return False
+        to_pack.append(op)
+    for op in to_pack:
+        copy = sch.cache_read(block, op.read_index, "global")
+        sch.annotate(copy, LAYOUT_REWRITE_PREPROC, 1)
+        sch.transform_layout(block, ("read", op.read_index), op.packed_index_map())
+    return True
