@@ -23,6 +23,7 @@ from tvm.target import Target
 
 from .builder import local_builder
 from .intrinsics import ensure_registered
+from .quantized import keep_int8_matmuls
 from .search import HeronSearch
 from .space import HeronSpace
 from .targets import is_cpu, num_cores
@@ -111,6 +112,7 @@ def lower_for_tuning(mod: IRModule, params: Mapping[str, Any] | None, target: Ta
                 *relax_pipeline.library_dispatch_passes(target),
                 relax.transform.DecomposeOpsForInference(),
                 relax.transform.CanonicalizeBindings(),
+                keep_int8_matmuls,
                 relax.transform.LegalizeOps(),
                 relax.transform.AnnotateTIROpPattern(),
                 relax.transform.FoldConstant(),
