@@ -1,4 +1,4 @@
-"""What a user would otherwise run for the same GEMM: ONNX Runtime (int8) and numpy (fp32).
+"""What a user would otherwise run: ONNX Runtime (int8 GEMM, whole ONNX models) and numpy (fp32 GEMM).
 
 Timed like ms_heron's kernels (median of repeats after a warm-up), on the same number of threads.
 ONNX Runtime is an optional dependency (the ``bench`` extra); a clear error says how to get it.
@@ -30,16 +30,36 @@ def _median_seconds(fn, repeat: int = 10, min_repeat_s: float = 0.1) -> float:
     return float(np.median(samples))
 
 
-def onnxruntime_matmul_integer_seconds(M: int, N: int, K: int, threads: int) -> float:
-    """Latency of ONNX Runtime's ``MatMulInteger`` (u8 [M, K] x s8 [K, N] -> s32), the int8 GEMM users reach for."""
+def _onnx_modules():
     try:
         import onnx  # pylint: disable=import-outside-toplevel
         import onnxruntime as ort  # pylint: disable=import-outside-toplevel
-        from onnx import TensorProto, helper  # pylint: disable=import-outside-toplevel
     except ImportError as err:
         raise BaselineUnavailable(
             "the ONNX Runtime baseline needs onnxruntime and onnx: pip install 'ms-heron[bench]'"
         ) from err
+    return onnx, ort
+
+
+def onnxruntime_session(model, threads: int):
+    """An ONNX Runtime CPU session on ``threads`` threads (all graph optimizations on, its default)."""
+    _, ort = _onnx_modules()
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
+def onnxruntime_model(model, inputs: dict[str, np.ndarray], threads: int) -> tuple[list[np.ndarray], float]:
+    """ONNX Runtime's outputs for ``inputs`` and its median latency on the same model."""
+    sess = onnxruntime_session(model, threads)
+    return sess.run(None, inputs), _median_seconds(lambda: sess.run(None, inputs))
+
+
+def onnxruntime_matmul_integer_seconds(M: int, N: int, K: int, threads: int) -> float:
+    """Latency of ONNX Runtime's ``MatMulInteger`` (u8 [M, K] x s8 [K, N] -> s32), the int8 GEMM users reach for."""
+    onnx, _ = _onnx_modules()
+    helper, TensorProto = onnx.helper, onnx.TensorProto
     graph = helper.make_graph(
         [helper.make_node("MatMulInteger", ["A", "B"], ["C"])],
         "int8_gemm",
@@ -52,10 +72,7 @@ def onnxruntime_matmul_integer_seconds(M: int, N: int, K: int, threads: int) -> 
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = min(model.ir_version, 9)
     onnx.checker.check_model(model)
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    sess = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    sess = onnxruntime_session(model, threads)
     rng = np.random.default_rng(0)
     feeds = {
         "A": rng.integers(0, 256, (M, K), dtype=np.uint8),

@@ -4,6 +4,8 @@
   ``MatMulInteger`` in the same run;
 * ``tune``: tune a workload into a work dir with live progress, a wall-clock budget and an
   optional MetaSchedule baseline; re-running it on the same work dir resumes;
+* ``tune-model``: tune every kernel of an ONNX model through Relax, save the compiled model and
+  compare it with ONNX Runtime on the same file;
 * ``report`` / ``show``: what a work dir found, as markdown + PNG, or as TVMScript + trace.
 
 Errors a user can fix are printed as one line, exit code 2.
@@ -23,6 +25,7 @@ from . import workloads
 from .session import TRIALS_PER_ROUND, RunError, RunSpec, TuningRun, summary_rows
 from .targets import TargetError, cpu_name, num_cores, parse_target, require_vnni
 from .tune import NoValidRecord
+from .relax import ModelError
 
 
 class UsageError(ValueError):
@@ -30,7 +33,7 @@ class UsageError(ValueError):
 
 
 #: Errors whose message already names the fix: shown without a traceback.
-_USER_ERRORS = (TargetError, workloads.WorkloadError, RunError, NoValidRecord, UsageError)
+_USER_ERRORS = (TargetError, workloads.WorkloadError, RunError, NoValidRecord, UsageError, ModelError)
 
 
 def _quiet_metaschedule(verbose: bool) -> None:
@@ -187,6 +190,101 @@ def _tune(args: argparse.Namespace) -> int:
     return 0
 
 
+def _input_shapes(items: list[str] | None) -> dict[str, tuple[int, ...]]:
+    shapes = {}
+    for item in items or []:
+        match = re.fullmatch(r"([^:]+):(\d+(?:,\d+)*)", item)
+        if not match:
+            raise UsageError(f"--input-shape takes NAME:DIMS items such as x:1,128, got {item!r}")
+        shapes[match.group(1)] = tuple(int(d) for d in match.group(2).split(","))
+    return shapes
+
+
+class _ModelProgressLine:
+    """One line per measured round of model tuning: trials, the task just measured, model estimate."""
+
+    def __init__(self, tasks: list[str]):
+        self.tasks = tasks
+
+    def __call__(self, r) -> None:
+        best = r.best_seconds[r.task]
+        model = r.model_seconds()
+        print(
+            f"  {r.trials:4d}/{r.max_trials} trials | task {self.tasks.index(r.task) + 1}/{len(self.tasks)} {r.task}: "
+            f"best {best * 1e3:.4f} ms | model ~{f'{model * 1e3:.3f} ms' if model < math.inf else '? (tasks untried)'} "
+            f"| {_clock(r.elapsed_s)}",
+            flush=True,
+        )
+
+
+def _tune_model(args: argparse.Namespace) -> int:
+    # pylint: disable=import-outside-toplevel
+    from pathlib import Path
+
+    import numpy as np
+
+    from .baselines import BaselineUnavailable, onnxruntime_model
+    from .relax import compile_model, extract_tasks, from_onnx, lower_for_tuning, run_model, time_model, tune_model
+
+    path = Path(args.model)
+    if not path.is_file():
+        raise UsageError(f"no ONNX model at {path}")
+    if args.trials < 1 or args.round_size < 1:
+        raise UsageError("--trials and --round-size must be at least 1")
+    budget_s = parse_duration(args.time_budget) if args.time_budget else None
+    target = parse_target(args.target)
+    mod = from_onnx(path, _input_shapes(args.input_shape))
+    work_dir = Path(args.work_dir or f"ms_heron_models/{path.stem}")
+    output = Path(args.output or work_dir / f"{path.stem}_tuned.so")
+    try:
+        work_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UsageError(f"cannot create the work dir {work_dir}: {err.strerror}; pass a writable --work-dir") from err
+    tasks = [t.task_name for t in extract_tasks(lower_for_tuning(mod, None, target), target)]
+    print(f"ms-heron tune-model: {path.name}, {len(tasks)} tasks, {args.trials} trials on {cpu_name(target)}; records in {work_dir}")
+    _quiet_metaschedule(args.verbose)
+    start = time.perf_counter()
+    db = tune_model(mod, None, target, str(work_dir), args.trials, num_trials_per_iter=args.round_size,
+                    seed=args.seed, on_round=_ModelProgressLine(tasks), time_budget_s=budget_s)
+    tuning_s = time.perf_counter() - start
+    executable = compile_model(db, mod, None, target)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    executable.export_library(str(output))
+    rng = np.random.default_rng(args.seed)
+    inputs = {p.name: _random_input(rng, p) for p in mod["main"].params}
+    outputs, tuned_s = run_model(executable, inputs), time_model(executable, inputs)
+    print(f"tuned in {tuning_s:.0f} s; compiled model: {output} (load with tvm.runtime.load_module, run with relax.VirtualMachine)")
+    print(f"{'ms_heron (tuned)':28s}{tuned_s * 1e3:10.3f} ms")
+    try:
+        import onnx
+
+        ort_outputs, ort_s = onnxruntime_model(onnx.load(str(path)), dict(zip(_onnx_input_names(path), inputs.values())),
+                                               threads=num_cores(target))
+    except BaselineUnavailable as err:
+        print(f"note: {err}")
+        return 0
+    diff = max(float(np.abs(a - b).max()) for a, b in zip(outputs, ort_outputs))
+    print(f"{'ONNX Runtime':28s}{ort_s * 1e3:10.3f} ms")
+    print(f"speed-up over ONNX Runtime: {ort_s / tuned_s:.2f}x; max abs difference of the outputs: {diff:.3g}")
+    return 0
+
+
+def _random_input(rng, param):
+    """A deterministic input for a Relax parameter: normal floats, small non-negative integers."""
+    shape, dtype = [int(d) for d in param.ty.shape.values], str(param.ty.dtype)
+    if dtype.startswith("float"):
+        return rng.standard_normal(shape).astype(dtype)
+    return rng.integers(0, 8, size=shape).astype(dtype)
+
+
+def _onnx_input_names(path) -> list[str]:
+    import onnx  # pylint: disable=import-outside-toplevel
+
+    graph = onnx.load(str(path)).graph
+    weights = {i.name for i in graph.initializer}
+    return [i.name for i in graph.input if i.name not in weights]
+
+
 def _print_table(workload: workloads.Workload, arms: list) -> None:
     rows = summary_rows([r.state() for _, r in arms], workload.ops)
     print(f"\n{'':22s}" + "".join(f"{label:>24s}" for label, _ in arms))
@@ -246,6 +344,19 @@ def _parser() -> argparse.ArgumentParser:
     )
     tune.add_argument("-v", "--verbose", action="store_true", help="show MetaSchedule's per-round logs")
     tune.set_defaults(run=_tune)
+
+    model = sub.add_parser("tune-model", help="tune every kernel of an ONNX model, compile it, compare with ONNX Runtime")
+    model.add_argument("model", help="an .onnx file")
+    model.add_argument("--input-shape", nargs="+", metavar="NAME:DIMS", help="static shapes for symbolic inputs, e.g. x:1,128")
+    model.add_argument("--trials", type=int, default=200, help="measured candidates over all tasks (default 200)")
+    model.add_argument("--time-budget", help="wall-clock limit such as 30m; rounds in flight finish first")
+    model.add_argument("--target", default="host", help='"host" (default), a tag, or a JSON target dict')
+    model.add_argument("--work-dir", help="database and logs (default: ms_heron_models/<model>); re-run to add trials")
+    model.add_argument("--output", help="compiled model library (default: <work-dir>/<model>_tuned.so)")
+    model.add_argument("--round-size", type=int, default=16, help="candidates measured per task round (default 16)")
+    model.add_argument("--seed", type=int, default=0)
+    model.add_argument("-v", "--verbose", action="store_true", help="show MetaSchedule's per-round logs")
+    model.set_defaults(run=_tune_model)
 
     report = sub.add_parser("report", help="markdown summary and PNG tuning curve of a work dir")
     report.add_argument("work_dir")

@@ -9,27 +9,28 @@ the VNNI intrinsic reads packed) are re-laid out once at compile time, not on ev
 
 from __future__ import annotations
 
-import logging
 import os
+import time
 import warnings
-from typing import Any, Mapping
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
 
 import numpy as np
 import tvm
 from tvm import IRModule, relax
+from tvm.ir.utils import derived_object
 from tvm.relax import pipeline as relax_pipeline
+from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 from tvm.s_tir import meta_schedule as ms
 from tvm.target import Target
 
 from .builder import local_builder
 from .intrinsics import ensure_registered
 from .quantized import keep_int8_matmuls
-from .search import HeronSearch
+from .search import HeronSearch, WatchedSearch
 from .space import HeronSpace
 from .targets import is_cpu, num_cores
-from .tune import _drop_unnamed_log_handlers, record_seconds
-
-logger = logging.getLogger(__name__)
+from .tune import drop_unnamed_log_handlers, open_database, record_seconds
 
 
 class ModelError(ValueError):
@@ -128,6 +129,45 @@ def extract_tasks(lowered: IRModule, target: Target) -> list[ms.ExtractedTask]:
     return list(ms.relax_integration.extract_tasks(lowered, target))
 
 
+@dataclass
+class ModelRound:
+    """Where model tuning stands after one measured round of one task."""
+
+    task: str
+    trials: int  # measured so far, all tasks
+    max_trials: int
+    best_seconds: dict[str, float]  # per task, inf until one candidate ran
+    weights: dict[str, float]  # how often the model calls each task
+    elapsed_s: float
+
+    def model_seconds(self) -> float:
+        """Estimated model latency: tasks' best kernels times their call counts (inf if any is missing)."""
+        return sum(self.weights[t] * s for t, s in self.best_seconds.items())
+
+
+@derived_object
+class _ReportRounds(PyMeasureCallback):
+    """Measure callback that turns MetaSchedule's per-task rounds into :class:`ModelRound` reports."""
+
+    def __init__(self, on_round: Callable[[ModelRound], None], max_trials: int):
+        self.on_round, self.max_trials = on_round, max_trials
+        self.started, self.trials = time.monotonic(), 0
+        self.best: dict[str, float] = {}
+        self.weights: dict[str, float] = {}
+
+    def apply(self, task_scheduler, task_id, _candidates, _builder_results, runner_results) -> None:
+        if not self.best:
+            for record in task_scheduler.tasks_:
+                self.best[record.ctx.task_name] = float("inf")
+                self.weights[record.ctx.task_name] = float(record.task_weight)
+        name = task_scheduler.tasks_[task_id].ctx.task_name
+        self.trials += len(runner_results)
+        for result in runner_results:
+            self.best[name] = min(self.best[name], record_seconds(result.run_secs))
+        self.on_round(ModelRound(name, self.trials, self.max_trials, dict(self.best), self.weights,
+                                 time.monotonic() - self.started))
+
+
 def tune_model(
     mod: IRModule,
     params: Mapping[str, Any] | None,
@@ -140,17 +180,31 @@ def tune_model(
     space: Any = None,
     strategy: Any = None,
     seed: int | None = None,
+    on_round: Callable[[ModelRound], None] | None = None,
+    time_budget_s: float | None = None,
     **tune_kwargs: Any,
 ) -> ms.Database:
     """Tune every task of the model; ``max_trials`` in total, shared by MetaSchedule's gradient task
     scheduler. ``space``/``strategy`` default to HeronSpace/HeronSearch; pass "post-order-apply" /
-    "evolutionary" for MetaSchedule's defaults. Records go to a JSONDatabase in ``work_dir``."""
+    "evolutionary" for MetaSchedule's defaults. Records go to a JSONDatabase in ``work_dir``; running
+    again on the same ``work_dir`` adds trials, and HeronSearch starts from the records there.
+
+    ``on_round`` is called after every measured round; ``time_budget_s`` stops starting new rounds
+    once that much wall-clock time has passed (each task still gets its first round).
+    """
     ensure_registered()
     if is_cpu(target):
         num_cores(target)  # raises early with the fix when num-cores is missing
         tune_kwargs.setdefault("builder", local_builder())
+    strategy = HeronSearch() if strategy is None else strategy
+    if time_budget_s is not None:
+        strategy = WatchedSearch(strategy, deadline=time.monotonic() + time_budget_s)
+    if on_round is not None:
+        tune_kwargs["measure_callbacks"] = [*ms.MeasureCallback.create("default"), _ReportRounds(on_round, max_trials)]
+    os.makedirs(work_dir, exist_ok=True)
+    tune_kwargs.setdefault("database", open_database(work_dir))
     lowered = lower_for_tuning(mod, params, target)
-    _drop_unnamed_log_handlers()
+    drop_unnamed_log_handlers()
     return ms.relax_integration.tune_relax(
         lowered,
         params={},
@@ -160,7 +214,7 @@ def tune_model(
         max_trials_per_task=max_trials_per_task,
         num_trials_per_iter=num_trials_per_iter,
         space=HeronSpace() if space is None else space,
-        strategy=HeronSearch() if strategy is None else strategy,
+        strategy=strategy,
         seed=seed,
         **tune_kwargs,
     )
@@ -213,3 +267,17 @@ def compile_model(database: ms.Database, mod: IRModule, params: Mapping[str, Any
 
     with target, database, tvm.transform.PassContext(opt_level=3):
         return relax.build(lowered, target=target, relax_pipeline=apply_and_lower)
+
+
+def run_model(executable, inputs: Mapping[str, np.ndarray], func: str = "main") -> list[np.ndarray]:
+    """Run a compiled model on the CPU; its outputs as numpy arrays (a tuple output gives several)."""
+    vm = relax.VirtualMachine(executable, tvm.cpu())
+    out = vm[func](*[tvm.runtime.tensor(v) for v in inputs.values()])
+    return [o.numpy() for o in out] if not isinstance(out, tvm.runtime.Tensor) else [out.numpy()]
+
+
+def time_model(executable, inputs: Mapping[str, np.ndarray], func: str = "main", repeat: int = 10) -> float:
+    """Median seconds per call of a compiled model (after a warm-up), inputs already on the device."""
+    vm = relax.VirtualMachine(executable, tvm.cpu())
+    args = [tvm.runtime.tensor(v) for v in inputs.values()]
+    return float(vm.time_evaluator(func, tvm.cpu(), number=1, repeat=repeat, min_repeat_ms=100)(*args).median)

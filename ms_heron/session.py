@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -28,15 +27,13 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.target import Target
 
 from . import workloads
-from .intrinsics import ensure_registered
 from .search import HeronSearch, WatchedSearch
 from .space import HeronSpace
 from .targets import target_json
-from .tune import record_seconds, tune_workload
+from .tune import DATABASE_FILES, cut_torn_line, open_database, record_seconds, tune_workload
 
 RUN_FILE = "ms_heron_run.json"
 PROGRESS_FILE = "progress.jsonl"
-DATABASE_FILES = ("database_workload.json", "database_tuning_record.json")
 BASELINE_DIR = "baseline"
 #: Candidates measured per round (MetaSchedule's num_trials_per_iter): enough for the cost models
 #: to learn from each round, few enough that a killed run loses little.
@@ -148,17 +145,14 @@ class TuningRun:
     # -- reading ------------------------------------------------------------------------------
 
     def database(self) -> ms.database.JSONDatabase:
-        ensure_registered()  # records name ms_heron's VNNI intrinsic; loading them needs it
-        for name in DATABASE_FILES:
-            _cut_torn_line(self.work_dir / name)
-        return ms.database.JSONDatabase(work_dir=str(self.work_dir))
+        return open_database(self.work_dir)
 
     def seconds(self) -> list[float]:
         """Mean seconds of every record in the order measured (inf: failed)."""
         path = self.work_dir / DATABASE_FILES[1]
         if not path.exists():
             return []
-        _cut_torn_line(path)
+        cut_torn_line(path)
         # The file, not the database: JSONDatabase hands records back sorted by speed.
         # A line is [workload index, [trace, run_secs, target, arg info]].
         lines = [line for line in path.read_text().splitlines() if line.strip()]
@@ -168,7 +162,7 @@ class TuningRun:
         path = self.work_dir / PROGRESS_FILE
         if not path.exists():
             return []
-        _cut_torn_line(path)
+        cut_torn_line(path)
         rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
         return [Progress(r["trials"], r["valid"], float(r["best_seconds"]), r["elapsed_s"]) for r in rows]
 
@@ -232,15 +226,3 @@ def _read_spec(run_file: Path) -> RunSpec:
         return RunSpec(**json.loads(run_file.read_text()))
     except (ValueError, TypeError) as err:
         raise RunError(f"{run_file} is not an ms-heron run file ({err}); use another --work-dir") from err
-
-
-def _cut_torn_line(path: Path) -> None:
-    """Drop a last line a killed process left half-written (every complete line ends in a newline)."""
-    if not path.exists():
-        return
-    data = path.read_bytes()
-    if data and not data.endswith(b"\n"):
-        with open(path, "r+b") as f:
-            f.truncate(data.rfind(b"\n") + 1)
-            f.flush()
-            os.fsync(f.fileno())

@@ -7,6 +7,8 @@ the fast builder, and a clear error when the database holds no valid record.
 from __future__ import annotations
 
 import logging
+import os
+from pathlib import Path
 from typing import Any
 
 from tvm.s_tir import Schedule
@@ -27,6 +29,31 @@ def record_seconds(run_secs) -> float:
     """Mean measured seconds of a tuning record's ``run_secs``; inf when it failed to build or run."""
     secs = [float(x) for x in run_secs or []]
     return sum(secs) / len(secs) if secs and max(secs) < FAILED_RUN_SECS else float("inf")
+
+
+#: The two files of MetaSchedule's JSONDatabase in a work dir.
+DATABASE_FILES = ("database_workload.json", "database_tuning_record.json")
+
+
+def open_database(work_dir: str | Path) -> ms.database.JSONDatabase:
+    """The JSONDatabase in ``work_dir``, readable after a killed run (torn last lines are cut)
+    and with the intrinsics its records name registered."""
+    ensure_registered()
+    for name in DATABASE_FILES:
+        cut_torn_line(Path(work_dir) / name)
+    return ms.database.JSONDatabase(work_dir=str(work_dir))
+
+
+def cut_torn_line(path: Path) -> None:
+    """Drop a last line a killed process left half-written (every complete line ends in a newline)."""
+    if not path.exists():
+        return
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        with open(path, "r+b") as f:
+            f.truncate(data.rfind(b"\n") + 1)
+            f.flush()
+            os.fsync(f.fileno())
 
 
 class NoValidRecord(RuntimeError):
@@ -52,7 +79,7 @@ def tune_workload(
     if is_cpu(target):
         num_cores(target)  # raises early with the fix when num-cores is missing
         tune_tir_kwargs.setdefault("builder", local_builder())
-    _drop_unnamed_log_handlers()
+    drop_unnamed_log_handlers()
     return ms.tune_tir(
         workload.func,
         target,
@@ -66,7 +93,7 @@ def tune_workload(
     )
 
 
-def _drop_unnamed_log_handlers() -> None:
+def drop_unnamed_log_handlers() -> None:
     """MetaSchedule re-configures its logger by handler *name* on every tune and crashes on a
     handler without one (pytest's log capture leaves such handlers behind between tunes)."""
     logger = logging.getLogger("tvm.s_tir.meta_schedule")

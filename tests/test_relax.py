@@ -1,0 +1,132 @@
+"""Whole models through Relax: nn.Module and ONNX import, tuning, compilation, fallback, bad input."""
+
+import re
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import onnx
+import pytest
+import tvm
+from onnx import TensorProto, helper
+from tvm.relax.frontend import nn
+from tvm.s_tir import meta_schedule as ms
+
+from ms_heron import models
+from ms_heron.baselines import onnxruntime_model
+from ms_heron.relax import ModelError, compile_model, from_onnx, run_model, tune_model
+from ms_heron.tune import open_database
+
+
+class _TwoLayer(nn.Module):
+    def __init__(self):
+        self.fc1 = nn.Linear(32, 64)
+        self.fc2 = nn.Linear(64, 16)
+
+    def forward(self, x):
+        return self.fc2(nn.relu(self.fc1(x)))
+
+
+def _two_layer():
+    """The module (its function is ``forward``, not ``main``), weights, an input and numpy's answer."""
+    mod, named = _TwoLayer().export_tvm(spec={"forward": {"x": nn.spec.Tensor((8, 32), "float32")}})
+    rng = np.random.default_rng(0)
+    params = {name: (rng.standard_normal([int(d) for d in p.shape]) / 8).astype("float32") for name, p in named}
+    x = rng.standard_normal((8, 32)).astype("float32")
+    hidden = np.maximum(x @ params["fc1.weight"].T + params["fc1.bias"], 0)
+    return mod, params, x, hidden @ params["fc2.weight"].T + params["fc2.bias"]
+
+
+def test_nn_module_tunes_compiles_and_matches_numpy(tmp_path, cpu_target):
+    mod, params, x, expected = _two_layer()
+    rounds = []
+    db = tune_model(mod, params, cpu_target, str(tmp_path), 8, num_trials_per_iter=4, seed=0, on_round=rounds.append)
+    assert len({r.task for r in rounds}) == 2 and all(r.task.startswith("fused_matmul") for r in rounds)
+    assert rounds[-1].trials >= 8 and rounds[-1].model_seconds() < float("inf")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # every task has a tuned kernel: no fallback warning
+        executable = compile_model(db, mod, params, cpu_target)
+    (got,) = run_model(executable, {"x": x}, func="forward")
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)  # fp32, summation order differs
+
+
+def test_failed_tasks_fall_back_to_untuned_kernels(tmp_path, cpu_target):
+    """Every candidate is killed by a real runner timeout: compile warns, and the model still runs right."""
+    mod, params, x, expected = _two_layer()
+    db = tune_model(mod, params, cpu_target, str(tmp_path), 4, num_trials_per_iter=2, seed=0,
+                    runner=ms.runner.LocalRunner(timeout_sec=1e-4))
+    with pytest.warns(UserWarning, match=r"2 task\(s\) have no tuned schedule"):
+        executable = compile_model(db, mod, params, cpu_target)
+    (got,) = run_model(executable, {"x": x}, func="forward")
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_int8_onnx_model_through_the_cli_reaches_vnni_and_matches_onnxruntime(tmp_path, cpu_target):
+    """MatMulInteger layers (u8 with zero point x s8) become VNNI kernels with weights packed at compile time."""
+    model = models.mlp(int8=True)
+    path = tmp_path / "mlp.onnx"
+    onnx.save(model.proto, path)
+    proc = subprocess.run(
+        [sys.executable, "-m", "ms_heron.cli", "tune-model", str(path), "--trials", "12", "--round-size", "4",
+         "--work-dir", str(tmp_path / "wd")],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert re.search(r"task 3/3 .*: best [\d.]+ ms", proc.stdout), proc.stdout
+    match = re.search(r"max abs difference of the outputs: ([\d.e+-]+)", proc.stdout)
+    assert match and float(match.group(1)) < 1e-5, proc.stdout
+
+    vm = tvm.relax.VirtualMachine(tvm.runtime.load_module(str(tmp_path / "wd" / "mlp_tuned.so")), tvm.cpu())
+    got = vm["main"](tvm.runtime.tensor(model.inputs["x"])).numpy()
+    (expected,), _ = onnxruntime_model(model.proto, model.inputs, threads=2)
+    # Same integer arithmetic; only the final fp32 rescale may round differently.
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-5)
+
+    mod = from_onnx(model.proto, model.input_shapes())
+    executable = compile_model(open_database(tmp_path / "wd"), mod, None, cpu_target)
+    assert "vpdpbusd" in executable.mod.imports[0].inspect_source("asm")
+    assert "layout_rewrite" not in executable.as_text()  # weights were re-laid out once, at compile time
+
+
+def _matmul_model(nodes, x_shape, extra_inputs=()):
+    graph = helper.make_graph(
+        nodes, "m", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape), *extra_inputs],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        initializer=[onnx.numpy_helper.from_array(np.ones((4, 4), np.float32), "w")],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_dynamic_onnx_input_needs_a_static_shape():
+    model = _matmul_model([helper.make_node("MatMul", ["x", "w"], ["y"])], ["batch", 4])
+    with pytest.raises(ModelError, match=r"input 'x' .* dynamic shape .*--input-shape x:"):
+        from_onnx(model)
+    mod = from_onnx(model, {"x": (3, 4)})  # the fix the message names
+    assert [int(d) for d in mod["main"].params[0].ty.shape.values] == [3, 4]
+
+
+def test_onnx_operator_relax_cannot_import_is_named():
+    model = _matmul_model([helper.make_node("MatMul", ["x", "w"], ["t"]),
+                           helper.make_node("Einsum", ["t"], ["y"], equation="ij->ji")], [2, 4])
+    model.graph.node[1].op_type = "NoSuchOperator"
+    with pytest.raises(ModelError, match="NoSuchOperator.*Relax cannot import"):
+        from_onnx(model)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["missing.onnx"], "no ONNX model at missing.onnx"),
+        (["{model}", "--input-shape", "x=2,4"], "--input-shape takes NAME:DIMS"),
+        (["{model}", "--input-shape", "y:2,4"], "names y, but the model's inputs are x"),
+    ],
+)
+def test_tune_model_rejects_bad_input_in_one_line(tmp_path, args, message):
+    path = tmp_path / "m.onnx"
+    onnx.save(_matmul_model([helper.make_node("MatMul", ["x", "w"], ["y"])], ["batch", 4]), path)
+    proc = subprocess.run([sys.executable, "-m", "ms_heron.cli", "tune-model", *[a.format(model=path) for a in args]],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
