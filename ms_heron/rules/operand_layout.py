@@ -35,10 +35,14 @@ class Operand:
     tile_shape: list[int]  # the intrinsic buffer's shape
 
     def in_place(self) -> bool:
-        """The intrinsic's tile is the buffer's trailing dims, dense: it can be read as it is."""
+        """The intrinsic's tile is the buffer's trailing dims, dense: it can be read as it is.
+
+        Each trailing index must depend on its tile iterator alone: ``k`` in ``A[i, k]``, or
+        ``n % 16`` in an already packed ``B[n // 16, k // 4, n % 16, k % 4]``.
+        """
         n = len(self.tile_vars)
         trailing = self.indices[len(self.indices) - n :]
-        if len(self.indices) < n or not all(_is_var(i, v) for i, v in zip(trailing, self.tile_vars)):
+        if len(self.indices) < n or not all(_only_uses(i, v) for i, v in zip(trailing, self.tile_vars)):
             return False
         shape = [int(s) for s in self.buffer.shape[len(self.indices) - n :]]
         return shape[1:] == self.tile_shape[1:]
@@ -68,6 +72,11 @@ class Operand:
 
 def _is_var(expr, var) -> bool:
     return isinstance(expr, tirx.Var) and expr.same_as(var)
+
+
+def _only_uses(expr, var) -> bool:
+    used = tirx.analysis.undefined_vars(expr)
+    return len(used) == 1 and used[0].same_as(var)
 
 
 def _realize(sch: Schedule, block: SBlockRV) -> SBlockRealize | None:

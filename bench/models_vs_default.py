@@ -1,0 +1,123 @@
+"""Whole models: ms_heron vs MetaSchedule's default search at the same total trials, and vs ONNX Runtime.
+
+Each model is one ONNX graph (``ms_heron.models``): both tuning arms import it through Relax, and
+ONNX Runtime runs the same bytes. Per model and arm: tuning wall time, the compiled model's latency
+and its largest output difference from ONNX Runtime. Tuning runs in this process; the compiled
+models are exported and timed afterwards in one fresh process, together with ONNX Runtime, so that
+no arm is timed in a process warmed (or disturbed) by tuning. Usage (repository root, nothing else
+running):
+
+    .venv/bin/python bench/models_vs_default.py --trials 192                      # all models
+    .venv/bin/python bench/models_vs_default.py --models resnet --trials 96
+
+Writes bench/results/models_vs_default_<trials>.{md,json}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import onnx
+import results_io
+
+from ms_heron import models
+from ms_heron.targets import host_target, num_cores
+
+#: Name -> builder of the model the issue names (BERT-base layer fp32 / int8, ResNet-50 bottleneck).
+MODELS = {
+    "bert": lambda: models.bert_layer(),
+    "bert-int8": lambda: models.bert_layer(int8=True),
+    "resnet": lambda: models.resnet_bottleneck(),
+}
+ARMS = {"ms_heron": (None, None), "MetaSchedule default": ("post-order-apply", "evolutionary")}
+
+
+def _tune_and_export(name: str, trials: int, out: pathlib.Path, seed: int) -> dict:
+    from ms_heron.relax import compile_model, extract_tasks, from_onnx, lower_for_tuning, tune_model  # pylint: disable=import-outside-toplevel
+
+    model, target = MODELS[name](), host_target()
+    onnx.save(model.proto, out / f"{name}.onnx")
+    np.savez(out / f"{name}_inputs.npz", **model.inputs)
+    mod = from_onnx(model.proto, model.input_shapes())
+    row = {"tasks": len(extract_tasks(lower_for_tuning(mod, None, target), target))}
+    for arm, (space, strategy) in ARMS.items():
+        with tempfile.TemporaryDirectory() as work_dir:
+            start = time.perf_counter()
+            db = tune_model(mod, None, target, work_dir, trials, num_trials_per_iter=16, seed=seed,
+                            space=space, strategy=strategy)
+            row[f"{arm} tuning s"] = time.perf_counter() - start
+            compile_model(db, mod, None, target).export_library(str(out / f"{name}_{arm.replace(' ', '_')}.so"))
+    return row
+
+
+def _time_exported(out: pathlib.Path, names: list[str]) -> dict:
+    """Fresh process: load each compiled model, check it against ONNX Runtime, time both."""
+    import tvm  # pylint: disable=import-outside-toplevel
+
+    from ms_heron.baselines import onnxruntime_model  # pylint: disable=import-outside-toplevel
+    from ms_heron.relax import run_model, time_model  # pylint: disable=import-outside-toplevel
+
+    threads = num_cores(host_target())
+    rows = {}
+    for name in names:
+        inputs = dict(np.load(out / f"{name}_inputs.npz"))
+        expected, ort_s = onnxruntime_model(onnx.load(out / f"{name}.onnx"), inputs, threads)
+        row = {"ONNX Runtime ms": ort_s * 1e3}
+        for arm in ARMS:
+            lib = tvm.runtime.load_module(str(out / f"{name}_{arm.replace(' ', '_')}.so"))
+            got = run_model(lib, inputs)
+            row[f"{arm} ms"] = time_model(lib, inputs) * 1e3
+            row[f"{arm} max abs diff"] = max(float(np.abs(a - b).max()) for a, b in zip(got, expected))
+        rows[name] = row
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="+", choices=list(MODELS), default=list(MODELS))
+    parser.add_argument("--trials", type=int, default=192, help="total trials per model and arm")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default=str(results_io.DEFAULT_DIR))
+    parser.add_argument("--time-exported", metavar="DIR", help=argparse.SUPPRESS)  # the fresh timing process
+    args = parser.parse_args()
+    if args.time_exported:
+        print(json.dumps(_time_exported(pathlib.Path(args.time_exported), args.models)))
+        return
+
+    with tempfile.TemporaryDirectory(prefix="ms_heron_models_") as tmp:
+        out = pathlib.Path(tmp)
+        tuned = {name: _tune_and_export(name, args.trials, out, args.seed) for name in args.models}
+        timing = subprocess.run(
+            [sys.executable, __file__, "--time-exported", tmp, "--models", *args.models],
+            check=True, capture_output=True, text=True,
+        )
+        timed = json.loads(timing.stdout.strip().splitlines()[-1])
+    data = {name: {**tuned[name], **timed[name]} for name in args.models}
+    lines = [
+        f"# Whole models, {args.trials} trials per arm, {num_cores(host_target())} cores",
+        "",
+        "Latency of the compiled model (median, fresh process). Ratios > 1 mean ms_heron is faster.",
+        "",
+        "| model | tasks | ms_heron ms | MS default ms | ONNX Runtime ms | ms_heron / MS default | ms_heron / ORT "
+        "| tuning s (ms_heron / default) | max abs diff vs ORT (ms_heron / default) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, r in data.items():
+        ours, default, ort = r["ms_heron ms"], r["MetaSchedule default ms"], r["ONNX Runtime ms"]
+        lines.append(
+            f"| {name} | {r['tasks']} | {ours:.3f} | {default:.3f} | {ort:.3f} | **{default / ours:.2f}x** | "
+            f"**{ort / ours:.2f}x** | {r['ms_heron tuning s']:.0f} / {r['MetaSchedule default tuning s']:.0f} | "
+            f"{r['ms_heron max abs diff']:.2g} / {r['MetaSchedule default max abs diff']:.2g} |"
+        )
+    results_io.write(args.out, f"models_vs_default_{args.trials}", lines, data)
+
+
+if __name__ == "__main__":
+    main()
