@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import pathlib
 import subprocess
 import sys
@@ -87,6 +88,7 @@ def main() -> None:
     parser.add_argument("--out", default=str(results_io.DEFAULT_DIR))
     parser.add_argument("--time-exported", metavar="DIR", help=argparse.SUPPRESS)  # the fresh timing process
     args = parser.parse_args()
+    logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)  # per-round logs stay in the work dirs
     if args.time_exported:
         print(json.dumps(_time_exported(pathlib.Path(args.time_exported), args.models)))
         return
