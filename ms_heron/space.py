@@ -10,10 +10,25 @@ from tvm.s_tir.meta_schedule.space_generator import PySpaceGenerator
 from tvm.s_tir.schedule.analysis import has_block
 
 from .rules import default_rules
+from .targets import is_cuda
 
 
-def default_postprocs() -> list:
-    """TVM's postprocs that finish what the rules leave as annotations (CPU)."""
+def default_postprocs(target=None) -> list:
+    """TVM's postprocs that finish what the rules leave as annotations (CPU when ``target`` is None).
+
+    On CUDA they also bind cooperative fetches and leftover blocks to threads and reject kernels
+    that break the GPU's limits (VerifyGPUCode) -- the check Heron's constraints make pass.
+    """
+    if target is not None and is_cuda(target):
+        return [
+            ms.postproc.DisallowDynamicLoop(),
+            ms.postproc.RewriteCooperativeFetch(),
+            ms.postproc.RewriteUnboundBlock(),
+            ms.postproc.RewriteParallelVectorizeUnroll(),
+            ms.postproc.RewriteReductionBlock(),
+            ms.postproc.VerifyGPUCode(),
+            ms.postproc.RewriteTensorize(),
+        ]
     return [
         ms.postproc.DisallowDynamicLoop(),
         ms.postproc.RewriteParallelVectorizeUnroll(),
@@ -44,6 +59,10 @@ class HeronSpace(PySpaceGenerator):
     """
 
     def __init__(self, rules=None, user_rules=(), postprocs=None, mutator_probs=None):
+        # ``None`` means "Heron's defaults for the tuning target", resolved once the target is known.
+        self.rules = None if rules is None else list(rules)
+        self.user_rules = list(user_rules)
+        self.given_postprocs = None if postprocs is None else list(postprocs)
         self.sch_rules = [*(default_rules() if rules is None else rules), *user_rules]
         self.postprocs = default_postprocs() if postprocs is None else list(postprocs)
         self.mutator_probs = default_mutators() if mutator_probs is None else dict(mutator_probs)
@@ -51,6 +70,11 @@ class HeronSpace(PySpaceGenerator):
 
     def _initialize_with_tune_context(self, context) -> None:
         self.rand_state = int(context.rand_state)
+        target = context.target
+        if self.rules is None:
+            self.sch_rules = [*default_rules(target), *self.user_rules]
+        if self.given_postprocs is None:
+            self.postprocs = default_postprocs(target)
         for part in (*self.sch_rules, *self.postprocs, *self.mutator_probs):
             part._initialize_with_tune_context(context)  # pylint: disable=protected-access
 
@@ -67,7 +91,8 @@ class HeronSpace(PySpaceGenerator):
 
     def clone(self) -> "HeronSpace":
         return HeronSpace(
-            rules=[r.clone() for r in self.sch_rules],
-            postprocs=[p.clone() for p in self.postprocs],
+            rules=None if self.rules is None else [r.clone() for r in self.rules],
+            user_rules=[r.clone() for r in self.user_rules],
+            postprocs=None if self.given_postprocs is None else [p.clone() for p in self.given_postprocs],
             mutator_probs={m.clone(): p for m, p in self.mutator_probs.items()},
         )

@@ -78,7 +78,7 @@ def tune_workload(
     ensure_registered()
     if is_cpu(target):
         num_cores(target)  # raises early with the fix when num-cores is missing
-        tune_tir_kwargs.setdefault("builder", local_builder())
+    tune_tir_kwargs.setdefault("builder", local_builder())
     drop_unnamed_log_handlers()
     return ms.tune_tir(
         workload.func,

@@ -12,14 +12,15 @@ block iterators ``v`` of its affine index, where ``E_v`` is the product of the t
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from ortools.sat.python import cp_model
 from tvm import tirx
 from tvm.s_tir import Schedule, Trace
 from tvm.target import Target
 
 from ..rules.analysis import TILING_STRUCTURE, annotations, iter_kinds, split_by_structure
-from ..targets import cpu_cache_bytes, is_cpu, num_cores, vector_bytes
+from ..targets import GpuLimits, cpu_cache_bytes, is_cpu, is_cuda, num_cores, vector_bytes
 from .model import Constraint, ConstraintModel, Decision, Footprint, divisors
 
 
@@ -40,6 +41,19 @@ class _Loop:
     block: str
     iter_index: int | None
     factors: tuple  # variable names or ints; their product is the loop's extent
+    parts: tuple = ()  # a fused loop's constituent loops
+    thread: str = ""  # the thread axis the loop (or the fused loop holding it) is bound to
+
+    def constituents(self) -> tuple:
+        return self.parts or (self,)
+
+
+@dataclass
+class _Kernel:
+    """What a GPU kernel's tiled block binds: thread-axis extents, and whether a warp runs each thread."""
+
+    threads: dict = field(default_factory=dict)  # axis -> factors
+    warp_lanes: bool = False
 
 
 def derive(space: Schedule, target: Target, options: ConstraintOptions = ConstraintOptions()) -> ConstraintModel:
@@ -50,6 +64,8 @@ def derive(space: Schedule, target: Target, options: ConstraintOptions = Constra
     blocks: dict = {}  # SBlockRV -> block name
     nest: dict[str, list[_Loop]] = {}  # block name -> its tiled loops in order, once reordered
     sampled: dict = {}  # ExprRV -> variable name
+    kernels: dict[str, _Kernel] = {}  # tiled block name -> its thread binding (GPU)
+    fetch_vectors: dict[str, str] = {}  # cooperative-fetch stage name -> its vector-width choice
     counter = [0]
 
     def fresh(prefix: str) -> str:
@@ -61,6 +77,8 @@ def derive(space: Schedule, target: Target, options: ConstraintOptions = Constra
         ins, outs, attrs = list(inst.inputs), list(inst.outputs), list(inst.attrs)
         if kind == "GetSBlock":
             blocks[outs[0]] = str(attrs[0])
+        elif kind == "Blockize":
+            blocks[outs[0]] = _block_name(space, outs[0])
         elif kind == "GetLoops":
             name = blocks.get(ins[0])
             known = nest.get(name)
@@ -99,7 +117,14 @@ def derive(space: Schedule, target: Target, options: ConstraintOptions = Constra
         elif kind == "Fuse":
             parts = [loops.get(rv, _Loop(None, None, ())) for rv in ins]
             known = all(p.factors for p in parts)
-            loops[outs[0]] = _Loop(parts[0].block, None, tuple(f for p in parts for f in p.factors) if known else ())
+            factors = tuple(f for p in parts for f in p.factors) if known else ()
+            loops[outs[0]] = _Loop(parts[0].block, None, factors, tuple(c for p in parts for c in p.constituents()))
+        elif kind == "Bind":
+            _bind(loops.get(ins[0]), str(attrs[0]), kernels)
+        elif kind == "Annotate" and str(attrs[0]) == WARP_EXECUTION:
+            kernels.setdefault(blocks.get(ins[0]) or _block_name(space, ins[0]), _Kernel()).warp_lanes = True
+        elif kind == "Annotate" and str(attrs[0]) == COOPERATIVE_FETCH and ins[1] in sampled:
+            fetch_vectors[_block_name(space, ins[0])] = sampled[ins[1]]
         elif kind == "Parallel" and options.parallel_jobs and is_cpu(target):
             _add_parallel(model, loops.get(ins[0]), num_cores(target), fresh("parallel"))
         elif kind == "Vectorize":
@@ -109,6 +134,11 @@ def derive(space: Schedule, target: Target, options: ConstraintOptions = Constra
     _add_register_tile(model, space, nest, target, options)
     if options.cache_capacity and is_cpu(target):
         _add_cache_capacity(model, target)
+    if is_cuda(target):
+        limits = GpuLimits.of(target)
+        _add_threads(model, kernels, limits)
+        _add_shared_memory(model, limits)
+        _add_fetch_vectors(model, fetch_vectors)
     return model
 
 
@@ -159,6 +189,71 @@ def _add_vector(model: ConstraintModel, loop: _Loop | None, limit: int, name: st
         return
     model.cp.Add(extent[0] <= limit)
     model.add(Constraint(f"{name}: vector lanes <= {limit}", "vector", lambda v, n=name, k=limit: v[n] <= k))
+
+
+# -- GPU: threads, shared memory, vector loads --------------------------------------------------
+
+#: Block annotation MetaSchedule's TensorCore rule sets: a warp executes each thread-y iteration.
+WARP_EXECUTION = "warp_execution"
+#: Suffix of a padded buffer's element count without the padding.
+UNPADDED = ".elements"
+#: Block annotation of a shared-memory stage: its loads are spread over the block's threads, vectorized.
+COOPERATIVE_FETCH = "meta_schedule.cooperative_fetch"
+
+
+def _bind(loop: _Loop | None, axis: str, kernels: dict) -> None:
+    if loop is None or loop.block is None:
+        return
+    for part in (loop, *loop.parts):
+        part.thread = axis
+    if axis.startswith("threadIdx") and loop.factors and axis not in kernels.setdefault(loop.block, _Kernel()).threads:
+        kernels[loop.block].threads[axis] = loop.factors
+
+
+def _add_threads(model: ConstraintModel, kernels: dict, limits: GpuLimits) -> None:
+    """Threads per block (thread axes x warp lanes) within the target's ``max_threads_per_block``."""
+    for block, kernel in kernels.items():
+        factors = [f for fs in kernel.threads.values() for f in fs]
+        if not factors:
+            continue
+        lanes = limits.warp_size if kernel.warp_lanes else 1
+        name = f"threads[{block}]"
+        threads = model.product(name, [*factors, lanes], _extent_bounds(model, factors)[1] * lanes)
+        cap = limits.max_threads_per_block
+        model.cp.Add(threads <= cap)
+        model.add(Constraint(f"{name}: {' x '.join(kernel.threads)}{f' x {lanes} lanes' if lanes > 1 else ''} <= {cap}",
+                             "threads", lambda v, n=name, k=cap: v[n] <= k))
+
+
+def _add_shared_memory(model: ConstraintModel, limits: GpuLimits) -> None:
+    """All shared buffers of one kernel, padded, in bytes, summed within ``max_shared_memory_per_block``."""
+    by_block: dict[str, list] = {}
+    for fp in model.footprints:
+        if fp.scope.startswith("shared"):
+            by_block.setdefault(fp.block, []).append(fp)
+    cap = limits.max_shared_memory_per_block
+    for block, fps in by_block.items():
+        terms = tuple((fp.variable, fp.dtype_bytes) for fp in fps)
+        model.cp.Add(sum(model.vars[n] * b for n, b in terms) <= cap)
+        model.add(Constraint(f"shared memory[{block}]: {' + '.join(fp.buffer for fp in fps)} <= {cap} B",
+                             "memory", lambda v, t=terms, k=cap: sum(v[n] * b for n, b in t) <= k))
+
+
+def _add_fetch_vectors(model: ConstraintModel, fetch_vectors: dict) -> None:
+    """A cooperative fetch's vector width divides the elements it copies (Heron: no ragged vectors)."""
+    for fp in model.footprints:
+        choice = fetch_vectors.get(fp.stage)
+        if choice is None:
+            continue
+        decision = next(d for d in model.decisions if d.variables == (choice,))
+        widths = decision.candidates
+        width = model.cp.NewIntVarFromDomain(cp_model.Domain.FromValues(sorted(set(widths))), f"{choice}.width")
+        model.cp.AddElement(model.vars[choice], list(widths), width)
+        elements = f"{fp.variable}{UNPADDED}" if f"{fp.variable}{UNPADDED}" in model.vars else fp.variable
+        count = model.cp.NewIntVar(1, 1 << 40, f"{fp.variable}.vectors")  # bounded through ``elements``
+        model.cp.AddMultiplicationEquality(model.vars[elements], [width, count])
+        model.add(Constraint(f"vector load of {fp.buffer}: width divides its {elements}", "vector",
+                             lambda v, c=choice, w=widths, n=elements: v[n] % w[v[c]] == 0))
 
 
 # -- memory --------------------------------------------------------------------------------------
@@ -212,65 +307,173 @@ def _footprint_terms(region, iter_vars, inner_extent):
 
 
 def _add_footprint(model, space, inst, loops, nest, fresh) -> None:
-    """Footprint of a cache stage placed under an anchor loop of a tiled block."""
+    """Footprint of a cache stage placed under an anchor loop of a tiled block.
+
+    Shared memory is allocated per thread block, so a ``shared`` stage also spans the tiled
+    block's thread-bound loops outside the anchor; ``storage_align`` padding of its rows counts.
+    """
     anchor = loops.get(list(inst.inputs)[1])
     if anchor is None or anchor.block is None or anchor.block not in nest:
         return
     tiled = nest[anchor.block]
-    position = next((i for i, lp in enumerate(tiled) if lp is anchor), None)
-    if position is None:
+    positions = [i for i, lp in enumerate(tiled) for part in anchor.constituents() if lp is part]
+    if not positions:
         return
-    inside = tiled[position + 1 :]
+    stage_rv = list(inst.inputs)[0]
     sch_block = space.get(space.get_sblock(anchor.block))
-    buffer_region, scope, dtype_bytes = _cached_region(space, sch_block, inst)
+    buffer_region, buffer = _cached_region(space, sch_block, space.get(stage_rv))
     if buffer_region is None:
         return
+    inside = tiled[max(positions) + 1 :]
+    if str(buffer.scope()).startswith("shared"):
+        inside = [lp for lp in tiled[: max(positions) + 1] if lp.thread.startswith("threadIdx")] + inside
+    name = fresh(f"footprint.{buffer.name}.")
+    if any(region.source.same_as(buffer_region.source) for region in sch_block.writes):
+        dims = _write_tile_dims(model, name, sch_block, buffer_region, inside)
+    else:
+        dims = _read_window_dims(model, name, sch_block, buffer_region, inside)
+    if dims is None:
+        return
+    alignment = _alignment(space.get(stage_rv), buffer)
+    if alignment is not None:
+        _product_of_dims(model, f"{name}{UNPADDED}", dims)
+        dims = _padded(model, name, dims, alignment)
+    _product_of_dims(model, name, dims)
+    model.footprints.append(
+        Footprint(name, str(buffer.name), str(buffer.scope()), _bytes(buffer.dtype), anchor.block, _block_name(space, stage_rv))
+    )
+
+
+def _read_window_dims(model, name, sch_block, region, inside):
+    """Per buffer dimension ``(variable, upper, fn)``: the window ``sum |c_v| (E_v - 1) + extent``."""
 
     def inner_extent(idx):
         return [f for lp in inside if lp.iter_index == idx for f in lp.factors]
 
-    dims = _footprint_terms(buffer_region, list(sch_block.iter_vars), inner_extent)
-    if dims is None:
-        return
-    name = fresh(f"footprint.{buffer_region.source.name}.")
-    dim_vars, dim_fns, dim_uppers = [], [], []
-    for d, (terms, const) in enumerate(dims):
+    terms_per_dim = _footprint_terms(region, list(sch_block.iter_vars), inner_extent)
+    if terms_per_dim is None:
+        return None
+    dims = []
+    for d, (terms, const) in enumerate(terms_per_dim):
         parts = []
         for coef, factors in terms:
-            lo_hi = _extent_bounds(model, factors)
-            prod = model.product(f"{name}.d{d}.E{len(parts)}", factors, lo_hi[1])
+            prod = model.product(f"{name}.d{d}.E{len(parts)}", factors, _extent_bounds(model, factors)[1])
             parts.append((coef, prod, tuple(factors)))
         upper = const + sum(c * _extent_bounds(model, fs)[1] for c, _, fs in parts)
         dim = model.cp.NewIntVar(1, upper, f"{name}.d{d}")
-        dim_uppers.append(upper)
         model.cp.Add(dim == const + sum(c * (p - 1) for c, p, _ in parts))
-        dim_vars.append(dim)
-        dim_fns.append(lambda v, parts=tuple((c, fs) for c, _, fs in parts), const=const: const + sum(
-            c * (math.prod(v[f] if not isinstance(f, int) else f for f in fs) - 1) for c, fs in parts))
-    upper = math.prod(dim_uppers)
-    total = model.cp.NewIntVar(1, max(1, upper), name)
-    if len(dim_vars) == 1:
-        model.cp.Add(total == dim_vars[0])
-    else:
-        acc = dim_vars[0]
-        for i, dv in enumerate(dim_vars[1:], 1):
-            nxt = model.cp.NewIntVar(1, max(1, upper), f"{name}.acc{i}")
-            model.cp.AddMultiplicationEquality(nxt, [acc, dv])
-            acc = nxt
-        model.cp.Add(total == acc)
+        fn = lambda v, parts=tuple((c, fs) for c, _, fs in parts), const=const: const + sum(  # noqa: E731
+            c * (math.prod(v[f] if not isinstance(f, int) else f for f in fs) - 1) for c, fs in parts)
+        dims.append((dim, upper, fn))
+    return dims
+
+
+def _write_tile_dims(model, name, sch_block, region, inside):
+    """A write-back holds the output tile: spatial iterations inside the anchor x elements each writes.
+
+    Counting elements instead of index windows also covers outputs whose layout was transformed
+    (TensorCore fragments index ``i // 16 % t``), where the window is not affine.
+    """
+    kinds = [int(iv.iter_type) for iv in sch_block.iter_vars]
+    factors = [f for lp in inside if lp.iter_index is not None and kinds[lp.iter_index] == 0 for f in lp.factors]
+    per_iteration = math.prod(int(r.extent) for r in region.region)
+    upper = _extent_bounds(model, factors)[1] * per_iteration
+    tile = model.product(f"{name}.tile", [*factors, per_iteration], upper)
+    dim = model.cp.NewIntVar(1, upper, f"{name}.d0")
+    model.cp.Add(dim == tile)
+    fn = lambda v, fs=tuple(factors), k=per_iteration: k * math.prod(v[f] if not isinstance(f, int) else f for f in fs)  # noqa: E731
+    return [(dim, upper, fn)]
+
+
+def _alignment(stage, buffer) -> tuple | None:
+    """``(axis, factor, offset)`` of the stage's ``storage_align`` on ``buffer`` (rows padded), or None."""
+    for index, axis, factor, offset in stage.annotations.get("buffer_dim_align", []):
+        regions = stage.writes if int(index) < len(stage.writes) else []
+        if regions and regions[int(index)].source.same_as(buffer):
+            return int(axis), int(factor), int(offset)
+    return None
+
+
+def _padded(model, name, dims, alignment):
+    """Dims with the row stride after ``axis`` padded to ``factor * q + offset`` (TVM's storage_align)."""
+    if alignment is None or len(dims) < 2:
+        return dims
+    axis, factor, offset = alignment
+    axis %= len(dims)
+    if axis == len(dims) - 1:
+        return dims
+    rows, row = dims[: axis + 1], dims[axis + 1 :]
+    upper = math.prod(u for _, u, _ in row)
+    stride = model.cp.NewIntVar(1, upper, f"{name}.row")
+    _multiply(model, stride, [d for d, _, _ in row], upper, f"{name}.row")
+    padded = model.cp.NewIntVar(1, upper + factor + offset, f"{name}.row_padded")
+    quotient = model.cp.NewIntVar(0, (upper + factor + offset) // factor, f"{name}.row_q")
+    model.cp.Add(padded == factor * quotient + offset)
+    model.cp.Add(padded >= stride)
+    model.cp.Add(padded < stride + factor)
+
+    def fn(v, fns=tuple(f for _, _, f in row)):
+        length = math.prod(f(v) for f in fns)
+        return length + (offset - length) % factor
+
+    return [*rows, (padded, upper + factor + offset, fn)]
+
+
+def _multiply(model, target, variables, upper, name) -> None:
+    acc = variables[0]
+    for i, var in enumerate(variables[1:], 1):
+        nxt = model.cp.NewIntVar(1, max(1, upper), f"{name}.acc{i}")
+        model.cp.AddMultiplicationEquality(nxt, [acc, var])
+        acc = nxt
+    model.cp.Add(target == acc)
+
+
+def _product_of_dims(model, name, dims) -> None:
+    upper = max(1, math.prod(u for _, u, _ in dims))
+    total = model.cp.NewIntVar(1, upper, name)
+    _multiply(model, total, [d for d, _, _ in dims], upper, name)
     model.vars[name] = total
-    model.derived[name] = lambda v, fns=tuple(dim_fns): math.prod(fn(v) for fn in fns)
-    model.footprints.append(Footprint(name, str(buffer_region.source.name), scope, dtype_bytes, anchor.block))
+    model.derived[name] = lambda v, fns=tuple(f for _, _, f in dims): math.prod(fn(v) for fn in fns)
 
 
-def _cached_region(space, block, inst):
-    """The region of the buffer the cache stage copies, in the tiled block; its scope and dtype size."""
-    stage = space.get(list(inst.inputs)[0])
-    names = {str(r.source.name) for r in (*stage.reads, *stage.writes)}
-    for region in (*block.reads, *block.writes):
-        if str(region.source.name) in names:
-            return region, str(region.source.scope()), _bytes(region.source.dtype)
-    return None, None, None
+def _block_name(space, block_rv) -> str | None:
+    try:
+        return str(space.get(block_rv).name_hint)
+    except Exception:  # pylint: disable=broad-except  # the block was inlined later in the trace
+        return None
+
+
+def _copy_pairs(space) -> list[tuple[str, str]]:
+    """(source, destination) buffer names of every one-to-one copy block (cache and fragment stages)."""
+    pairs, stack = [], list(space.get_child_blocks(space.get_sblock("root")))
+    while stack:
+        rv = stack.pop()
+        stack.extend(space.get_child_blocks(rv))
+        block = space.get(rv)
+        if len(block.reads) == 1 and len(block.writes) == 1:
+            pairs.append((str(block.reads[0].source.name), str(block.writes[0].source.name)))
+    return pairs
+
+
+def _cached_region(space, block, stage):
+    """The tiled block's region of the buffer a cache stage copies, and the stage's own buffer.
+
+    The block may reach the stage's buffer through further copies (TensorCore: shared memory ->
+    ``wmma.matrix_a`` fragment -> block), so copy chains are followed.
+    """
+    reach = {str(r.source.name): r.source for r in (*stage.reads, *stage.writes)}
+    pairs = None
+    for _ in range(3):
+        for region in (*block.reads, *block.writes):
+            if str(region.source.name) in reach:
+                return region, reach[str(region.source.name)]
+        pairs = _copy_pairs(space) if pairs is None else pairs
+        for src, dst in pairs:
+            if src in reach and dst not in reach:
+                reach[dst] = reach[src]
+            elif dst in reach and src not in reach:
+                reach[src] = reach[dst]
+    return None, None
 
 
 def _bytes(dtype) -> int:

@@ -54,6 +54,8 @@ class Footprint:
     dtype_bytes: int
     #: The tiled block whose loop the buffer is placed under.
     block: str
+    #: The cache stage (block) that fills the buffer.
+    stage: str | None = None
 
 
 class ConstraintModel:

@@ -9,18 +9,25 @@ import functools
 from .vnni import LANES as VNNI_LANES
 from .vnni import REDUCTION as VNNI_REDUCTION
 from .vnni import TVM_VNNI_INTRIN, VNNI_INTRIN, override_tvm_vnni, register_vnni
+from .wmma import DTYPES as WMMA_DTYPES
+from .wmma import WmmaGroup, wmma_groups
 
 __all__ = [
     "VNNI_INTRIN",
     "TVM_VNNI_INTRIN",
     "VNNI_LANES",
     "VNNI_REDUCTION",
+    "WmmaGroup",
+    "wmma_groups",
     "ensure_registered",
 ]
 
 
 @functools.cache
 def ensure_registered() -> None:
-    """Register ms_heron's intrinsics and repair TVM's VNNI one; runs once per process."""
+    """Register ms_heron's intrinsics (VNNI, WMMA in Heron's three shapes) and repair TVM's VNNI
+    one; runs once per process, so replaying a database record finds every intrinsic it names."""
     register_vnni()
     override_tvm_vnni()
+    for in_dtype, out_dtype in WMMA_DTYPES:
+        wmma_groups(in_dtype, out_dtype)

@@ -3,17 +3,25 @@
 Each rule works in MetaSchedule's stock ``PostOrderApply`` as well as in :class:`ms_heron.HeronSpace`.
 """
 
+from ..targets import is_cuda
 from .add_cache_stage import AddCacheStage
 from .always_inline import AlwaysInline
 from .multi_level_spm import MultiLevelSPM
 from .multi_level_tiling import MultiLevelTiling
 from .multi_scope_spm import MultiScopeSPM
 from .parallel_vectorize_unroll import ParallelVectorizeUnroll
+from .tensor_core import TensorCoreTiling
 from .tensorize import Tensorize
 
 
-def default_rules() -> list:
-    """Heron's rules in the order they apply to each block."""
+def default_rules(target=None) -> list:
+    """Heron's rules for ``target`` (CPU when None), in the order they apply to each block.
+
+    On CUDA, blocks TensorCores cannot compute are left to MetaSchedule's RewriteUnboundBlock
+    postproc (simple thread binding); add MetaSchedule's own GPU rules as ``user_rules`` for more.
+    """
+    if target is not None and is_cuda(target):
+        return [AlwaysInline(), TensorCoreTiling(), ParallelVectorizeUnroll()]
     return [
         AlwaysInline(),
         Tensorize(),
@@ -28,6 +36,7 @@ def default_rules() -> list:
 __all__ = [
     "AlwaysInline",
     "Tensorize",
+    "TensorCoreTiling",
     "MultiLevelTiling",
     "AddCacheStage",
     "MultiLevelSPM",

@@ -1,4 +1,4 @@
-"""Heron's CPU loop-annotation rules: parallel outer tiles, vector lanes, sampled unroll depth."""
+"""Heron's loop-annotation rules: parallel outer tiles and vector lanes (CPU), sampled unroll depth (all)."""
 
 from tvm.ir.utils import derived_object
 from tvm.s_tir import Schedule
@@ -31,7 +31,8 @@ class ParallelVectorizeUnroll(HeronRule):
       around tensorized code does not build);
     * stand-alone injective block (padding, masks, element-wise outputs): ``parallel`` its fused
       outer loops and ``vectorize`` its innermost loop when that is at most ``max_vector_extent``;
-    * root block: sample the unroll depth from ``unroll_steps`` (MetaSchedule's postproc applies it).
+    * root block, on every target (Heron's unrollPragmaOp): sample the unroll depth from
+      ``unroll_steps`` (MetaSchedule's postproc applies it).
     """
 
     def __init__(self, unroll_steps: tuple = (0, 16, 64, 512), max_vector_extent: int = 64):
@@ -42,13 +43,13 @@ class ParallelVectorizeUnroll(HeronRule):
         return {"unroll_steps": self.unroll_steps, "max_vector_extent": self.max_vector_extent}
 
     def apply(self, sch: Schedule, block: SBlockRV) -> list[Schedule]:
-        if self.target is not None and not is_cpu(self.target):
-            return [sch]
         if is_root(sch, block):
             probs = [1.0 / len(self.unroll_steps)] * len(self.unroll_steps)
             depth = sch.sample_categorical(candidates=list(self.unroll_steps), probs=probs)
             sch.annotate(block, UNROLL_EXPLICIT, depth)
             return [sch]
+        if self.target is not None and not is_cpu(self.target):
+            return [sch]  # GPU: thread binding and vector loads come with the TensorCore rule
         block = working_block(sch, block)
         if is_tiled(sch, block):
             levels = tile_levels(sch, block)
