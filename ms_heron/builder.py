@@ -31,10 +31,10 @@ def build_candidate(mod, target, _params):
 
     mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
     if not is_cuda(target):
-        return tvm.compile(mod, target=target)
+        return tvm.compile(mod, target=target).mod  # LocalBuilder exports the runtime module
     lib = build_cuda(mod, target)
     compile_cuda(lib, target)
-    return lib
+    return lib.mod
 
 
 def build_cuda(mod, target: Target):

@@ -14,7 +14,7 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.target import Target
 
 from ms_heron import HeronSpace, workloads
-from ms_heron.builder import build_cuda, compile_cuda, cuda_source
+from ms_heron.builder import build_cuda, compile_cuda, cuda_source, local_builder
 from ms_heron.constraints import Solver, derive, replay
 from ms_heron.constraints.derive import UNPADDED
 from ms_heron.intrinsics.wmma import SHAPES
@@ -116,3 +116,15 @@ def test_shared_memory_model_matches_lowered_allocations(family, shape):
                     assert full[fp.variable] >= got, (fp, values)
                 checked += 1
     assert checked >= 9
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH: CUDA sources cannot be compiled here")
+def test_tuning_builder_exports_an_nvcc_checked_tensor_core_candidate():
+    target = _target(TARGETS[1])
+    workload = workloads.gemm(64, 64, 64, "fp16")
+    spaces, postprocs = _spaces(workload.func, target)
+    model = derive(spaces[0], target)
+    sch = replay(model, spaces[0].trace.simplified(remove_postproc=True), workload.func, Solver(model).sample())
+    assert all(p.apply(sch) for p in postprocs)
+    (result,) = local_builder(max_workers=1).build([ms.builder.BuilderInput(sch.mod, target)])
+    assert result.error_msg is None and result.artifact_path.endswith(".tar")
