@@ -7,6 +7,10 @@ derived quantities (parallel jobs, vector lanes, buffer footprints). Footprints 
 blocks' read/write regions: per buffer dimension, ``sum |coef_v| * (E_v - 1) + extent`` over the
 block iterators ``v`` of its affine index, where ``E_v`` is the product of the tile factors of
 ``v``'s loops inside the anchor loop -- so strides and dilations count.
+
+On CUDA the walk also reads ``Bind`` (threads per block, a warp per thread-y under
+``warp_execution``), cooperative-fetch vector widths and ``storage_align`` padding, and bounds them
+by the Target's limits (:class:`~ms_heron.targets.GpuLimits`).
 """
 
 from __future__ import annotations
@@ -227,16 +231,9 @@ def _add_threads(model: ConstraintModel, kernels: dict, limits: GpuLimits) -> No
 
 def _add_shared_memory(model: ConstraintModel, limits: GpuLimits) -> None:
     """All shared buffers of one kernel, padded, in bytes, summed within ``max_shared_memory_per_block``."""
-    by_block: dict[str, list] = {}
-    for fp in model.footprints:
-        if fp.scope.startswith("shared"):
-            by_block.setdefault(fp.block, []).append(fp)
-    cap = limits.max_shared_memory_per_block
-    for block, fps in by_block.items():
-        terms = tuple((fp.variable, fp.dtype_bytes) for fp in fps)
-        model.cp.Add(sum(model.vars[n] * b for n, b in terms) <= cap)
-        model.add(Constraint(f"shared memory[{block}]: {' + '.join(fp.buffer for fp in fps)} <= {cap} B",
-                             "memory", lambda v, t=terms, k=cap: sum(v[n] * b for n, b in t) <= k))
+    shared = [fp for fp in model.footprints if fp.scope.startswith("shared")]
+    _add_summed_bytes(model, shared, limits.max_shared_memory_per_block,
+                      "shared memory[{block}]: {buffers} <= {limit} B", performance=False)
 
 
 def _add_fetch_vectors(model: ConstraintModel, fetch_vectors: dict) -> None:
@@ -484,14 +481,19 @@ def _bytes(dtype) -> int:
 def _add_cache_capacity(model: ConstraintModel, target: Target) -> None:
     """Per tiled block, its tile buffers summed within the per-core L2 (a performance constraint)."""
     limit = cpu_cache_bytes(target)["L2"]
+    _add_summed_bytes(model, model.footprints, limit, "memory[{block}]: tile buffers {buffers} <= L2 {limit} B", performance=True)
+
+
+def _add_summed_bytes(model: ConstraintModel, footprints, limit: int, label: str, performance: bool) -> None:
+    """Per tiled block, the bytes of its ``footprints`` summed within ``limit``."""
     by_block: dict[str, list] = {}
-    for fp in model.footprints:
+    for fp in footprints:
         by_block.setdefault(fp.block, []).append(fp)
     for block, fps in by_block.items():
         terms = tuple((fp.variable, fp.dtype_bytes) for fp in fps)
         model.cp.Add(sum(model.vars[n] * b for n, b in terms) <= limit)
-        model.add(Constraint(f"memory[{block}]: tile buffers {' + '.join(fp.buffer for fp in fps)} <= L2 {limit} B",
-                             "memory", lambda v, t=terms, k=limit: sum(v[n] * b for n, b in t) <= k, performance=True))
+        name = label.format(block=block, buffers=" + ".join(fp.buffer for fp in fps), limit=limit)
+        model.add(Constraint(name, "memory", lambda v, t=terms, k=limit: sum(v[n] * b for n, b in t) <= k, performance=performance))
 
 
 def _add_register_tile(model, space, nest, target, options) -> None:
