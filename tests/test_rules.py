@@ -152,3 +152,31 @@ def test_parallel_vectorize_unroll(cpu_target):
     (space,) = stock_design_spaces(int8.func, [Tensorize(), MultiLevelTiling(), ParallelVectorizeUnroll()], cpu_target)
     assert "T.vectorized" not in space.mod.script()  # never around tensorized code
     check_random_samples(space, int8, cpu_target)
+
+
+def _row_centering() -> Workload:
+    """fp32 ``x - mean(x, axis=1)``: a row reduction and an element-wise output, neither tileable."""
+    M, K = 8, 96
+    x = te.placeholder((M, K), "float32", name="X")
+    r = te.reduce_axis((0, K), name="k")
+    total = te.compute((M,), lambda i: te.sum(x[i, r], axis=r), name="RowSum")
+    out = te.compute((M, K), lambda i, j: x[i, j] - total[i] / K, name="Centered")
+
+    def inputs(rng):
+        return [rng.uniform(-1, 1, (M, K)).astype("float32")]
+
+    def reference(a):
+        return a.astype(np.float64) - a.astype(np.float64).mean(axis=1, keepdims=True)
+
+    from ms_heron.workloads import _workload  # the same packaging the suite uses
+
+    return _workload("custom", "fp32", dict(M=M, K=K), [x, out], 2 * M * K, inputs, reference)
+
+
+def test_parallel_vectorize_unroll_covers_untiled_reductions_and_wide_rows(cpu_target):
+    workload = _row_centering()
+    (space,) = stock_design_spaces(workload.func, [MultiLevelTiling(), ParallelVectorizeUnroll()], cpu_target)
+    text = space.mod.script()
+    assert text.count("T.parallel") == 2  # the row loop of the reduction and of the output
+    assert "T.vectorized(48)" in text  # 96 lanes do not fit in 64: split to the largest factor that does
+    check_random_samples(space, workload, cpu_target)

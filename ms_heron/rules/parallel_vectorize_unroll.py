@@ -8,7 +8,7 @@ from ..targets import is_cpu
 from .analysis import (
     TILING_STRUCTURE,
     annotations,
-    is_injective,
+    iter_kinds,
     is_root,
     is_tensorized,
     is_tiled,
@@ -29,8 +29,10 @@ class ParallelVectorizeUnroll(HeronRule):
     * tiled block: fuse the outermost spatial tile level ``S0`` and ``parallel`` it; ``vectorize``
       the innermost loop when it is a spatial lane loop and the block is not tensorized (vectorizing
       around tensorized code does not build);
-    * stand-alone injective block (padding, masks, element-wise outputs): ``parallel`` its fused
-      outer loops and ``vectorize`` its innermost loop when that is at most ``max_vector_extent``;
+    * stand-alone block no tiling rule took -- element-wise stages (padding, masks, outputs) and
+      row reductions (softmax's max and sum, layer norm's mean): ``parallel`` its fused spatial
+      loops outside the innermost loop and the first reduction loop; ``vectorize`` an innermost
+      spatial loop, split to the largest factor of at most ``max_vector_extent`` lanes;
     * root block, on every target (Heron's unrollPragmaOp): sample the unroll depth from
       ``unroll_steps`` (MetaSchedule's postproc applies it).
     """
@@ -59,17 +61,23 @@ class ParallelVectorizeUnroll(HeronRule):
                 sch.vectorize(lanes)
             outer = levels["S0"]
             sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])
-        elif is_injective(sch, block) and not placed_by_rule(sch, block):
-            self._parallel_injective(sch, block)
+        elif not placed_by_rule(sch, block):
+            self._parallel_untiled(sch, block)
         return [sch]
 
-    def _parallel_injective(self, sch: Schedule, block: SBlockRV) -> None:
-        loops = sch.get_loops(block)
-        if not loops:
-            return
-        inner = loops[-1]
-        if len(loops) > 1:
-            outer = sch.fuse(*loops[:-1]) if len(loops) > 2 else loops[0]
-            sch.parallel(outer)
-        if 1 < int(sch.get(inner).extent) <= self.max_vector_extent:
-            sch.vectorize(inner)
+    def _parallel_untiled(self, sch: Schedule, block: SBlockRV) -> None:
+        loops, kinds = sch.get_loops(block), iter_kinds(sch, block)
+        if not loops or len(loops) != len(kinds):
+            return  # not the one-loop-per-iterator nest Relax and TE produce
+        spatial = kinds.index("R") if "R" in kinds else len(kinds)
+        outer = loops[: min(spatial, len(loops) - 1)]
+        if outer:
+            sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])
+        if spatial == len(kinds):
+            self._vectorize(sch, loops[-1])
+
+    def _vectorize(self, sch: Schedule, loop) -> None:
+        extent = int(sch.get(loop).extent)
+        lanes = max(d for d in range(1, min(extent, self.max_vector_extent) + 1) if extent % d == 0)
+        if lanes > 1:
+            sch.vectorize(loop if lanes == extent else sch.split(loop, [None, lanes])[1])
