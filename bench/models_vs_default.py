@@ -16,6 +16,7 @@ Writes bench/results/models_vs_default_<trials>.{md,json}.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import pathlib
@@ -41,19 +42,22 @@ ARMS = {"ms_heron": (None, None), "MetaSchedule default": ("post-order-apply", "
 
 
 def _tune_and_export(name: str, trials: int, out: pathlib.Path, seed: int) -> dict:
-    from ms_heron.relax import compile_model, extract_tasks, from_onnx, lower_for_tuning, tune_model  # pylint: disable=import-outside-toplevel
+    # pylint: disable-next=import-outside-toplevel
+    from ms_heron.relax import compile_model, extract_tasks, from_onnx, lower_for_tuning, task_times, tune_model
 
     model, target = MODELS[name](), host_target()
     onnx.save(model.proto, out / f"{name}.onnx")
     np.savez(out / f"{name}_inputs.npz", **model.inputs)
     mod = from_onnx(model.proto, model.input_shapes())
-    row = {"tasks": len(extract_tasks(lower_for_tuning(mod, None, target), target))}
+    lowered = lower_for_tuning(mod, None, target)
+    row = {"tasks": len(extract_tasks(lowered, target)), "per task": {}}
     for arm, (space, strategy) in ARMS.items():
         with tempfile.TemporaryDirectory() as work_dir:
             start = time.perf_counter()
             db = tune_model(mod, None, target, work_dir, trials, num_trials_per_iter=16, seed=seed,
                             space=space, strategy=strategy)
             row[f"{arm} tuning s"] = time.perf_counter() - start
+            row["per task"][arm] = [dataclasses.asdict(t) for t in task_times(db, lowered, target)]
             compile_model(db, mod, None, target).export_library(str(out / f"{name}_{arm.replace(' ', '_')}.so"))
     return row
 
@@ -118,6 +122,12 @@ def main() -> None:
             f"**{ort / ours:.2f}x** | {r['ms_heron tuning s']:.0f} / {r['MetaSchedule default tuning s']:.0f} | "
             f"{r['ms_heron max abs diff']:.2g} / {r['MetaSchedule default max abs diff']:.2g} |"
         )
+    from ms_heron.relax import TaskTime, task_table  # pylint: disable=import-outside-toplevel
+
+    for name, r in data.items():
+        arms = {arm: [TaskTime(**t) for t in times] for arm, times in r["per task"].items()}
+        lines += ["", f"## {name}: per task (best kernel time while tuning; share of the model estimate)", "",
+                  *task_table(arms)]
     results_io.write(args.out, f"models_vs_default_{args.trials}", lines, data)
 
 

@@ -224,7 +224,17 @@ def _tune_model(args: argparse.Namespace) -> int:
     import numpy as np
 
     from .baselines import BaselineUnavailable, onnxruntime_model
-    from .relax import compile_model, extract_tasks, from_onnx, lower_for_tuning, run_model, time_model, tune_model
+    from .relax import (
+        compile_model,
+        extract_tasks,
+        from_onnx,
+        lower_for_tuning,
+        run_model,
+        task_table,
+        task_times,
+        time_model,
+        tune_model,
+    )
 
     path = Path(args.model)
     if not path.is_file():
@@ -240,13 +250,16 @@ def _tune_model(args: argparse.Namespace) -> int:
         work_dir.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise UsageError(f"cannot create the work dir {work_dir}: {err.strerror}; pass a writable --work-dir") from err
-    tasks = [t.task_name for t in extract_tasks(lower_for_tuning(mod, None, target), target)]
+    lowered = lower_for_tuning(mod, None, target)
+    tasks = [t.task_name for t in extract_tasks(lowered, target)]
     print(f"ms-heron tune-model: {path.name}, {len(tasks)} tasks, {args.trials} trials on {cpu_name(target)}; records in {work_dir}")
     _quiet_metaschedule(args.verbose)
     start = time.perf_counter()
     db = tune_model(mod, None, target, str(work_dir), args.trials, num_trials_per_iter=args.round_size,
                     seed=args.seed, on_round=_ModelProgressLine(tasks), time_budget_s=budget_s)
     tuning_s = time.perf_counter() - start
+    print("\nper task (best kernel measured while tuning, calls per model run, share of the model estimate):")
+    print("\n".join(task_table({"ms_heron": task_times(db, lowered, target)})))
     executable = compile_model(db, mod, None, target)
     output.parent.mkdir(parents=True, exist_ok=True)
     executable.export_library(str(output))

@@ -9,6 +9,7 @@ the VNNI intrinsic reads packed) are re-laid out once at compile time, not on ev
 
 from __future__ import annotations
 
+import math
 import os
 import time
 import warnings
@@ -229,15 +230,55 @@ def _lowering_passes(target: Target) -> list:
     return [*backend.dataflow_lower_passes(target), *backend.finalize_passes(target)]
 
 
+@dataclass(frozen=True)
+class TaskTime:
+    """One fused kernel of a model: how often the model calls it and its best measured time."""
+
+    name: str
+    calls: float
+    seconds: float  # inf when the database has no record of it that built and ran
+
+
+def task_times(database: ms.Database, lowered: IRModule, target: Target) -> list[TaskTime]:
+    """Every task of a lowered model with its call count and the database's best kernel time."""
+    out = []
+    for task in extract_tasks(lowered, target):
+        mod = task.dispatched[0]
+        records = database.get_top_k(database.commit_workload(mod), 1) if database.has_workload(mod) else []
+        out.append(TaskTime(task.task_name, float(task.weight), record_seconds(records[0].run_secs) if records else math.inf))
+    return out
+
+
+def task_table(arms: Mapping[str, list[TaskTime]]) -> list[str]:
+    """Markdown table, one row per task: each arm's best kernel, the task's calls and its share of the
+    model's estimated latency (sum of kernel x calls) in each arm; ratios against the first arm."""
+    names = list(arms)
+    first = arms[names[0]]
+    totals = {arm: sum(t.calls * t.seconds for t in times) for arm, times in arms.items()}
+    head = "| task | calls | " + " | ".join(f"{a} ms | {a} share" for a in names)
+    head += "".join(f" | {names[0]} speed-up over {a}" for a in names[1:]) + " |"
+    lines = [head, "|" + "---|" * (2 + 2 * len(names) + len(names) - 1)]
+    rows = []
+    for i, task in enumerate(first):
+        cells = [task.name, f"{task.calls:g}"]
+        for arm in names:
+            t = arms[arm][i]
+            cells += [f"{t.seconds * 1e3:.4f}", f"{t.calls * t.seconds / totals[arm]:.0%}" if totals[arm] < math.inf else "?"]
+        cells += [_speedup(arms[a][i].seconds, task.seconds) for a in names[1:]]
+        rows.append((-task.calls * task.seconds, "| " + " | ".join(cells) + " |"))
+    lines += [row for _, row in sorted(rows, key=lambda r: r[0])]
+    total = ["**model estimate**", ""] + [c for a in names for c in (f"{totals[a] * 1e3:.4f}", "")]
+    total += [_speedup(totals[a], totals[names[0]]) for a in names[1:]]
+    return lines + ["| " + " | ".join(total) + " |"]
+
+
+def _speedup(theirs: float, ours: float) -> str:
+    return f"{theirs / ours:.2f}x" if 0 < ours < math.inf and theirs < math.inf else "n/a"
+
+
 def untuned_tasks(database: ms.Database, lowered: IRModule, target: Target) -> list[str]:
     """Tasks without a record that built and ran: they will run their untuned kernel."""
-    missing = []
-    for task in extract_tasks(lowered, target):
-        records = database.get_top_k(database.commit_workload(task.dispatched[0]), 1) if database.has_workload(
-            task.dispatched[0]) else []
-        if not records or record_seconds(records[0].run_secs) == float("inf"):
-            missing.append(task.task_name)
-    return missing
+    return [t.name for t in task_times(database, lowered, target) if t.seconds == math.inf]
 
 
 def compile_model(database: ms.Database, mod: IRModule, params: Mapping[str, Any] | None, target: Target):

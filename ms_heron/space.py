@@ -34,12 +34,19 @@ def default_postprocs(target=None) -> list:
         ms.postproc.RewriteParallelVectorizeUnroll(),
         ms.postproc.RewriteReductionBlock(),
         ms.postproc.RewriteTensorize(vectorize_init_loop=True),
+        # Layout-free weights (a model's constants) get the layout the tiled kernel streams: packed
+        # panels. The re-layout is dropped when measuring and folded into the constant at compile time.
+        ms.postproc.RewriteLayout(),
     ]
 
 
 def default_mutators() -> dict:
     """For MetaSchedule's evolutionary search: the rules sample tiles and the unroll depth."""
     return {ms.mutator.MutateTileSize(): 0.9, ms.mutator.MutateUnroll(): 0.1}
+
+
+def _tensorized(space: Schedule) -> bool:
+    return any(inst.kind.name == "Blockize" for inst in space.trace.insts)
 
 
 def _blocks_consumers_first(sch: Schedule) -> list[str]:
@@ -56,9 +63,22 @@ class HeronSpace(PySpaceGenerator):
     Each block, consumers first, goes through every rule in order; a rule may fork a design space
     into several (one per cache level, with and without tile buffers). TVM does not initialize a
     Python space generator's rules and postprocs, so this class does.
+
+    Parameters
+    ----------
+    rules, user_rules, postprocs, mutator_probs
+        Heron's rules for the target when ``rules`` is None, followed by ``user_rules``; TVM's
+        postprocs and the mutators MetaSchedule's evolutionary search uses.
+    include_default_spaces
+        Also yield MetaSchedule's own default design spaces (its ``PostOrderApply`` with the
+        target's rules), so that no program MetaSchedule can reach is outside the search.
+        HeronSearch derives their constraint models from their traces like Heron's own. CPU only,
+        and only where Heron's rules tensorize nothing: on VNNI blocks MetaSchedule's spaces
+        vectorize around the intrinsic and most of their programs fail to build.
     """
 
-    def __init__(self, rules=None, user_rules=(), postprocs=None, mutator_probs=None):
+    def __init__(self, rules=None, user_rules=(), postprocs=None, mutator_probs=None, *,
+                 include_default_spaces: bool = True):
         # ``None`` means "Heron's defaults for the tuning target", resolved once the target is known.
         self.rules = None if rules is None else list(rules)
         self.user_rules = list(user_rules)
@@ -66,6 +86,8 @@ class HeronSpace(PySpaceGenerator):
         self.sch_rules = [*(default_rules() if rules is None else rules), *user_rules]
         self.postprocs = default_postprocs() if postprocs is None else list(postprocs)
         self.mutator_probs = default_mutators() if mutator_probs is None else dict(mutator_probs)
+        self.include_default_spaces = include_default_spaces
+        self.default_space = None
         self.rand_state = 0
 
     def _initialize_with_tune_context(self, context) -> None:
@@ -77,6 +99,9 @@ class HeronSpace(PySpaceGenerator):
             self.postprocs = default_postprocs(target)
         for part in (*self.sch_rules, *self.postprocs, *self.mutator_probs):
             part._initialize_with_tune_context(context)  # pylint: disable=protected-access
+        if self.include_default_spaces and not is_cuda(target):
+            self.default_space = ms.space_generator.PostOrderApply()
+            self.default_space._initialize_with_tune_context(context)  # pylint: disable=protected-access
 
     def generate_design_space(self, mod: IRModule) -> list[Schedule]:
         spaces = [Schedule(mod, seed=self.rand_state or None, debug_mask="none")]
@@ -87,6 +112,8 @@ class HeronSpace(PySpaceGenerator):
                     for sch in spaces
                     for out in (rule.apply(sch, sch.get_sblock(name)) if has_block(sch, name) else [sch])
                 ]
+        if self.default_space is not None and not any(_tensorized(s) for s in spaces):
+            spaces += list(self.default_space.generate_design_space(mod))
         return spaces
 
     def clone(self) -> "HeronSpace":
@@ -95,4 +122,5 @@ class HeronSpace(PySpaceGenerator):
             user_rules=[r.clone() for r in self.user_rules],
             postprocs=None if self.given_postprocs is None else [p.clone() for p in self.given_postprocs],
             mutator_probs={m.clone(): p for m, p in self.mutator_probs.items()},
+            include_default_spaces=self.include_default_spaces,
         )

@@ -1,7 +1,7 @@
 """Heron's operator suite as TensorIR PrimFuncs, each with random inputs and a numpy reference.
 
 Families: gemm, bmm, gemv, c1d, c2d, c3d, dil (dilated c2d), t2d (transposed c2d), scan (prefix sum
-as a matmul with a lower-triangular ones matrix). Every family comes in three forms:
+as a matmul with a lower-triangular ones matrix). Every one of these comes in three forms:
 
 * ``int8``: u8 activations, s8 weights in the packed layout VNNI reads
   (``[o // 16, *kernel, i // 4, o % 16, i % 4]``), s32 accumulation; checked bit-exactly.
@@ -11,6 +11,9 @@ as a matmul with a lower-triangular ones matrix). Every family comes in three fo
 Convolutions are channels-last (NWC / NHWC / NDHWC). The reference works on the logical weight
 ``[o, *kernel, i]`` in int64/float64, independently of the TE definition it checks.
 Named cases follow Heron's benchmark configs, e.g. ``case("gemm.G1", "int8")``.
+
+The memory-bound kernels every transformer has, softmax and layer norm over rows (TOPI's
+definitions, as a model's Relax legalization produces them), are fp32 only.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from tvm import te, tirx
+from tvm import te, tirx, topi
 
 from .intrinsics import VNNI_LANES, VNNI_REDUCTION
 
@@ -414,6 +417,49 @@ def t2d(N: int, H: int, W: int, CI: int, CO: int, KH: int, KW: int, stride: int 
 
 
 # ----------------------------------------------------------------------------------------------
+# Memory-bound row kernels
+
+
+def _fp32_only(family: str, dtype: str) -> None:
+    if dtype != "fp32":
+        raise WorkloadError(f"{family} is a floating-point kernel: use dtype 'fp32' (got {dtype!r})")
+
+
+def softmax(dtype: str = "fp32", M: int = 128, N: int = 128) -> Workload:
+    """``Y[m, :] = exp(X[m, :] - max) / sum(exp(X[m, :] - max))``: two row reductions, two element-wise passes."""
+    _fp32_only("softmax", dtype)
+    _positive(M=M, N=N)
+    x = te.placeholder((M, N), "float32", name="X")
+    y = topi.nn.softmax(x, axis=1)
+
+    def reference(a):
+        e = np.exp(_wide(a) - _wide(a).max(axis=1, keepdims=True))
+        return (e / e.sum(axis=1, keepdims=True)).astype("float32")
+
+    return _workload("softmax", dtype, dict(M=M, N=N), [x, y], 5 * M * N,
+                     lambda rng: [_random(rng, x.shape, "float32")], reference)
+
+
+def layernorm(dtype: str = "fp32", M: int = 128, N: int = 768) -> Workload:
+    """``Y[m, :] = (X[m, :] - mean) / sqrt(var + 1e-5) * gamma + beta``: mean and variance reductions per row."""
+    _fp32_only("layernorm", dtype)
+    _positive(M=M, N=N)
+    x = te.placeholder((M, N), "float32", name="X")
+    gamma, beta = te.placeholder((N,), "float32", name="gamma"), te.placeholder((N,), "float32", name="beta")
+    y = topi.nn.layer_norm(x, gamma, beta, axis=[1], epsilon=1e-5)
+
+    def inputs(rng):
+        return [_random(rng, x.shape, "float32"), _random(rng, (N,), "float32"), _random(rng, (N,), "float32")]
+
+    def reference(a, g, b):
+        a = _wide(a)
+        norm = (a - a.mean(axis=1, keepdims=True)) / np.sqrt(a.var(axis=1, keepdims=True) + 1e-5)
+        return (norm * g + b).astype("float32")
+
+    return _workload("layernorm", dtype, dict(M=M, N=N), [x, gamma, beta, y], 8 * M * N, inputs, reference)
+
+
+# ----------------------------------------------------------------------------------------------
 # Registry: families and Heron's named benchmark cases
 
 FAMILIES: dict[str, Callable[..., Workload]] = {
@@ -426,6 +472,8 @@ FAMILIES: dict[str, Callable[..., Workload]] = {
     "dil": dil,
     "t2d": t2d,
     "scan": scan,
+    "softmax": softmax,
+    "layernorm": layernorm,
 }
 
 _RESNET_3X3 = [(56, 64, 64), (28, 128, 128), (14, 256, 256)]

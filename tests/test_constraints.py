@@ -10,15 +10,16 @@ from tvm.s_tir import meta_schedule as ms
 
 from conftest import SMALL_SHAPES
 from ms_heron import HeronSpace, workloads
-from ms_heron.constraints import RepairedDecision, Solver, count_solutions, derive, replay
+from ms_heron.constraints import RepairedDecision, Solver, count_solutions, decided_values, derive, replay
 from ms_heron.evaluate import build, run_and_check
 from ms_heron.space import default_postprocs
 
 SAMPLES = 500
 
 
-def _spaces(workload, target):
-    ctx = ms.TuneContext(mod=workload.func, target=target, space_generator=HeronSpace(), task_name="t").clone()
+def _spaces(workload, target, include_default_spaces=False):
+    space = HeronSpace(include_default_spaces=include_default_spaces)
+    ctx = ms.TuneContext(mod=workload.func, target=target, space_generator=space, task_name="t").clone()
     return list(ctx.generate_design_space())
 
 
@@ -130,3 +131,27 @@ def test_memory_footprints_equal_lowered_allocations(family, dtype, cpu_target):
                 assert full[fp.variable] == _allocated_elements(sch.mod, fp.buffer), (fp, values)
                 checked += 1
     assert checked > 0
+
+
+def test_metaschedule_default_spaces_are_modelled_and_replay_valid(cpu_target):
+    """MetaSchedule's own spaces (rfactor, compute locations) in HeronSpace: every CP-SAT sample
+    replays with its tiles unchanged, passes the postprocs, and two of them compute softmax."""
+    workload = workloads.make("softmax", "fp32", M=64, N=128)
+    func = workload.func
+    heron_only = _spaces(workload, cpu_target)
+    spaces = _spaces(workload, cpu_target, include_default_spaces=True)
+    assert len(spaces) > len(heron_only)
+    postprocs = default_postprocs()
+    kinds = set()
+    for index, space in enumerate(spaces[len(heron_only):]):
+        model = derive(space, cpu_target)
+        kinds |= {d.kind for d in model.decisions}
+        trace = space.trace.simplified(remove_postproc=True)
+        for i, values in enumerate(Solver(model, seed=index).samples(8)):
+            sch = replay(model, trace, func, values)  # raises if TVM repaired a tile or categorical
+            normalized = decided_values(model, sch.trace)
+            assert model.violations(normalized) == []
+            assert all(p.apply(sch) for p in postprocs)
+            if i < 1 and index < 2:
+                run_and_check(build(sch.mod, cpu_target), workload, seed=i)
+    assert "location" in kinds and "tile" in kinds

@@ -2,7 +2,7 @@
 
 from .derive import ConstraintOptions, derive
 from .model import Constraint, ConstraintModel, Decision, Footprint
-from .replay import RepairedDecision, decisions_of, replay, values_from_trace
+from .replay import RepairedDecision, decided_values, decisions_of, replay, values_from_trace
 from .solver import Infeasible, Solver, count_solutions, uniformity
 
 __all__ = [
@@ -18,6 +18,7 @@ __all__ = [
     "count_solutions",
     "replay",
     "decisions_of",
+    "decided_values",
     "values_from_trace",
     "RepairedDecision",
 ]

@@ -25,7 +25,7 @@ from tvm.target import Target
 
 from ..rules.analysis import TILING_STRUCTURE, annotations, iter_kinds, split_by_structure
 from ..targets import GpuLimits, cpu_cache_bytes, is_cpu, is_cuda, num_cores, vector_bytes
-from .model import Constraint, ConstraintModel, Decision, Footprint, divisors
+from .model import MAX_BOUND, Constraint, ConstraintModel, Decision, Footprint, divisors
 
 
 @dataclass(frozen=True)
@@ -100,23 +100,22 @@ def derive(space: Schedule, target: Target, options: ConstraintOptions = Constra
             for rv, name in zip(outs, names):
                 sampled[rv] = name
             decision = Decision(inst, "tile", tuple(names), extent=extent)
-            model.decisions.append(decision)
+            model.add_decision(decision)
             _add_split(model, decision, max_inner)
         elif kind == "SampleCategorical":
-            cands = tuple(int(c) for c in attrs[0])
-            name = fresh("choice")
-            model.new_var(name, lo=0, hi=len(cands) - 1)
-            sampled[outs[0]] = name
-            model.decisions.append(Decision(inst, "categorical", (name,), candidates=cands))
-            model.add(Constraint(f"{name} in candidates {cands}", "candidates", lambda v, n=name, k=len(cands): 0 <= v[n] < k))
+            sampled[outs[0]] = fresh("choice")
+            _add_categorical(model, inst, "categorical", tuple(int(c) for c in attrs[0]), sampled[outs[0]])
+        elif kind == "SampleComputeLocation":
+            name = blocks.get(ins[0]) or _block_name(space, ins[0])
+            _add_categorical(model, inst, "location", _location_candidates(space, name), fresh("location"))
         elif kind == "Split":
             parent = loops.get(ins[0], _Loop(None, None, ()))
             for rv, factor in zip(outs, ins[1:]):
                 term = sampled.get(factor, int(factor) if isinstance(factor, (int, tirx.IntImm)) else None)
                 loops[rv] = _Loop(parent.block, parent.iter_index, (term,) if term is not None else ())
         elif kind == "Reorder":
-            ordered = [loops[rv] for rv in ins]
-            if ordered and all(lp.block == ordered[0].block for lp in ordered):
+            ordered = [loops.get(rv) for rv in ins]
+            if ordered and None not in ordered and all(lp.block == ordered[0].block for lp in ordered):
                 nest[ordered[0].block] = ordered
         elif kind == "Fuse":
             parts = [loops.get(rv, _Loop(None, None, ())) for rv in ins]
@@ -146,7 +145,31 @@ def derive(space: Schedule, target: Target, options: ConstraintOptions = Constra
     return model
 
 
-# -- split, parallel, vector --------------------------------------------------------------------
+# -- split, categorical, compute location, parallel, vector -------------------------------------
+
+
+def _add_categorical(model: ConstraintModel, inst, kind: str, cands: tuple, name: str) -> None:
+    """One variable: the index of the chosen candidate."""
+    model.new_var(name, lo=0, hi=len(cands) - 1)
+    model.add_decision(Decision(inst, kind, (name,), candidates=cands))
+    model.add(Constraint(f"{name} in candidates {cands}", "candidates", lambda v, n=name, k=len(cands): 0 <= v[n] < k))
+
+
+def _location_candidates(space: Schedule, block: str | None) -> tuple[int, ...]:
+    """What ``SampleComputeLocation`` may pick for ``block``: inline (-2), root (-1), or a loop of its
+    consumer by position.
+
+    TVM's own candidate list (``CollectComputeLocation``) also drops unit loops and loops after the
+    first reduction, which depend on the sampled tiles; this is its superset, and TVM maps a position
+    it rejects to the next valid one further out when the program is replayed (``replay`` reads
+    the normalized decision back).
+    """
+    try:
+        rv = space.get_sblock(block)
+        depth = max((len(space.get_loops(c)) for c in space.get_consumers(rv)), default=0)
+    except Exception:  # pylint: disable=broad-except  # inlined in this space: no loops to name
+        depth = max((len(space.get_loops(b)) for b in space.get_child_blocks(space.get_sblock("root"))), default=0)
+    return (-2, -1, *range(depth))
 
 
 def _add_split(model: ConstraintModel, decision: Decision, max_inner: int) -> None:
@@ -162,18 +185,11 @@ def _add_split(model: ConstraintModel, decision: Decision, max_inner: int) -> No
         model.add(Constraint(f"split innermost {names[-1]} <= {max_inner}", "split", lambda v, n=names[-1], m=max_inner: v[n] <= m))
 
 
-def _extent_bounds(model: ConstraintModel, factors) -> tuple[int, int]:
-    hi = 1
-    for f in factors:
-        hi *= f if isinstance(f, int) else model.domains[f][-1]
-    return 1, hi
-
-
 def _loop_extent(model: ConstraintModel, loop: _Loop | None, name: str):
     """``(variable, upper bound)`` for a loop whose extent depends on sampled factors, else None."""
     if loop is None or not loop.factors or all(isinstance(f, int) for f in loop.factors):
         return None
-    _, hi = _extent_bounds(model, loop.factors)
+    hi = model.upper_bound(loop.factors)
     return model.product(name, list(loop.factors), hi), hi
 
 
@@ -222,7 +238,7 @@ def _add_threads(model: ConstraintModel, kernels: dict, limits: GpuLimits) -> No
             continue
         lanes = limits.warp_size if kernel.warp_lanes else 1
         name = f"threads[{block}]"
-        threads = model.product(name, [*factors, lanes], _extent_bounds(model, factors)[1] * lanes)
+        threads = model.product(name, [*factors, lanes])
         cap = limits.max_threads_per_block
         model.cp.Add(threads <= cap)
         model.add(Constraint(f"{name}: {' x '.join(kernel.threads)}{f' x {lanes} lanes' if lanes > 1 else ''} <= {cap}",
@@ -333,9 +349,9 @@ def _add_footprint(model, space, inst, loops, nest, fresh) -> None:
         return
     alignment = _alignment(space.get(stage_rv), buffer)
     if alignment is not None:
-        _product_of_dims(model, f"{name}{UNPADDED}", dims)
+        model.product_of_dims(f"{name}{UNPADDED}", dims)
         dims = _padded(model, name, dims, alignment)
-    _product_of_dims(model, name, dims)
+    model.product_of_dims(name, dims)
     model.footprints.append(
         Footprint(name, str(buffer.name), str(buffer.scope()), _bytes(buffer.dtype), anchor.block, _block_name(space, stage_rv))
     )
@@ -354,9 +370,9 @@ def _read_window_dims(model, name, sch_block, region, inside):
     for d, (terms, const) in enumerate(terms_per_dim):
         parts = []
         for coef, factors in terms:
-            prod = model.product(f"{name}.d{d}.E{len(parts)}", factors, _extent_bounds(model, factors)[1])
+            prod = model.product(f"{name}.d{d}.E{len(parts)}", factors)
             parts.append((coef, prod, tuple(factors)))
-        upper = const + sum(c * _extent_bounds(model, fs)[1] for c, _, fs in parts)
+        upper = min(const + sum(c * model.upper_bound(fs) for c, _, fs in parts), MAX_BOUND)
         dim = model.cp.NewIntVar(1, upper, f"{name}.d{d}")
         model.cp.Add(dim == const + sum(c * (p - 1) for c, p, _ in parts))
         fn = lambda v, parts=tuple((c, fs) for c, _, fs in parts), const=const: const + sum(  # noqa: E731
@@ -374,7 +390,7 @@ def _write_tile_dims(model, name, sch_block, region, inside):
     kinds = [int(iv.iter_type) for iv in sch_block.iter_vars]
     factors = [f for lp in inside if lp.iter_index is not None and kinds[lp.iter_index] == 0 for f in lp.factors]
     per_iteration = math.prod(int(r.extent) for r in region.region)
-    upper = _extent_bounds(model, factors)[1] * per_iteration
+    upper = model.upper_bound([*factors, per_iteration])
     tile = model.product(f"{name}.tile", [*factors, per_iteration], upper)
     dim = model.cp.NewIntVar(1, upper, f"{name}.d0")
     model.cp.Add(dim == tile)
@@ -400,9 +416,9 @@ def _padded(model, name, dims, alignment):
     if axis == len(dims) - 1:
         return dims
     rows, row = dims[: axis + 1], dims[axis + 1 :]
-    upper = math.prod(u for _, u, _ in row)
+    upper = min(math.prod(u for _, u, _ in row), MAX_BOUND // 2)
     stride = model.cp.NewIntVar(1, upper, f"{name}.row")
-    _multiply(model, stride, [d for d, _, _ in row], upper, f"{name}.row")
+    model.multiply(stride, [d for d, _, _ in row], upper, f"{name}.row")
     padded = model.cp.NewIntVar(1, upper + factor + offset, f"{name}.row_padded")
     quotient = model.cp.NewIntVar(0, (upper + factor + offset) // factor, f"{name}.row_q")
     model.cp.Add(padded == factor * quotient + offset)
@@ -414,23 +430,6 @@ def _padded(model, name, dims, alignment):
         return length + (offset - length) % factor
 
     return [*rows, (padded, upper + factor + offset, fn)]
-
-
-def _multiply(model, target, variables, upper, name) -> None:
-    acc = variables[0]
-    for i, var in enumerate(variables[1:], 1):
-        nxt = model.cp.NewIntVar(1, max(1, upper), f"{name}.acc{i}")
-        model.cp.AddMultiplicationEquality(nxt, [acc, var])
-        acc = nxt
-    model.cp.Add(target == acc)
-
-
-def _product_of_dims(model, name, dims) -> None:
-    upper = max(1, math.prod(u for _, u, _ in dims))
-    total = model.cp.NewIntVar(1, upper, name)
-    _multiply(model, total, [d for d, _, _ in dims], upper, name)
-    model.vars[name] = total
-    model.derived[name] = lambda v, fns=tuple(f for _, _, f in dims): math.prod(fn(v) for fn in fns)
 
 
 def _block_name(space, block_rv) -> str | None:
@@ -516,10 +515,11 @@ def _add_register_tile(model, space, nest, target, options) -> None:
         out = space.get(rv).writes[0]
         lanes = math.prod(int(r.extent) for r in out.region)
         elem = _bytes(out.source.dtype) * lanes
-        _, hi = _extent_bounds(model, factors)
         name = f"register_tile[{block_name}]"
-        tile = model.product(name, factors, hi)
+        tile = model.product(name, factors)
         limit = registers // elem
+        if isinstance(tile, int):
+            continue  # fixed by the trace (intrinsic-sized tiles): nothing to choose
         model.cp.Add(tile <= max(1, limit))
         model.add(Constraint(f"{name}: {elem} B x tile <= {registers} B of vector registers", "register",
                              lambda v, n=name, k=max(1, limit): v[n] <= k, performance=True))

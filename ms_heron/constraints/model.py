@@ -10,11 +10,16 @@ import math
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 from ortools.sat.python import cp_model
 from tvm.s_tir.schedule import Instruction
 
 Values = dict  # variable name -> int
+DecisionKind = Literal["tile", "categorical", "location"]
+#: CP-SAT's integer domain is int64; bounds of derived products are capped here (they stay sound:
+#: a product of loop factors never comes near it).
+MAX_BOUND = (1 << 62) - 1
 
 
 @dataclass(frozen=True)
@@ -22,9 +27,11 @@ class Decision:
     """One sampling instruction of the trace and the primary variables that decide it."""
 
     inst: Instruction
-    kind: str  # "tile" (SamplePerfectTile) or "categorical" (SampleCategorical)
+    #: "tile" (SamplePerfectTile), "categorical" (SampleCategorical: the trace holds an index into
+    #: the candidates) or "location" (SampleComputeLocation: the trace holds the loop position itself).
+    kind: DecisionKind
     variables: tuple[str, ...]
-    #: tile: the loop extent; categorical: the candidate values.
+    #: tile: the loop extent; categorical and location: the candidate values.
     extent: int = 0
     candidates: tuple = ()
 
@@ -32,7 +39,19 @@ class Decision:
         """The decision in the form ``Trace.with_decision`` takes."""
         if self.kind == "tile":
             return [int(values[v]) for v in self.variables]
-        return int(values[self.variables[0]])
+        index = int(values[self.variables[0]])
+        return int(self.candidates[index]) if self.kind == "location" else index
+
+    def from_trace(self, decision) -> Values | None:
+        """The inverse of :meth:`to_trace`; None when the trace holds a value outside the model."""
+        if self.kind == "tile":
+            return dict(zip(self.variables, (int(x) for x in decision)))
+        value = int(decision)
+        if self.kind == "location":
+            if value not in self.candidates:
+                return None
+            value = self.candidates.index(value)
+        return {self.variables[0]: value}
 
 
 @dataclass(frozen=True)
@@ -71,6 +90,7 @@ class ConstraintModel:
         self.footprints: list[Footprint] = []
         #: Values each primary variable may take.
         self.domains: dict[str, list[int]] = {}
+        self._decision_of: dict[str, Decision] = {}
 
     # -- building ---------------------------------------------------------------------------
 
@@ -81,8 +101,26 @@ class ConstraintModel:
         self.domains[name] = values
         return var
 
-    def product(self, name: str, terms: Sequence, upper: int) -> cp_model.IntVar | int:
+    def upper_bound(self, terms: Sequence) -> int:
+        """A sound upper bound of the product of ``terms`` (variable names or ints).
+
+        Factors sampled by one ``SamplePerfectTile`` multiply to at most its extent, so they are
+        bounded together: the bound stays near the loop nest's size instead of overflowing int64.
+        """
+        bound, by_decision = 1, {}
+        for t in terms:
+            if isinstance(t, int):
+                bound *= t
+            else:
+                by_decision.setdefault(self._decision_of.get(t), []).append(t)
+        for decision, names in by_decision.items():
+            most = math.prod(self.domains[n][-1] for n in names)
+            bound *= most if decision is None or decision.kind != "tile" else min(most, decision.extent)
+        return max(1, min(bound, MAX_BOUND))
+
+    def product(self, name: str, terms: Sequence, upper: int | None = None) -> cp_model.IntVar | int:
         """A variable equal to the product of ``terms`` (variable names or ints), chained pairwise."""
+        upper = min(self.upper_bound(terms) if upper is None else upper, MAX_BOUND)
         const = math.prod(t for t in terms if isinstance(t, int))
         names = [t for t in terms if not isinstance(t, int)]
         if not names:
@@ -93,11 +131,33 @@ class ConstraintModel:
             self.cp.AddMultiplicationEquality(nxt, [acc, self.vars[other]])
             acc = nxt
         if const != 1:
-            scaled = self.cp.NewIntVar(1, upper * const, f"{name}.scaled")
+            scaled = self.cp.NewIntVar(1, upper, f"{name}.scaled")
             self.cp.Add(scaled == const * acc)
             acc = scaled
         self.derived[name] = lambda values, names=tuple(names), const=const: const * math.prod(values[n] for n in names)
         return acc
+
+    def add_decision(self, decision: Decision) -> None:
+        self.decisions.append(decision)
+        for name in decision.variables:
+            self._decision_of[name] = decision
+
+    def multiply(self, target: cp_model.IntVar, variables: Sequence, upper: int, name: str) -> None:
+        """``target == prod(variables)`` (CP-SAT variables), chained pairwise with bounded temporaries."""
+        acc = variables[0]
+        for i, var in enumerate(variables[1:], 1):
+            nxt = self.cp.NewIntVar(1, max(1, min(upper, MAX_BOUND)), f"{name}.acc{i}")
+            self.cp.AddMultiplicationEquality(nxt, [acc, var])
+            acc = nxt
+        self.cp.Add(target == acc)
+
+    def product_of_dims(self, name: str, dims: Sequence) -> None:
+        """The derived variable ``name``: the product of a buffer's dims, ``(variable, upper, fn)`` each."""
+        upper = max(1, min(math.prod(u for _, u, _ in dims), MAX_BOUND))
+        total = self.cp.NewIntVar(1, upper, name)
+        self.multiply(total, [d for d, _, _ in dims], upper, name)
+        self.vars[name] = total
+        self.derived[name] = lambda v, fns=tuple(f for _, _, f in dims): math.prod(fn(v) for fn in fns)
 
     def add(self, constraint: Constraint) -> None:
         self.constraints.append(constraint)
@@ -107,15 +167,6 @@ class ConstraintModel:
     @property
     def primary(self) -> list[str]:
         return [v for d in self.decisions for v in d.variables]
-
-    def values_of(self, decisions: dict) -> Values:
-        """Primary variable values from a trace's decision map."""
-        values = {}
-        for d in self.decisions:
-            got = decisions[d.inst]
-            seq = [int(x) for x in got] if d.kind == "tile" else [int(got)]
-            values.update(zip(d.variables, seq))
-        return values
 
     def evaluate(self, values: Values) -> Values:
         """``values`` plus every derived quantity."""

@@ -1,7 +1,10 @@
 """From a solution to a schedule: trace decisions, replay on a fresh schedule, repair check.
 
 TVM silently repairs a tile decision whose product is not the loop extent (it recomputes a
-factor or re-samples); a replay is accepted only if every decision reads back unchanged.
+factor or re-samples); a replay is accepted only if every tile and categorical decision reads back
+unchanged. Compute locations are the exception: the model's candidates are a superset of TVM's
+(see ``derive``), and TVM maps a rejected position to the next valid one further out, so the
+replayed schedule's location decisions are the program's true values (:func:`decided_values`).
 """
 
 from __future__ import annotations
@@ -22,22 +25,32 @@ def decisions_of(model: ConstraintModel, values: Values) -> dict:
     return {d.inst: d.to_trace(values) for d in model.decisions}
 
 
+def decided_values(model: ConstraintModel, trace: Trace) -> Values | None:
+    """The model's values of a replay of its design space (``trace``'s decisions, in order), or None
+    when the trace's sampling instructions do not match the model's decisions."""
+    decided = [trace.decisions[inst] for inst in trace.insts if inst in trace.decisions]
+    if len(decided) != len(model.decisions):
+        return None
+    values: Values = {}
+    for d, got in zip(model.decisions, decided):
+        part = d.from_trace(got)
+        if part is None:
+            return None
+        values.update(part)
+    return values
+
+
 def replay(model: ConstraintModel, trace: Trace, mod: IRModule, values: Values) -> Schedule:
     """The design space ``trace`` with ``values`` as its decisions, replayed on ``mod``."""
-    wanted = decisions_of(model, values)
-    decided = Trace(trace.insts, {**dict(trace.decisions), **wanted})
+    decided = Trace(trace.insts, {**dict(trace.decisions), **decisions_of(model, values)})
     sch = Schedule(mod, debug_mask="none")
     decided.apply_to_schedule(sch, remove_postproc=True)
-    # The replayed trace has new Instruction objects; its sampling instructions come in the same order.
-    replayed = sch.trace.decisions
-    got = [replayed[inst] for inst in sch.trace.insts if inst in replayed]
-    if len(got) != len(model.decisions):
-        raise RepairedDecision(f"replay sampled {len(got)} decisions, the model has {len(model.decisions)}")
-    for d, back in zip(model.decisions, got):
-        expected = d.to_trace(values)
-        back = [int(x) for x in back] if d.kind == "tile" else int(back)
-        if back != expected:
-            raise RepairedDecision(f"replay changed {d.kind} decision {expected} into {back}")
+    back = decided_values(model, sch.trace)
+    if back is None:
+        raise RepairedDecision("the replay's sampling instructions do not match the model's decisions")
+    for d in model.decisions:
+        if d.kind != "location" and d.to_trace(back) != d.to_trace(values):
+            raise RepairedDecision(f"replay changed {d.kind} decision {d.to_trace(values)} into {d.to_trace(back)}")
     return sch
 
 
@@ -55,10 +68,4 @@ def values_from_trace(model: ConstraintModel, space_trace: Trace, trace: Trace) 
     trace = trace.simplified(remove_postproc=True)
     if _skeleton(trace) != _skeleton(space_trace):
         return None
-    decided = [trace.decisions[inst] for inst in trace.insts if inst in trace.decisions]
-    if len(decided) != len(model.decisions):
-        return None
-    values: Values = {}
-    for d, got in zip(model.decisions, decided):
-        values.update(zip(d.variables, [int(x) for x in got] if d.kind == "tile" else [int(got)]))
-    return values
+    return decided_values(model, trace)

@@ -32,7 +32,16 @@ from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from tvm.s_tir.meta_schedule.runner import RunnerResult
 from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate, PySearchStrategy
 
-from ..constraints import ConstraintModel, Infeasible, RepairedDecision, Solver, derive, replay, values_from_trace
+from ..constraints import (
+    ConstraintModel,
+    Infeasible,
+    RepairedDecision,
+    Solver,
+    decided_values,
+    derive,
+    replay,
+    values_from_trace,
+)
 from ..tune import record_seconds
 from .decision_model import DecisionModel, rank_correlation
 
@@ -111,8 +120,7 @@ class HeronSearch(PySearchStrategy):
         self.rng = random.Random(self.seed)
         self.max_trials, self.per_round = int(max_trials), int(num_trials_per_iter)
         self.cost_model = cost_model
-        self.traces = [s.trace.simplified(remove_postproc=True) for s in design_spaces]
-        self.models: list[ConstraintModel] = [derive(s, self.target) for s in design_spaces]
+        self.traces, self.models = self._constrained_spaces(design_spaces)
         self.solvers = [Solver(m, seed=self.seed + i) for i, m in enumerate(self.models)]
         self.decision_models = [DecisionModel(m.primary, seed=self.seed) for m in self.models]
         self.trials = 0
@@ -123,6 +131,27 @@ class HeronSearch(PySearchStrategy):
         self.now = RoundStats(round=-1)  # the warm start's time goes here, unlogged
         if database is not None and database.has_workload(self.mod):
             self._warm_start(database)
+
+    def _constrained_spaces(self, design_spaces) -> tuple[list, list[ConstraintModel]]:
+        """Each design space's trace and constraint model; a space whose model cannot be built, or
+        has no solution, is skipped with a warning naming why (the others still tune)."""
+        traces, models = [], []
+        for index, space in enumerate(design_spaces):
+            try:
+                model = derive(space, self.target)
+                Solver(model, seed=self.seed).sample()
+            except Exception as err:  # pylint: disable=broad-except  # one bad space must not stop tuning
+                self.logger.warning("HeronSearch skips design space %d: %s: %s", index, type(err).__name__, err)
+                continue
+            traces.append(space.trace.simplified(remove_postproc=True))
+            models.append(model)
+        if not models:
+            raise Infeasible(
+                f"HeronSearch: none of the {len(design_spaces)} design spaces of task {self.context.task_name!r} "
+                "has a solvable constraint model (see the task log for why); tune it with "
+                "strategy='evolutionary' or report the workload"
+            )
+        return traces, models
 
     def post_tuning(self) -> None:
         self.pool = []
@@ -271,10 +300,12 @@ class HeronSearch(PySearchStrategy):
         return [p for p in programs if p.candidate is not False]
 
     def _candidate(self, program: _Program):
+        model = self.models[program.space]
         try:
-            sch = replay(self.models[program.space], self.traces[program.space], self.mod, program.values)
+            sch = replay(model, self.traces[program.space], self.mod, program.values)
         except RepairedDecision:
             return False
+        program.values = decided_values(model, sch.trace)  # compute locations as TVM normalized them
         sch.enter_postproc()  # as MetaSchedule does: records' traces then split into space and postprocs
         if not all(p.apply(sch) for p in self.postprocs):
             return False
@@ -340,14 +371,17 @@ class HeronSearch(PySearchStrategy):
         fresh = [p for p in ranked if p.key not in self.measured]
         greedy = int(round(want * (1 - self.epsilon)))
         picked: list[_Program] = []
+        seen = set(self.measured)  # keys after building: TVM may normalize compute locations
         while fresh and len(picked) < want:
             p = fresh.pop(0) if len(picked) < greedy else self._take_roulette(fresh)
-            if self._build([p]):
+            if self._build([p]) and p.key not in seen:
                 picked.append(p)
+                seen.add(p.key)
         if len(picked) < want:  # the population converged: top up with constrained-random programs
-            seen = set(self.measured) | {p.key for p in picked}
-            extra = [p for p in _unique(self._fresh(2 * (want - len(picked)))) if p.key not in seen]
-            picked += self._build(extra)[: want - len(picked)]
+            for p in self._build(self._fresh(2 * (want - len(picked)))):
+                if len(picked) < want and p.key not in seen:
+                    picked.append(p)
+                    seen.add(p.key)
         return picked
 
     def _take_roulette(self, rest: list[_Program]) -> _Program:
