@@ -2,7 +2,9 @@
 
 Each model is one ONNX graph (``ms_heron.models``): both tuning arms import it through Relax, and
 ONNX Runtime runs the same bytes. Per model and arm: tuning wall time, the compiled model's latency
-and its largest output difference from ONNX Runtime. Tuning runs in this process; the compiled
+and its largest output difference from ONNX Runtime; per fused task: each arm's best kernel, the
+task's calls per model run, its share of the model's estimated latency, and which kind of design
+space (Heron's or MetaSchedule's inside HeronSpace) ms_heron's best kernel came from. Tuning runs in this process; the compiled
 models are exported and timed afterwards in one fresh process, together with ONNX Runtime, so that
 no arm is timed in a process warmed (or disturbed) by tuning. Usage (repository root, nothing else
 running):
@@ -57,7 +59,10 @@ def _tune_and_export(name: str, trials: int, out: pathlib.Path, seed: int) -> di
             db = tune_model(mod, None, target, work_dir, trials, num_trials_per_iter=16, seed=seed,
                             space=space, strategy=strategy)
             row[f"{arm} tuning s"] = time.perf_counter() - start
-            row["per task"][arm] = [dataclasses.asdict(t) for t in task_times(db, lowered, target)]
+            times = task_times(db, lowered, target)
+            if space is not None:  # MetaSchedule's own tuning: the kind of HeronSpace space does not apply
+                times = [dataclasses.replace(t, space="") for t in times]
+            row["per task"][arm] = [dataclasses.asdict(t) for t in times]
             compile_model(db, mod, None, target).export_library(str(out / f"{name}_{arm.replace(' ', '_')}.so"))
     return row
 

@@ -2,8 +2,10 @@
 
 The ms_heron arm is HeronSpace with MetaSchedule's evolutionary search (``--search evolutionary``)
 or with HeronSearch (``--search heron``). Per workload: share of measured candidates that built
-and ran, best GOPS in the database, their ratio, and for GEMMs the library baseline measured in
-the same run (ONNX Runtime MatMulInteger for int8, numpy for fp32). Usage (repository root):
+and ran, best GOPS in the database, their ratio, the share of the peak measured in the same run
+(VNNI for int8, FMA for fp32) and the libraries measured in the same run: ONNX Runtime
+(MatMulInteger for int8 GEMMs; MatMul and Conv for fp32 GEMMs and convolutions) and numpy's BLAS for
+fp32 GEMMs. Usage (repository root):
 
     .venv/bin/python bench/tuning_vs_default.py --trials 64 --dtype int8 --search evolutionary
     .venv/bin/python bench/tuning_vs_default.py --trials 64 200 --search heron --cases gemm.G1 bmm.B1 c2d.C3 c2d.C4
@@ -22,8 +24,8 @@ import time
 import results_io
 
 from ms_heron import HeronSearch, HeronSpace, workloads
-from ms_heron.baselines import numpy_matmul_seconds, onnxruntime_matmul_integer_seconds
-from ms_heron.peak import vnni_peak_gops
+from ms_heron.baselines import numpy_matmul_seconds, onnxruntime_matmul_integer_seconds, onnxruntime_operator_seconds
+from ms_heron.peak import fma_peak_gops, vnni_peak_gops
 from ms_heron.search import WatchedSearch
 from ms_heron.targets import host_target, num_cores
 from ms_heron.evaluate import build, run_and_check, time_lib
@@ -45,16 +47,21 @@ def _summary(db, workload) -> dict:
     }
 
 
-def _library_gops(workload, target) -> float | None:
-    """The GEMM a user would otherwise call, on the same shape (None for other families)."""
-    if workload.family != "gemm":
-        return None
-    M, N, K = (workload.shape[k] for k in "MNK")
+def _library_gops(workload, target) -> dict[str, float]:
+    """What a user would otherwise call on the same shape, by library name (empty if none)."""
+    threads = num_cores(target)
     if workload.dtype == "int8":
-        secs = onnxruntime_matmul_integer_seconds(M, N, K, threads=num_cores(target))
-    else:
-        secs = numpy_matmul_seconds(M, N, K)
-    return workload.ops / secs / 1e9
+        if workload.family != "gemm":
+            return {}
+        M, N, K = (workload.shape[k] for k in "MNK")
+        return {"ONNX Runtime": workload.ops / onnxruntime_matmul_integer_seconds(M, N, K, threads=threads) / 1e9}
+    out = {}
+    if workload.family in ("gemm", "c2d"):
+        out["ONNX Runtime"] = workload.ops / onnxruntime_operator_seconds(workload, threads) / 1e9
+    if workload.family == "gemm":
+        M, N, K = (workload.shape[k] for k in "MNK")
+        out["numpy"] = workload.ops / numpy_matmul_seconds(M, N, K) / 1e9
+    return out
 
 
 def _tune(workload, target, trials: int, space, strategy) -> dict:
@@ -86,7 +93,7 @@ def main() -> None:
     parser.add_argument("--out", default=str(results_io.DEFAULT_DIR))
     args = parser.parse_args()
     target = host_target()
-    peak = vnni_peak_gops(target) if args.dtype == "int8" else None
+    peak = vnni_peak_gops(target) if args.dtype == "int8" else fma_peak_gops(target)
     rows = []
     for trials in args.trials:
         for name in args.cases:
@@ -104,26 +111,27 @@ def main() -> None:
 
 
 def _report(args, rows) -> None:
-    library = "ONNX Runtime MatMulInteger" if args.dtype == "int8" else "numpy (OpenBLAS)"
+    peak_name = "VNNI" if args.dtype == "int8" else "FMA"
     lines = [
         f"# ms_heron (HeronSpace + {args.search} search) vs MetaSchedule default ({args.dtype}, one run)",
         "",
         f"GOPS: each arm's best record rebuilt, checked against numpy and re-timed (median of 10 repeats of >= 100 ms). "
-        f"Library: {library}, same run. Search s/round: the strategy's own work per round of 32 "
+        f"% of peak: of the {peak_name} peak measured in the same run ({rows[0]['peak_gops']:.0f} GOPS). Libraries in the "
+        "same run, operands fed as inputs. Search s/round: the strategy's own work per round of 32 "
         "(generating candidates and taking in results; build and measurement excluded).",
         "",
         "| case | trials | default valid | default GOPS | ms_heron valid | ms_heron GOPS | ms_heron / default "
-        "| % of peak | ms_heron / library | search s/round default | search s/round ms_heron |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| % of peak (default / ms_heron) | ms_heron / ONNX Runtime | ms_heron / numpy | search s/round default | search s/round ms_heron |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         d, h = r["default"], r["heron"]
         ratio = f"{r['ratio']:.2f}x" if r["ratio"] else "n/a"
-        peak = f"{h['retimed_gops'] / r['peak_gops']:.0%}" if r["peak_gops"] else "-"
-        lib = f"{h['retimed_gops'] / r['library_gops']:.2f}x" if r["library_gops"] else "-"
+        peak = f"{d['retimed_gops'] / r['peak_gops']:.0%} / {h['retimed_gops'] / r['peak_gops']:.0%}"
+        libs = [f"{h['retimed_gops'] / r['library_gops'][k]:.2f}x" if k in r["library_gops"] else "-" for k in ("ONNX Runtime", "numpy")]
         lines.append(
             f"| {r['case']} | {r['trials']} | {d['valid_share']:.0%} | {d['retimed_gops']:.0f} | {h['valid_share']:.0%} "
-            f"| {h['retimed_gops']:.0f} | {ratio} | {peak} | {lib} | {d['search_s_per_round']:.2f} | {h['search_s_per_round']:.2f} |"
+            f"| {h['retimed_gops']:.0f} | {ratio} | {peak} | {' | '.join(libs)} | {d['search_s_per_round']:.2f} | {h['search_s_per_round']:.2f} |"
         )
     budgets = "_".join(str(t) for t in args.trials)
     results_io.write(args.out, f"tuning_vs_default_{args.search}_{args.dtype}_{budgets}", lines, rows)

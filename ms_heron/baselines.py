@@ -91,3 +91,38 @@ def numpy_matmul_seconds(M: int, N: int, K: int, dtype: str = "float32") -> floa
     b = rng.standard_normal((K, N)).astype(dtype)
     out = np.empty((M, N), dtype)
     return _median_seconds(lambda: np.matmul(a, b, out=out))
+
+
+def onnxruntime_operator_seconds(workload, threads: int) -> float:
+    """ONNX Runtime's latency on an fp32 ``gemm`` (MatMul) or ``c2d`` (Conv) workload, both operands
+    fed as inputs like the tuned kernel's; its result is checked against the workload's reference.
+
+    ONNX Runtime's Conv is NCHW with ``[CO, CI, KH, KW]`` weights: the same data is fed transposed.
+    """
+    onnx, _ = _onnx_modules()
+    helper, TensorProto = onnx.helper, onnx.TensorProto
+    if workload.dtype != "fp32" or workload.family not in ("gemm", "c2d"):
+        raise ValueError(f"no ONNX Runtime baseline for {workload.family} {workload.dtype}; fp32 gemm and c2d have one")
+    x, w = workload.random_inputs(0)
+    expected = workload.reference([x, w])
+    if workload.family == "gemm":
+        node, to_ort, from_ort = helper.make_node("MatMul", ["X", "W"], ["Y"]), (x, w), lambda y: y
+    else:
+        s = workload.shape
+        node = helper.make_node("Conv", ["X", "W"], ["Y"], kernel_shape=[s["KH"], s["KW"]], pads=[s["pad"]] * 4,
+                                strides=[s["stride"]] * 2, dilations=[s["dilation"]] * 2)
+        to_ort = (x.transpose(0, 3, 1, 2).copy(), w.transpose(3, 2, 0, 1).copy())  # NHWC -> NCHW, [KH,KW,CI,CO] -> OIHW
+        from_ort = lambda y: y.transpose(0, 2, 3, 1)  # noqa: E731
+    graph = helper.make_graph(
+        [node], workload.family,
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, list(a.shape)) for n, a in zip("XW", to_ort)],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = min(model.ir_version, 9)
+    sess = onnxruntime_session(model, threads)
+    feeds = dict(zip("XW", to_ort))
+    got = from_ort(sess.run(None, feeds)[0])
+    if not np.allclose(got, expected, rtol=1e-3, atol=1e-3):
+        raise AssertionError(f"ONNX Runtime's {node.op_type} disagrees with the reference; baseline not trustworthy")
+    return _median_seconds(lambda: sess.run(None, feeds))

@@ -1,8 +1,8 @@
-"""Measured peak int8 VNNI throughput of the machine, for "% of peak" figures.
+"""Measured peak throughput of the machine (int8 VNNI and fp32 FMA), for "% of peak" figures.
 
-The number comes from a TVM-built kernel (12 independent ``vpdpbusd`` accumulator chains per
-core, the same loop as ``shared/tools/peak.c``), so it needs no C compiler and reflects the clock
-the machine runs at right now.
+The numbers come from TVM-built kernels (12 independent accumulator chains of ``vpdpbusd`` or of
+vector FMAs per core, the loop of ``shared/tools/peak.c``), so they need no C compiler, follow the
+Target's vector width and reflect the clock the machine runs at right now.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import tvm
 from tvm.script import tirx as T
 from tvm.target import Target
 
-from .targets import num_cores, require_vnni
+from .targets import num_cores, require_vnni, vector_bytes
 
 _CHAINS = 12  # enough independent accumulators to cover vpdpbusd's latency on 2 ports
 _OPS_PER_INSTR = 2 * 64  # 64 u8*s8 multiply-adds per 512-bit vpdpbusd
@@ -54,3 +54,39 @@ def vnni_peak_gops(target: Target, iters: int = 2_000_000) -> float:
     timer = lib.mod.time_evaluator("main", tvm.cpu(), number=1, repeat=5)
     best = timer(out).min
     return cores * iters * _CHAINS * _OPS_PER_INSTR / best / 1e9
+
+
+def _fma_peak_kernel(cores: int, iters: int, lanes: int) -> tvm.tirx.PrimFunc:
+    fma = f"llvm.fma.v{lanes}f32"
+
+    @T.prim_func(s_tir=True)
+    def peak(out: T.Buffer((cores, lanes), "float32")):
+        T.func_attr({"global_symbol": "main", "tirx.noalias": True})
+        for c in T.parallel(cores):
+            with T.sblock("core"):
+                vc = T.axis.spatial(cores, c)
+                acc = T.sblock_alloc_buffer((_CHAINS * lanes,), "float32", scope="local")
+                for a in T.unroll(_CHAINS):
+                    acc[T.ramp(a * lanes, 1, lanes)] = T.broadcast(T.float32(a), lanes)
+                for t in range(iters):
+                    for a in T.unroll(_CHAINS):
+                        acc[T.ramp(a * lanes, 1, lanes)] = T.call_llvm_pure_intrin(
+                            T.llvm_lookup_intrinsic_id(fma),
+                            acc[T.ramp(a * lanes, 1, lanes)],
+                            T.broadcast(T.float32(0.999999), lanes),
+                            T.broadcast(T.Cast("float32", t) * T.float32(1e-9), lanes),
+                            dtype=f"float32x{lanes}",
+                        )
+                out[vc, T.ramp(0, 1, lanes)] = acc[T.ramp(0, 1, lanes)]
+
+    return peak
+
+
+@functools.cache
+def fma_peak_gops(target: Target, iters: int = 2_000_000) -> float:
+    """Peak fp32 GOPS (2 per fused multiply-add lane) over all of the target's cores, measured now."""
+    cores, lanes = num_cores(target), vector_bytes(target) // 4
+    lib = tvm.compile(_fma_peak_kernel(cores, iters, lanes), target=target)
+    out = tvm.runtime.tensor(np.zeros((cores, lanes), "float32"))
+    best = lib.mod.time_evaluator("main", tvm.cpu(), number=1, repeat=5)(out).min
+    return cores * iters * _CHAINS * lanes * 2 / best / 1e9

@@ -28,6 +28,7 @@ from tvm.target import Target
 from .builder import local_builder
 from .intrinsics import ensure_registered
 from .quantized import keep_int8_matmuls
+from .rules.analysis import is_metaschedule_space
 from .search import HeronSearch, WatchedSearch
 from .space import HeronSpace
 from .targets import is_cpu, num_cores
@@ -237,6 +238,9 @@ class TaskTime:
     name: str
     calls: float
     seconds: float  # inf when the database has no record of it that built and ran
+    #: The kind of design space the best record comes from: "metaschedule" (one of MetaSchedule's
+    #: default spaces HeronSpace added), "heron" (any other) or "" (no record).
+    space: str = ""
 
 
 def task_times(database: ms.Database, lowered: IRModule, target: Target) -> list[TaskTime]:
@@ -245,8 +249,15 @@ def task_times(database: ms.Database, lowered: IRModule, target: Target) -> list
     for task in extract_tasks(lowered, target):
         mod = task.dispatched[0]
         records = database.get_top_k(database.commit_workload(mod), 1) if database.has_workload(mod) else []
-        out.append(TaskTime(task.task_name, float(task.weight), record_seconds(records[0].run_secs) if records else math.inf))
+        seconds = record_seconds(records[0].run_secs) if records else math.inf
+        out.append(TaskTime(task.task_name, float(task.weight), seconds, _space_kind(records)))
     return out
+
+
+def _space_kind(records) -> str:
+    if not records:
+        return ""
+    return "metaschedule" if is_metaschedule_space(records[0].trace) else "heron"
 
 
 def task_table(arms: Mapping[str, list[TaskTime]]) -> list[str]:
@@ -256,8 +267,8 @@ def task_table(arms: Mapping[str, list[TaskTime]]) -> list[str]:
     first = arms[names[0]]
     totals = {arm: sum(t.calls * t.seconds for t in times) for arm, times in arms.items()}
     head = "| task | calls | " + " | ".join(f"{a} ms | {a} share" for a in names)
-    head += "".join(f" | {names[0]} speed-up over {a}" for a in names[1:]) + " |"
-    lines = [head, "|" + "---|" * (2 + 2 * len(names) + len(names) - 1)]
+    head += "".join(f" | {names[0]} speed-up over {a}" for a in names[1:]) + f" | {names[0]} best from |"
+    lines = [head, "|" + "---|" * (3 + 2 * len(names) + len(names) - 1)]
     rows = []
     for i, task in enumerate(first):
         cells = [task.name, f"{task.calls:g}"]
@@ -265,10 +276,11 @@ def task_table(arms: Mapping[str, list[TaskTime]]) -> list[str]:
             t = arms[arm][i]
             cells += [f"{t.seconds * 1e3:.4f}", f"{t.calls * t.seconds / totals[arm]:.0%}" if totals[arm] < math.inf else "?"]
         cells += [_speedup(arms[a][i].seconds, task.seconds) for a in names[1:]]
+        cells.append(f"{task.space} space" if task.space else "-")
         rows.append((-task.calls * task.seconds, "| " + " | ".join(cells) + " |"))
     lines += [row for _, row in sorted(rows, key=lambda r: r[0])]
     total = ["**model estimate**", ""] + [c for a in names for c in (f"{totals[a] * 1e3:.4f}", "")]
-    total += [_speedup(totals[a], totals[names[0]]) for a in names[1:]]
+    total += [_speedup(totals[a], totals[names[0]]) for a in names[1:]] + [""]
     return lines + ["| " + " | ".join(total) + " |"]
 
 

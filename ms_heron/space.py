@@ -10,6 +10,7 @@ from tvm.s_tir.meta_schedule.space_generator import PySpaceGenerator
 from tvm.s_tir.schedule.analysis import has_block
 
 from .rules import default_rules
+from .rules.analysis import METASCHEDULE_SPACE, SPACE_ORIGIN
 from .targets import is_cuda
 
 
@@ -72,7 +73,8 @@ class HeronSpace(PySpaceGenerator):
     include_default_spaces
         Also yield MetaSchedule's own default design spaces (its ``PostOrderApply`` with the
         target's rules), so that no program MetaSchedule can reach is outside the search.
-        HeronSearch derives their constraint models from their traces like Heron's own. CPU only,
+        HeronSearch derives their constraint models from their traces like Heron's own, with
+        validity constraints only (Heron's performance constraints would cut into them). CPU only,
         and only where Heron's rules tensorize nothing: on VNNI blocks MetaSchedule's spaces
         vectorize around the intrinsic and most of their programs fail to build.
     """
@@ -113,7 +115,9 @@ class HeronSpace(PySpaceGenerator):
                     for out in (rule.apply(sch, sch.get_sblock(name)) if has_block(sch, name) else [sch])
                 ]
         if self.default_space is not None and not any(_tensorized(s) for s in spaces):
-            spaces += list(self.default_space.generate_design_space(mod))
+            for sch in self.default_space.generate_design_space(mod):
+                sch.annotate(sch.get_sblock("root"), SPACE_ORIGIN, METASCHEDULE_SPACE)
+                spaces.append(sch)
         return spaces
 
     def clone(self) -> "HeronSpace":

@@ -128,6 +128,17 @@ def vector_bytes(target: Target) -> int:
     return 8
 
 
+def vector_registers(target: Target) -> int:
+    """How many vector registers the target's CPU has, from its LLVM features: 32 zmm with AVX-512
+    (and on AArch64), 16 ymm/xmm with AVX or SSE only."""
+    if not is_cpu(target):
+        raise TargetError(f"vector_registers() is a CPU fact; {target.kind.name} is not an llvm target")
+    features = codegen.llvm_get_cpu_features(target)
+    if "avx512f" in features or "neon" in features or "sve" in features:
+        return 32
+    return 16
+
+
 #: Per-core cache sizes assumed for a CPU that is not this machine (a recent x86 server core).
 _DEFAULT_CACHES = {"L1": 48 * 1024, "L2": 2 * 1024 * 1024}
 
@@ -196,5 +207,6 @@ __all__ = [
     "has_vnni",
     "require_vnni",
     "vector_bytes",
+    "vector_registers",
     "cpu_cache_bytes",
 ]

@@ -462,6 +462,9 @@ def layernorm(dtype: str = "fp32", M: int = 128, N: int = 768) -> Workload:
 # ----------------------------------------------------------------------------------------------
 # Registry: families and Heron's named benchmark cases
 
+#: Families without an int8 form: the memory-bound row kernels.
+FP32_ONLY = ("softmax", "layernorm")
+
 FAMILIES: dict[str, Callable[..., Workload]] = {
     "gemm": gemm,
     "bmm": bmm,
@@ -521,6 +524,9 @@ CASES: dict[str, tuple[str, dict]] = {
     "scan.S3": ("scan", dict(B=256, M=1024, N=256)),
     "scan.S4": ("scan", dict(B=512, M=256, N=16)),
     "scan.S5": ("scan", dict(B=1024, M=1024, N=1024)),
+    # BERT-base at 128 tokens: attention softmax (12 heads x 128 rows of 128), layer norm (128 x 768).
+    "softmax.SM1": ("softmax", dict(M=1536, N=128)),
+    "layernorm.LN1": ("layernorm", dict(M=128, N=768)),
 }
 
 

@@ -1,6 +1,7 @@
 """Shared fixtures: the CPU target and small instances of every workload family."""
 
 import pytest
+from tvm.s_tir import meta_schedule as ms
 
 from ms_heron.targets import host_target
 
@@ -22,3 +23,15 @@ SMALL_SHAPES = {
 def cpu_target():
     """This machine; the suite needs AVX-512 VNNI (see README), like the project's machines."""
     return host_target()
+
+
+def timing_out_runner():
+    """A real LocalRunner whose every measurement exceeds its time limit.
+
+    Its constructor makes a sanity call under the same limit, which a loaded machine misses at
+    100 microseconds, so the limit is lowered once the runner exists.
+    """
+    runner = ms.runner.LocalRunner(timeout_sec=60)
+    runner.timeout_sec = 1e-4
+    runner.pool._timeout = 1e-4  # pylint: disable=protected-access  # PopenPoolExecutor's per-call limit
+    return runner

@@ -12,7 +12,9 @@ from conftest import SMALL_SHAPES
 from ms_heron import HeronSpace, workloads
 from ms_heron.constraints import RepairedDecision, Solver, count_solutions, decided_values, derive, replay
 from ms_heron.evaluate import build, run_and_check
+from ms_heron.rules.analysis import TILING_STRUCTURE, annotations, iter_kinds
 from ms_heron.space import default_postprocs
+from ms_heron.targets import vector_registers
 
 SAMPLES = 500
 
@@ -155,3 +157,51 @@ def test_metaschedule_default_spaces_are_modelled_and_replay_valid(cpu_target):
             if i < 1 and index < 2:
                 run_and_check(build(sch.mod, cpu_target), workload, seed=i)
     assert "location" in kinds and "tile" in kinds
+
+
+@pytest.mark.parametrize("family", ["gemm", "c2d", "dil"])
+def test_micro_kernel_tile_and_cache_blocks_equal_lowered_allocations(family, cpu_target):
+    """BLIS's quantities as the model has them: the register micro-tile equals the output tile a
+    write-back under its level allocates, and each L1 / L2 working set equals the buffer a copy of
+    that operand placed outside the last / first reduction level allocates."""
+    workload = workloads.make(family, "fp32", **SMALL_SHAPES[family])
+    space = _spaces(workload, cpu_target)[0]
+    model = derive(space, cpu_target)
+    trace = space.trace.simplified(remove_postproc=True)
+    structure = str(annotations(space, space.get_sblock("C"))[TILING_STRUCTURE])
+    kinds = iter_kinds(space, space.get_sblock("C"))
+
+    def outside(sch, level):  # the loop just outside tile level ``level`` (outer levels may be fused)
+        return sch.get_loops(sch.get_sblock("C"))[-sum(kinds.count(c) for c in structure[level:]) - 1]
+
+    checked = 0
+    for values in Solver(model, seed=5).samples(4):
+        full = model.evaluate(values)
+        for cache, level in (("L1", structure.rfind("R")), ("L2", structure.find("R"))):
+            for fp in (w for w in model.working_sets if w.scope == cache):
+                sch = replay(model, trace, workload.func, values)
+                block = sch.get_sblock("C")
+                anchor = outside(sch, level)
+                index = [r.source.name for r in sch.get(block).reads].index(fp.buffer)
+                sch.compute_at(sch.cache_read(block, index, "global"), anchor)
+                assert full[fp.variable] == _allocated_elements(sch.mod, f"{fp.buffer}_global"), (fp, values)
+                checked += 1
+    # The accumulators live across the last reduction level only. With the outer reduction tiles
+    # at 1 (and the spatial level around the micro-tile at 1, so that TVM's allocation planner does
+    # not hoist the buffer over it) a write-back just outside the micro-tile holds exactly them.
+    solver = Solver(model, seed=6)
+    last = structure.rfind("R")
+    outer = {"R": 0, "S": structure[:last].count("S") - 1}
+    fixed = {d.variables[outer[k]]: 1 for d in model.decisions if d.kind == "tile"
+             for k in "RS" if len(d.variables) == structure.count(k)}
+    for _ in range(4):
+        values = solver.complete(fixed)
+        full = model.evaluate(values)
+        sch = replay(model, trace, workload.func, values)
+        block = sch.get_sblock("C")
+        write_back = sch.cache_write(block, 0, "global")
+        sch.reverse_compute_at(write_back, outside(sch, last))
+        tile = full["register_tile[C].rows"] * full["register_tile[C].lane_bytes"] // 4
+        assert tile == _allocated_elements(sch.mod, sch.get(write_back).reads[0].source.name), values
+        assert full["register_tile[C]"] <= vector_registers(cpu_target)
+    assert checked >= 8

@@ -18,6 +18,8 @@ from ms_heron.baselines import onnxruntime_model
 from ms_heron.relax import ModelError, compile_model, from_onnx, run_model, tune_model
 from ms_heron.tune import open_database
 
+from conftest import timing_out_runner
+
 
 class _TwoLayer(nn.Module):
     def __init__(self):
@@ -55,7 +57,7 @@ def test_failed_tasks_fall_back_to_untuned_kernels(tmp_path, cpu_target):
     """Every candidate is killed by a real runner timeout: compile warns, and the model still runs right."""
     mod, params, x, expected = _two_layer()
     db = tune_model(mod, params, cpu_target, str(tmp_path), 4, num_trials_per_iter=2, seed=0,
-                    runner=ms.runner.LocalRunner(timeout_sec=1e-4))
+                    runner=timing_out_runner())
     with pytest.warns(UserWarning, match=r"2 task\(s\) have no tuned schedule"):
         executable = compile_model(db, mod, params, cpu_target)
     (got,) = run_model(executable, {"x": x}, func="forward")

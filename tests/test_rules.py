@@ -9,16 +9,18 @@ from tvm.target import Target
 from conftest import SMALL_SHAPES
 from ms_heron import workloads
 from ms_heron.evaluate import build
+from ms_heron.targets import vector_bytes
 from ms_heron.rules import (
     AddCacheStage,
     AlwaysInline,
+    LaneReduction,
     MultiLevelSPM,
     MultiLevelTiling,
     MultiScopeSPM,
     ParallelVectorizeUnroll,
     Tensorize,
 )
-from ms_heron.rules.analysis import AUTO_TENSORIZE, CACHE_LEVEL, SPM_LEVEL, TILING_STRUCTURE
+from ms_heron.rules.analysis import AUTO_TENSORIZE, CACHE_LEVEL, LANE_REDUCTION, SPM_LEVEL, TILING_STRUCTURE
 from ms_heron.workloads import Workload
 from rule_helpers import block_names, check_random_samples, finished, schedule_steps, stock_design_spaces
 
@@ -180,3 +182,33 @@ def test_parallel_vectorize_unroll_covers_untiled_reductions_and_wide_rows(cpu_t
     assert text.count("T.parallel") == 2  # the row loop of the reduction and of the output
     assert "T.vectorized(48)" in text  # 96 lanes do not fit in 64: split to the largest factor that does
     check_random_samples(space, workload, cpu_target)
+
+
+@pytest.mark.parametrize("family", ["softmax", "layernorm"])
+def test_lane_reduction_vectorizes_row_reductions_of_softmax_and_layer_norm(family, cpu_target):
+    """Every row reduction becomes vector-lane partial sums (rfactor), and the whole row kernel one
+    parallel loop over rows (the reductions computed inside the output's row loop)."""
+    workload = workloads.make(family, "fp32", M=16, N=192)
+    rules = [AlwaysInline(), MultiLevelTiling(), LaneReduction(), ParallelVectorizeUnroll()]
+    (space,) = stock_design_spaces(workload.func, rules, cpu_target)
+    reductions = [b for b in block_names(space) if "rf" not in b and space.get(space.get_sblock(b)).init is not None]
+    assert len(reductions) == 2  # max and sum, or sum and variance
+    lanes = vector_bytes(cpu_target) // 4
+    for name in reductions:
+        width = int(space.get(space.get_sblock(name)).annotations[LANE_REDUCTION])
+        assert width % lanes == 0 and 192 % width == 0
+        text = finished(space, workload).mod.script()
+        assert f"{name}_rf_update" in text
+        partials = text[text.index(f'T.sblock("{name}_rf_update")') - 200 : text.index(f'T.sblock("{name}_rf_update")')]
+        assert f"T.vectorized({width})" in partials  # the lanes of the partial results, innermost
+    assert text.count("T.parallel") == 1
+    check_random_samples(space, workload, cpu_target, samples=1)
+
+
+def test_lane_reduction_leaves_short_and_tileable_reductions_alone(cpu_target):
+    odd = workloads.make("softmax", "fp32", M=4, N=30)  # 30 is not a multiple of the vector lanes
+    (space,) = stock_design_spaces(odd.func, [LaneReduction()], cpu_target)
+    assert "_rf" not in space.mod.script()
+    gemm = workloads.make("gemm", "fp32", **SMALL_SHAPES["gemm"])  # data reuse: multi-level tiling's
+    (space,) = stock_design_spaces(gemm.func, [LaneReduction()], cpu_target)
+    assert "_rf" not in space.mod.script()

@@ -7,7 +7,7 @@ import tvm_ffi
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.runner import RunnerResult
 
-from conftest import SMALL_SHAPES
+from conftest import SMALL_SHAPES, timing_out_runner
 from ms_heron import HeronSearch, HeronSpace, workloads
 from ms_heron.evaluate import build, run_and_check
 from ms_heron.search.decision_model import DecisionModel, rank_correlation
@@ -62,10 +62,27 @@ def test_survives_failed_candidates_and_stops_at_budget(cpu_target):
     assert [s.valid for s in strategy.stats] == [0, 0]
 
 
+def test_design_space_without_decisions_is_measured_once(cpu_target):
+    """A space with nothing to decide (a transpose, or here no sampling rule at all) gives one
+    program; the genetic operators skip it instead of failing, and tuning ends when it is measured."""
+    from ms_heron.rules import AlwaysInline  # pylint: disable=import-outside-toplevel
+
+    workload = workloads.make("gemm", "fp32", **SMALL_SHAPES["gemm"])
+    strategy = HeronSearch()
+    space = HeronSpace(rules=[AlwaysInline()], include_default_spaces=False)
+    ctx = ms.TuneContext(mod=workload.func, target=cpu_target, space_generator=space, search_strategy=strategy,
+                         task_name="t", rand_state=0)
+    strategy.pre_tuning(4, 2, ctx.generate_design_space(), None, None)
+    batch = strategy.generate_measure_candidates()
+    assert len(batch) == 1
+    strategy.notify_runner_results(batch, [RunnerResult(run_secs=[1e-3], error_msg=None)])
+    assert strategy.generate_measure_candidates() is None
+
+
 def test_survives_candidates_that_time_out(cpu_target, tmp_path):
     """A runner whose time limit every candidate exceeds: all are recorded as failed, tuning finishes."""
     workload = workloads.make("gemm", "int8", M=256, N=256, K=256)
-    runner = ms.runner.LocalRunner(timeout_sec=1e-4)
+    runner = timing_out_runner()
     db = tune_workload(
         workload, cpu_target, str(tmp_path), 4, num_trials_per_iter=2, space=HeronSpace(), strategy=HeronSearch(),
         runner=runner, seed=0,

@@ -36,7 +36,7 @@ class MarkBlocks(HeronRule):
 
 def test_user_rules_apply_with_the_rest(cpu_target):
     workload = workloads.make("gemm", "fp32", **SMALL_SHAPES["gemm"])
-    space = HeronSpace(user_rules=[MarkBlocks()])
+    space = HeronSpace(user_rules=[MarkBlocks()], include_default_spaces=False)
     ctx = ms.TuneContext(mod=workload.func, target=cpu_target, space_generator=space, task_name="t").clone()
     spaces = ctx.generate_design_space()
     assert len(spaces) == 4  # 2 cache levels x (with, without) tile buffers

@@ -1,9 +1,12 @@
 """Hardware facts come from the Target."""
 
+import re
+
+import tvm
 from tvm.target import Target
 
-from ms_heron.peak import vnni_peak_gops
-from ms_heron.targets import GpuLimits, has_vnni, num_cores, parse_target, vector_bytes
+from ms_heron.peak import _fma_peak_kernel, fma_peak_gops, vnni_peak_gops
+from ms_heron.targets import GpuLimits, has_vnni, num_cores, parse_target, vector_bytes, vector_registers
 
 
 def test_host_target_is_complete(cpu_target):
@@ -21,6 +24,8 @@ def test_vnni_from_features_not_names():
 
 def test_vector_width(cpu_target):
     assert vector_bytes(Target({"kind": "llvm", "mcpu": "haswell"})) == 32
+    assert vector_registers(Target({"kind": "llvm", "mcpu": "haswell"})) == 16  # AVX2: ymm0-15
+    assert vector_registers(Target({"kind": "llvm", "mcpu": "skylake-avx512"})) == 32
     assert vector_bytes(cpu_target) in (32, 64)
 
 
@@ -42,3 +47,13 @@ def test_runtime_uses_every_physical_core():
 
 def test_measured_vnni_peak(cpu_target):
     assert vnni_peak_gops(cpu_target) > 50
+
+
+def test_fma_peak_kernel_issues_full_width_fmas(cpu_target):
+    """The fp32 peak is measured with the target's widest vector FMA (a number, not a constant)."""
+    lanes = vector_bytes(cpu_target) // 4
+    lib = tvm.compile(_fma_peak_kernel(2, 1000, lanes), target=cpu_target)  # too few iterations fold away
+    asm = lib.mod.inspect_source("asm")
+    register = {16: "zmm", 8: "ymm"}[lanes]
+    assert re.search(rf"vfmadd\w+\s+%{register}", asm)
+    assert fma_peak_gops(cpu_target, iters=100_000) > 0

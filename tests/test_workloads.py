@@ -55,5 +55,11 @@ def test_named_cases_cover_every_family():
 
 
 @pytest.mark.parametrize("name", sorted(workloads.CASES))
-def test_every_named_case_is_a_valid_int8_workload(name):
-    assert workloads.case(name, "int8").ops > 0
+def test_every_named_case_is_a_valid_workload(name):
+    family = workloads.CASES[name][0]
+    assert workloads.case(name, "fp32" if family in workloads.FP32_ONLY else "int8").ops > 0
+
+
+def test_memory_bound_families_refuse_int8_and_name_the_fix():
+    with pytest.raises(workloads.WorkloadError, match="softmax is a floating-point kernel: use dtype 'fp32'"):
+        workloads.make("softmax", "int8", M=4, N=16)

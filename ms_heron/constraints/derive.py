@@ -15,6 +15,7 @@ by the Target's limits (:class:`~ms_heron.targets.GpuLimits`).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -23,8 +24,8 @@ from tvm import tirx
 from tvm.s_tir import Schedule, Trace
 from tvm.target import Target
 
-from ..rules.analysis import TILING_STRUCTURE, annotations, iter_kinds, split_by_structure
-from ..targets import GpuLimits, cpu_cache_bytes, is_cpu, is_cuda, num_cores, vector_bytes
+from ..rules.analysis import TILING_STRUCTURE, annotations, is_metaschedule_space, iter_kinds, split_by_structure
+from ..targets import GpuLimits, cpu_cache_bytes, is_cpu, is_cuda, num_cores, vector_bytes, vector_registers
 from .model import MAX_BOUND, Constraint, ConstraintModel, Decision, Footprint, divisors
 
 
@@ -63,6 +64,8 @@ class _Kernel:
 def derive(space: Schedule, target: Target, options: ConstraintOptions = ConstraintOptions()) -> ConstraintModel:
     """The constraint model of the design space ``space`` (a Schedule whose trace samples)."""
     trace: Trace = space.trace.simplified(remove_postproc=True)
+    if is_metaschedule_space(trace):
+        options = dataclasses.replace(options, parallel_jobs=False, cache_capacity=False)
     model = ConstraintModel()
     loops: dict = {}  # LoopRV -> _Loop
     blocks: dict = {}  # SBlockRV -> block name
@@ -134,7 +137,7 @@ def derive(space: Schedule, target: Target, options: ConstraintOptions = Constra
             _add_vector(model, loops.get(ins[0]), options.max_vector_extent, fresh("vector"))
         elif kind in ("ComputeAt", "ReverseComputeAt"):
             _add_footprint(model, space, inst, loops, nest, fresh)
-    _add_register_tile(model, space, nest, target, options)
+    _add_micro_kernel(model, space, nest, target, options)
     if options.cache_capacity and is_cpu(target):
         _add_cache_capacity(model, target)
     if is_cuda(target):
@@ -483,7 +486,7 @@ def _add_cache_capacity(model: ConstraintModel, target: Target) -> None:
     _add_summed_bytes(model, model.footprints, limit, "memory[{block}]: tile buffers {buffers} <= L2 {limit} B", performance=True)
 
 
-def _add_summed_bytes(model: ConstraintModel, footprints, limit: int, label: str, performance: bool) -> None:
+def _add_summed_bytes(model: ConstraintModel, footprints, limit: int, label: str, performance: bool, kind: str = "memory") -> None:
     """Per tiled block, the bytes of its ``footprints`` summed within ``limit``."""
     by_block: dict[str, list] = {}
     for fp in footprints:
@@ -492,34 +495,90 @@ def _add_summed_bytes(model: ConstraintModel, footprints, limit: int, label: str
         terms = tuple((fp.variable, fp.dtype_bytes) for fp in fps)
         model.cp.Add(sum(model.vars[n] * b for n, b in terms) <= limit)
         name = label.format(block=block, buffers=" + ".join(fp.buffer for fp in fps), limit=limit)
-        model.add(Constraint(name, "memory", lambda v, t=terms, k=limit: sum(v[n] * b for n, b in t) <= k, performance=performance))
+        model.add(Constraint(name, kind, lambda v, t=terms, k=limit: sum(v[n] * b for n, b in t) <= k, performance=performance))
 
 
-def _add_register_tile(model, space, nest, target, options) -> None:
-    """Output elements of the innermost spatial tiles x intrinsic lanes fit the vector registers."""
+def _add_micro_kernel(model, space, nest, target, options) -> None:
+    """BLIS's analytical model (Low et al., TOMS 2016) over each CPU block tiled ``...R..S``.
+
+    The spatial levels inside the last reduction level are the register micro-tile: ``MR`` rows
+    (every spatial iterator but the innermost) by ``NR`` lanes (the innermost, vectorized one);
+    the last reduction level is ``KC``; the first reduction level steps over cache blocks.
+
+    * ``register``: ``MR x ceil(NR / lanes)`` accumulators, ``ceil(NR / lanes)`` vectors of the
+      streamed operand and one broadcast fit the target's vector registers;
+    * ``L1``: what one micro-tile reads during the last reduction level (the ``MR x KC`` sliver and
+      the ``KC x NR`` panel for a GEMM; affine windows for convolutions) fits L1;
+    * ``L2``: what the block reads during one step of the first reduction level (the ``MC x KC``
+      and ``KC x NC`` blocks) fits L2.
+    """
     if not options.cache_capacity or not is_cpu(target):
         return
-    registers = 32 * vector_bytes(target)
+    caches = cpu_cache_bytes(target)
     for block_name, tiled in nest.items():
         if block_name is None:
             continue
         rv = space.get_sblock(block_name)
         structure = str(annotations(space, rv).get(TILING_STRUCTURE, ""))
-        if not structure.endswith("S"):
+        if not structure.endswith("S") or "R" not in structure:
             continue
         levels = split_by_structure(structure, iter_kinds(space, rv), tiled)
-        innermost = list(levels)[structure.rfind("R") + 1 :]  # the spatial levels inside all reductions
-        factors = [f for level in innermost for lp in levels[level] for f in lp.factors]
-        if not factors:
+        names = list(levels)
+        _add_registers(model, space.get(rv), block_name, [lp for n in names[structure.rfind("R") + 1 :] for lp in levels[n]], target)
+        for cache, first in (("L1", structure.rfind("R")), ("L2", structure.find("R"))):
+            inside = [lp for n in names[first:] for lp in levels[n]]
+            _add_working_set(model, space.get(rv), block_name, inside, cache, caches[cache])
+
+
+def _add_registers(model, block, block_name: str, micro: list, target) -> None:
+    factors = [f for lp in micro for f in lp.factors]
+    if not factors or all(isinstance(f, int) for f in factors):
+        return  # fixed by the trace (intrinsic-sized tiles): nothing to choose
+    out = block.writes[0]
+    per_iteration = _bytes(out.source.dtype) * math.prod(int(r.extent) for r in out.region)
+    width, registers = vector_bytes(target), vector_registers(target)
+    name = f"register_tile[{block_name}]"
+    if per_iteration > _bytes(out.source.dtype):  # a tensor intrinsic writes whole vectors per iteration
+        rows, lanes = factors, [per_iteration]
+    else:
+        rows, lanes = [f for lp in micro[:-1] for f in lp.factors], [*micro[-1].factors, per_iteration]
+    lane_bytes = model.product(f"{name}.lane_bytes", lanes)
+    vectors = model.cp.NewIntVar(1, max(1, -(-model.upper_bound(lanes) // width)), f"{name}.vectors")
+    model.cp.Add(vectors * width >= lane_bytes)
+    model.cp.Add(vectors * width <= lane_bytes + width - 1)
+    mr = model.product(f"{name}.rows", rows) if rows else 1
+    accumulators = model.cp.NewIntVar(1, max(1, model.upper_bound(rows) * (-(-model.upper_bound(lanes) // width))), name)
+    model.cp.AddMultiplicationEquality(accumulators, [mr, vectors])
+    model.cp.Add(accumulators + vectors + 1 <= registers)
+
+    def used(v, rows=tuple(rows), lanes=tuple(lanes)):
+        vec = -(-_value(v, lanes) // width)
+        return _value(v, rows) * vec + vec + 1
+
+    model.derived[name] = used
+    model.add(Constraint(f"{name}: accumulators + operand vectors <= {registers} vector registers", "register",
+                         lambda v, n=name, k=registers: v[n] <= k, performance=True))
+
+
+def _value(values, factors) -> int:
+    return math.prod(values[f] if not isinstance(f, int) else f for f in factors)
+
+
+def _add_working_set(model, block, block_name: str, inside: list, cache: str, limit: int) -> None:
+    """The bytes ``block`` reads inside the loops ``inside`` (one window per read buffer) <= ``limit``."""
+    written = {w.source.name for w in block.writes}
+    sets = []
+    for region in block.reads:
+        if region.source.name in written:
             continue
-        out = space.get(rv).writes[0]
-        lanes = math.prod(int(r.extent) for r in out.region)
-        elem = _bytes(out.source.dtype) * lanes
-        name = f"register_tile[{block_name}]"
-        tile = model.product(name, factors)
-        limit = registers // elem
-        if isinstance(tile, int):
-            continue  # fixed by the trace (intrinsic-sized tiles): nothing to choose
-        model.cp.Add(tile <= max(1, limit))
-        model.add(Constraint(f"{name}: {elem} B x tile <= {registers} B of vector registers", "register",
-                             lambda v, n=name, k=max(1, limit): v[n] <= k, performance=True))
+        name = f"{cache}[{block_name}].{region.source.name}"
+        dims = _read_window_dims(model, name, block, region, inside)
+        if dims is None:
+            return  # a non-affine access: its window is unknown
+        model.product_of_dims(name, dims)
+        sets.append(Footprint(name, str(region.source.name), cache, _bytes(region.source.dtype), block_name))
+    if not sets:
+        return
+    model.working_sets += sets
+    _add_summed_bytes(model, sets, limit, f"{cache}[{{block}}]: {{buffers}} read per {'micro-tile' if cache == 'L1' else 'cache block'} <= {cache} {{limit}} B",
+                      performance=True, kind=cache)

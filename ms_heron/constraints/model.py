@@ -57,7 +57,7 @@ class Decision:
 @dataclass(frozen=True)
 class Constraint:
     name: str
-    kind: str  # split, candidates, parallel, vector, memory, register
+    kind: str  # split, candidates, parallel, vector, memory, register, L1, L2, threads
     holds: Callable[[Values], bool] = field(repr=False)
     #: Performance constraints can be switched off; validity constraints cannot.
     performance: bool = False
@@ -88,6 +88,8 @@ class ConstraintModel:
         #: Derived quantities (products, footprints) as functions of the primary variables.
         self.derived: dict[str, Callable[[Values], int]] = {}
         self.footprints: list[Footprint] = []
+        #: What a tiled block reads inside a tile level, held in a cache (scope "L1" / "L2").
+        self.working_sets: list[Footprint] = []
         #: Values each primary variable may take.
         self.domains: dict[str, list[int]] = {}
         self._decision_of: dict[str, Decision] = {}

@@ -6,6 +6,7 @@ Each rule works in MetaSchedule's stock ``PostOrderApply`` as well as in :class:
 from ..targets import is_cuda
 from .add_cache_stage import AddCacheStage
 from .always_inline import AlwaysInline
+from .lane_reduction import LaneReduction
 from .multi_level_spm import MultiLevelSPM
 from .multi_level_tiling import MultiLevelTiling
 from .multi_scope_spm import MultiScopeSPM
@@ -26,6 +27,7 @@ def default_rules(target=None) -> list:
         AlwaysInline(),
         Tensorize(),
         MultiLevelTiling(),
+        LaneReduction(),
         AddCacheStage(),
         MultiLevelSPM(),
         MultiScopeSPM(),
@@ -38,6 +40,7 @@ __all__ = [
     "Tensorize",
     "TensorCoreTiling",
     "MultiLevelTiling",
+    "LaneReduction",
     "AddCacheStage",
     "MultiLevelSPM",
     "MultiScopeSPM",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from tvm import tirx
 from tvm.tirx.analysis import undefined_vars
-from tvm.s_tir import Schedule
+from tvm.s_tir import Schedule, SBlockRealize
 from tvm.s_tir.schedule import LoopRV, SBlockRV
 
 #: Block annotation holding the tile structure, e.g. "SSRSRS" (MetaSchedule uses the same key).
@@ -37,6 +37,30 @@ def iter_kinds(sch: Schedule, block: SBlockRV) -> list[str]:
     """'S' or 'R' per block iterator (other iterator types are reported as 'O')."""
     kinds = {_SPATIAL: "S", _REDUCE: "R"}
     return [kinds.get(int(iv.iter_type), "O") for iv in sch.get(block).iter_vars]
+
+
+def block_realize(sch: Schedule, block: SBlockRV) -> SBlockRealize | None:
+    """The realize of ``block`` directly under its innermost loop (its iterator bindings)."""
+    loops = sch.get_loops(block)
+    if not loops:
+        return None
+    body = sch.get(loops[-1]).body
+    for stmt in getattr(body, "seq", [body]):
+        if isinstance(stmt, SBlockRealize) and stmt.block.same_as(sch.get(block)):
+            return stmt
+    return None
+
+
+def reduction_loops(sch: Schedule, block: SBlockRV) -> list[LoopRV]:
+    """The block's loops that drive a reduction iterator (whatever order the loops are in)."""
+    realize = block_realize(sch, block)
+    if realize is None:
+        return []
+    used = set()
+    for iv, value in zip(realize.block.iter_vars, realize.iter_values):
+        if int(iv.iter_type) == _REDUCE:
+            used |= {v.name for v in undefined_vars(value)}
+    return [lp for lp in sch.get_loops(block) if sch.get(lp).loop_var.name in used]
 
 
 def is_injective(sch: Schedule, block: SBlockRV) -> bool:
@@ -149,12 +173,26 @@ def reused_reads(sch: Schedule, block: SBlockRV) -> list[int]:
     return out
 
 
+#: On the root block of a design space HeronSpace took from MetaSchedule's own generator: its
+#: constraint model keeps validity constraints only, so the space keeps all of MetaSchedule's content.
+SPACE_ORIGIN = "ms_heron.space_origin"
+METASCHEDULE_SPACE = "metaschedule"
+
+
+def is_metaschedule_space(trace) -> bool:
+    """Whether a trace replays one of MetaSchedule's default design spaces that HeronSpace added."""
+    return any(inst.kind.name == "Annotate" and str(inst.attrs[0]) == SPACE_ORIGIN
+               and str(inst.inputs[1]) == METASCHEDULE_SPACE for inst in trace.insts)
+
+
 #: On a write-back (or fused consumer) block: the spatial tile level it sits under.
 CACHE_LEVEL = "ms_heron.cache_level"
 #: On a tile buffer's copy block: the reduction tile level it is loaded under.
 SPM_LEVEL = "ms_heron.spm_level"
-#: Block annotations of stages a rule already placed inside another block's tiles.
-PLACED = (CACHE_LEVEL, SPM_LEVEL)
+#: On a row reduction: the partial results per row (vector lanes x accumulators) it was split into.
+LANE_REDUCTION = "ms_heron.lane_reduction"
+#: Block annotations of stages a rule already placed (inside another block's tiles, or parallel itself).
+PLACED = (CACHE_LEVEL, SPM_LEVEL, LANE_REDUCTION)
 
 
 def placed_by_rule(sch: Schedule, block: SBlockRV) -> bool:

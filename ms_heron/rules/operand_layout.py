@@ -20,6 +20,8 @@ from tvm import tirx
 from tvm.s_tir import Schedule, SBlockRealize
 from tvm.s_tir.schedule import SBlockRV
 
+from .analysis import block_realize
+
 #: Block annotation of the copy that re-lays out a weight (MetaSchedule and Relax read this key).
 LAYOUT_REWRITE_PREPROC = "meta_schedule.layout_rewrite_preproc"
 
@@ -79,18 +81,6 @@ def _only_uses(expr, var) -> bool:
     return len(used) == 1 and used[0].same_as(var)
 
 
-def _realize(sch: Schedule, block: SBlockRV) -> SBlockRealize | None:
-    """The realize of ``block`` directly under its innermost loop (its iterator bindings)."""
-    loops = sch.get_loops(block)
-    if not loops:
-        return None
-    body = sch.get(loops[-1]).body
-    for stmt in getattr(body, "seq", [body]):
-        if isinstance(stmt, SBlockRealize) and stmt.block.same_as(sch.get(block)):
-            return stmt
-    return None
-
-
 def _desc_accesses(desc) -> tuple[dict, list[tuple[tirx.Buffer, list, bool]]]:
     """The description's loop var -> block iter map, and its (buffer, indices, is_write) accesses
     (the accumulator, read and written, counts once, as written)."""
@@ -113,7 +103,7 @@ def match_operands(sch: Schedule, block: SBlockRV, desc, tensorize_info) -> list
     ``tensorize_info`` is TVM's loop mapping (``get_tensorize_loop_mapping``): block loops to
     description loops; the bindings of both blocks turn that into iterator to iterator.
     """
-    realize = _realize(sch, block)
+    realize = block_realize(sch, block)
     if realize is None:
         return None
     block_iter_of_loop = {

@@ -318,6 +318,8 @@ class HeronSearch(PySearchStrategy):
     def _keys(self, space: int) -> list[str]:
         """Key variables of a crossover: drawn by split gain when the decision model has some."""
         names = self.models[space].primary
+        if not names:
+            return []  # a design space without decisions: one program, nothing to cross
         count = max(1, round(self.key_ratio * len(names)))
         gains = self.decision_models[space].importance()
         weights = [gains.get(n, 0.0) for n in names]
@@ -336,6 +338,8 @@ class HeronSearch(PySearchStrategy):
         """Keys are fixed to either parent's value, one key is left free (the mutation), every other
         variable is hinted from either parent: CP-SAT returns the nearest valid mix."""
         keys = self._keys(a.space)
+        if not keys:
+            return None
         free = self.rng.choice(keys)
         parent = {n: (a.values if self.rng.random() < 0.5 else b.values)[n] for n in a.values}
         fixed = {k: parent[k] for k in keys if k != free}
