@@ -1,8 +1,9 @@
 """Measured peak throughput of the machine (int8 VNNI and fp32 FMA), for "% of peak" figures.
 
 The numbers come from TVM-built kernels (12 independent accumulator chains of ``vpdpbusd`` or of
-vector FMAs per core, the loop of ``shared/tools/peak.c``), so they need no C compiler, follow the
-Target's vector width and reflect the clock the machine runs at right now.
+vector FMAs per core, the loop of ``shared/tools/peak.c``, with loop-invariant operands read from
+memory so that the loop holds nothing else), so they need no C compiler, follow the Target's
+vector width and reflect the clock the machine runs at right now.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ _OPS_PER_INSTR = 2 * 64  # 64 u8*s8 multiply-adds per 512-bit vpdpbusd
 
 def _vnni_peak_kernel(cores: int, iters: int) -> tvm.tirx.PrimFunc:
     @T.prim_func(s_tir=True)
-    def peak(out: T.Buffer((cores, 16), "int32")):
+    def peak(coef: T.Buffer((2,), "int32"), out: T.Buffer((cores, 16), "int32")):
+        # Operands from memory: loop-invariant, unknown to the compiler (see the FMA kernel below).
         T.func_attr({"global_symbol": "main", "tirx.noalias": True})
         for c in T.parallel(cores):
             with T.sblock("core"):
@@ -30,13 +32,13 @@ def _vnni_peak_kernel(cores: int, iters: int) -> tvm.tirx.PrimFunc:
                 acc = T.sblock_alloc_buffer((_CHAINS * 16,), "int32", scope="local")
                 for a in T.unroll(_CHAINS):
                     acc[T.ramp(a * 16, 1, 16)] = T.broadcast(a, 16)
-                for t in range(iters):
+                for _t in range(iters):
                     for a in T.unroll(_CHAINS):
                         acc[T.ramp(a * 16, 1, 16)] = T.call_llvm_pure_intrin(
                             T.llvm_lookup_intrinsic_id("llvm.x86.avx512.vpdpbusd.512"),
                             acc[T.ramp(a * 16, 1, 16)],
-                            T.reinterpret(T.broadcast(T.int32(0x01010101), 16), dtype="int8x64"),
-                            T.reinterpret(T.broadcast(t + 0x01010101, 16), dtype="int8x64"),
+                            T.reinterpret(T.broadcast(coef[0], 16), dtype="int8x64"),
+                            T.reinterpret(T.broadcast(coef[1], 16), dtype="int8x64"),
                             dtype="int32x16",
                         )
                 out[vc, T.ramp(0, 1, 16)] = acc[T.ramp(0, 1, 16)]
@@ -50,9 +52,9 @@ def vnni_peak_gops(target: Target, iters: int = 2_000_000) -> float:
     require_vnni(target)
     cores = num_cores(target)
     lib = tvm.compile(_vnni_peak_kernel(cores, iters), target=target)
+    coef = tvm.runtime.tensor(np.array([0x01010101, 0x01010101], "int32"))
     out = tvm.runtime.tensor(np.zeros((cores, 16), "int32"))
-    timer = lib.mod.time_evaluator("main", tvm.cpu(), number=1, repeat=5)
-    best = timer(out).min
+    best = lib.mod.time_evaluator("main", tvm.cpu(), number=1, repeat=5)(coef, out).min
     return cores * iters * _CHAINS * _OPS_PER_INSTR / best / 1e9
 
 
@@ -60,7 +62,9 @@ def _fma_peak_kernel(cores: int, iters: int, lanes: int) -> tvm.tirx.PrimFunc:
     fma = f"llvm.fma.v{lanes}f32"
 
     @T.prim_func(s_tir=True)
-    def peak(out: T.Buffer((cores, lanes), "float32")):
+    def peak(coef: T.Buffer((2,), "float32"), out: T.Buffer((cores, lanes), "float32")):
+        # The multiplier and addend come from memory: loop-invariant, yet unknown to the compiler, so
+        # the loop body is the FMAs alone and nothing folds.
         T.func_attr({"global_symbol": "main", "tirx.noalias": True})
         for c in T.parallel(cores):
             with T.sblock("core"):
@@ -68,13 +72,13 @@ def _fma_peak_kernel(cores: int, iters: int, lanes: int) -> tvm.tirx.PrimFunc:
                 acc = T.sblock_alloc_buffer((_CHAINS * lanes,), "float32", scope="local")
                 for a in T.unroll(_CHAINS):
                     acc[T.ramp(a * lanes, 1, lanes)] = T.broadcast(T.float32(a), lanes)
-                for t in range(iters):
+                for _t in range(iters):
                     for a in T.unroll(_CHAINS):
                         acc[T.ramp(a * lanes, 1, lanes)] = T.call_llvm_pure_intrin(
                             T.llvm_lookup_intrinsic_id(fma),
                             acc[T.ramp(a * lanes, 1, lanes)],
-                            T.broadcast(T.float32(0.999999), lanes),
-                            T.broadcast(T.Cast("float32", t) * T.float32(1e-9), lanes),
+                            T.broadcast(coef[0], lanes),
+                            T.broadcast(coef[1], lanes),
                             dtype=f"float32x{lanes}",
                         )
                 out[vc, T.ramp(0, 1, lanes)] = acc[T.ramp(0, 1, lanes)]
@@ -87,6 +91,7 @@ def fma_peak_gops(target: Target, iters: int = 2_000_000) -> float:
     """Peak fp32 GOPS (2 per fused multiply-add lane) over all of the target's cores, measured now."""
     cores, lanes = num_cores(target), vector_bytes(target) // 4
     lib = tvm.compile(_fma_peak_kernel(cores, iters, lanes), target=target)
+    coef = tvm.runtime.tensor(np.array([0.999999, 1e-7], "float32"))
     out = tvm.runtime.tensor(np.zeros((cores, lanes), "float32"))
-    best = lib.mod.time_evaluator("main", tvm.cpu(), number=1, repeat=5)(out).min
+    best = lib.mod.time_evaluator("main", tvm.cpu(), number=1, repeat=5)(coef, out).min
     return cores * iters * _CHAINS * lanes * 2 / best / 1e9
