@@ -35,7 +35,8 @@ class ConstraintOptions:
 
     #: Parallel jobs of a parallelized tile loop >= the target's cores (when the space allows).
     parallel_jobs: bool = True
-    #: Tile buffers of one block fit the per-core L2; the output register tile fits the vector registers.
+    #: Tile buffers of one block fit the per-core L2; BLIS's micro-kernel model: the register
+    #: micro-tile fits the vector registers, its panels L1, the cache blocks L2.
     cache_capacity: bool = True
     #: Upper bound on a vectorized loop's extent.
     max_vector_extent: int = 64
