@@ -21,6 +21,13 @@ _CHAINS = 12  # enough independent accumulators to cover vpdpbusd's latency on 2
 _OPS_PER_INSTR = 2 * 64  # 64 u8*s8 multiply-adds per 512-bit vpdpbusd
 
 
+def _best_seconds(kernel: tvm.tirx.PrimFunc, target: Target, coef: np.ndarray, out_shape: tuple) -> float:
+    """Fastest of five runs of a peak kernel ``(coef, out)``; ``out`` has ``coef``'s dtype."""
+    lib = tvm.compile(kernel, target=target)
+    out = tvm.runtime.tensor(np.zeros(out_shape, coef.dtype))
+    return lib.mod.time_evaluator("main", tvm.cpu(), number=1, repeat=5)(tvm.runtime.tensor(coef), out).min
+
+
 def _vnni_peak_kernel(cores: int, iters: int) -> tvm.tirx.PrimFunc:
     @T.prim_func(s_tir=True)
     def peak(coef: T.Buffer((2,), "int32"), out: T.Buffer((cores, 16), "int32")):
@@ -51,10 +58,7 @@ def vnni_peak_gops(target: Target, iters: int = 2_000_000) -> float:
     """Peak u8 x s8 -> s32 GOPS over all of the target's cores, measured now (about 0.1 s)."""
     require_vnni(target)
     cores = num_cores(target)
-    lib = tvm.compile(_vnni_peak_kernel(cores, iters), target=target)
-    coef = tvm.runtime.tensor(np.array([0x01010101, 0x01010101], "int32"))
-    out = tvm.runtime.tensor(np.zeros((cores, 16), "int32"))
-    best = lib.mod.time_evaluator("main", tvm.cpu(), number=1, repeat=5)(coef, out).min
+    best = _best_seconds(_vnni_peak_kernel(cores, iters), target, np.array([0x01010101, 0x01010101], "int32"), (cores, 16))
     return cores * iters * _CHAINS * _OPS_PER_INSTR / best / 1e9
 
 
@@ -90,8 +94,5 @@ def _fma_peak_kernel(cores: int, iters: int, lanes: int) -> tvm.tirx.PrimFunc:
 def fma_peak_gops(target: Target, iters: int = 2_000_000) -> float:
     """Peak fp32 GOPS (2 per fused multiply-add lane) over all of the target's cores, measured now."""
     cores, lanes = num_cores(target), vector_bytes(target) // 4
-    lib = tvm.compile(_fma_peak_kernel(cores, iters, lanes), target=target)
-    coef = tvm.runtime.tensor(np.array([0.999999, 1e-7], "float32"))
-    out = tvm.runtime.tensor(np.zeros((cores, lanes), "float32"))
-    best = lib.mod.time_evaluator("main", tvm.cpu(), number=1, repeat=5)(coef, out).min
+    best = _best_seconds(_fma_peak_kernel(cores, iters, lanes), target, np.array([0.999999, 1e-7], "float32"), (cores, lanes))
     return cores * iters * _CHAINS * lanes * 2 / best / 1e9
