@@ -29,7 +29,8 @@ from ms_heron.peak import fma_peak_gops, vnni_peak_gops
 from ms_heron.search import WatchedSearch
 from ms_heron.targets import host_target, num_cores
 from ms_heron.evaluate import build, run_and_check, time_lib
-from ms_heron.tune import best_schedule, record_seconds, tune_workload
+from ms_heron.records import record_seconds
+from ms_heron.tune import best_schedule, tune_workload
 
 #: One representative Heron case per family, small enough for a 2-core machine.
 CASES = ["gemm.G3", "bmm.B1", "gemv.V2", "c1d.C1", "c2d.C3", "c3d.C3", "dil.D3", "t2d.T1", "scan.S1"]

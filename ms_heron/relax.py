@@ -32,7 +32,8 @@ from .rules.analysis import is_metaschedule_space
 from .search import HeronSearch, WatchedSearch
 from .space import HeronSpace
 from .targets import is_cpu, num_cores
-from .tune import drop_unnamed_log_handlers, open_database, record_seconds
+from .records import record_seconds
+from .tune import drop_unnamed_log_handlers, open_database
 
 
 class ModelError(ValueError):

@@ -30,7 +30,8 @@ from . import workloads
 from .search import HeronSearch, WatchedSearch
 from .space import HeronSpace
 from .targets import target_json
-from .tune import DATABASE_FILES, cut_torn_line, open_database, record_seconds, tune_workload
+from .records import record_seconds
+from .tune import DATABASE_FILES, cut_torn_line, open_database, tune_workload
 
 RUN_FILE = "ms_heron_run.json"
 PROGRESS_FILE = "progress.jsonl"

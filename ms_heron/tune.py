@@ -21,15 +21,6 @@ from .targets import is_cpu, num_cores, require_vnni
 from .workloads import Workload
 
 
-#: MetaSchedule stores a candidate that failed to build or run with a run time of 1e10 s.
-FAILED_RUN_SECS = 1e9
-
-
-def record_seconds(run_secs) -> float:
-    """Mean measured seconds of a tuning record's ``run_secs``; inf when it failed to build or run."""
-    secs = [float(x) for x in run_secs or []]
-    return sum(secs) / len(secs) if secs and max(secs) < FAILED_RUN_SECS else float("inf")
-
 
 #: The two files of MetaSchedule's JSONDatabase in a work dir.
 DATABASE_FILES = ("database_workload.json", "database_tuning_record.json")

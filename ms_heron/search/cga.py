@@ -42,7 +42,7 @@ from ..constraints import (
     replay,
     values_from_trace,
 )
-from ..tune import record_seconds
+from ..records import record_seconds
 from .decision_model import DecisionModel, rank_correlation
 
 FEATURES, DECISIONS = "program-features", "decision-vector"
