@@ -28,7 +28,7 @@ from tvm.target import Target
 from .builder import local_builder
 from .intrinsics import ensure_registered
 from .quantized import keep_int8_matmuls
-from .rules.analysis import is_metaschedule_space
+from .annotations import is_metaschedule_space
 from .search import HeronSearch, WatchedSearch
 from .space import HeronSpace
 from .targets import is_cpu, num_cores

@@ -10,7 +10,7 @@ from tvm.s_tir.meta_schedule.space_generator import PySpaceGenerator
 from tvm.s_tir.schedule.analysis import has_block
 
 from .rules import default_rules
-from .rules.analysis import METASCHEDULE_SPACE, SPACE_ORIGIN
+from .annotations import METASCHEDULE_SPACE, SPACE_ORIGIN
 from .targets import is_cuda
 
 

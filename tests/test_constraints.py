@@ -12,7 +12,7 @@ from conftest import SMALL_SHAPES
 from ms_heron import HeronSpace, workloads
 from ms_heron.constraints import RepairedDecision, Solver, count_solutions, decided_values, derive, replay
 from ms_heron.evaluate import build, run_and_check
-from ms_heron.rules.analysis import TILING_STRUCTURE, annotations, iter_kinds
+from ms_heron.annotations import TILING_STRUCTURE, block_annotations, iter_kinds
 from ms_heron.space import default_postprocs
 from ms_heron.targets import vector_registers
 
@@ -168,7 +168,7 @@ def test_micro_kernel_tile_and_cache_blocks_equal_lowered_allocations(family, cp
     space = _spaces(workload, cpu_target)[0]
     model = derive(space, cpu_target)
     trace = space.trace.simplified(remove_postproc=True)
-    structure = str(annotations(space, space.get_sblock("C"))[TILING_STRUCTURE])
+    structure = str(block_annotations(space, space.get_sblock("C"))[TILING_STRUCTURE])
     kinds = iter_kinds(space, space.get_sblock("C"))
 
     def outside(sch, level):  # the loop just outside tile level ``level`` (outer levels may be fused)

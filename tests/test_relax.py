@@ -11,7 +11,6 @@ import pytest
 import tvm
 from onnx import TensorProto, helper
 from tvm.relax.frontend import nn
-from tvm.s_tir import meta_schedule as ms
 
 from ms_heron import models
 from ms_heron.baselines import onnxruntime_model

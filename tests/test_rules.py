@@ -20,7 +20,7 @@ from ms_heron.rules import (
     ParallelVectorizeUnroll,
     Tensorize,
 )
-from ms_heron.rules.analysis import AUTO_TENSORIZE, CACHE_LEVEL, LANE_REDUCTION, SPM_LEVEL, TILING_STRUCTURE
+from ms_heron.annotations import AUTO_TENSORIZE, CACHE_LEVEL, LANE_REDUCTION, SPM_LEVEL, TILING_STRUCTURE
 from ms_heron.workloads import Workload
 from rule_helpers import block_names, check_random_samples, finished, schedule_steps, stock_design_spaces
 

@@ -24,7 +24,13 @@ from tvm import tirx
 from tvm.s_tir import Schedule, Trace
 from tvm.target import Target
 
-from ..rules.analysis import TILING_STRUCTURE, annotations, is_metaschedule_space, iter_kinds, split_by_structure
+from ..annotations import (
+    TILING_STRUCTURE,
+    block_annotations,
+    is_metaschedule_space,
+    iter_kinds,
+    split_by_structure,
+)
 from ..targets import GpuLimits, cpu_cache_bytes, is_cpu, is_cuda, num_cores, vector_bytes, vector_registers
 from .model import MAX_BOUND, Constraint, ConstraintModel, Decision, Footprint, divisors
 
@@ -520,7 +526,7 @@ def _add_micro_kernel(model, space, nest, target, options) -> None:
         if block_name is None:
             continue
         rv = space.get_sblock(block_name)
-        structure = str(annotations(space, rv).get(TILING_STRUCTURE, ""))
+        structure = str(block_annotations(space, rv).get(TILING_STRUCTURE, ""))
         if not structure.endswith("S") or "R" not in structure:
             continue
         levels = split_by_structure(structure, iter_kinds(space, rv), tiled)

@@ -4,7 +4,8 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir import Schedule
 from tvm.s_tir.schedule import SBlockRV
 
-from .analysis import CACHE_LEVEL, fusible_consumer, is_tiled, tile_levels, working_block
+from ..annotations import CACHE_LEVEL
+from .analysis import fusible_consumer, is_tiled, tile_levels, working_block
 from .base import HeronRule
 
 

@@ -1,8 +1,8 @@
 """Heron's static-analysis conditions on TensorIR blocks, and the loop roles rules leave behind.
 
 Rules fire on these conditions (Heron §2: "rules are triggered by static analysis"), and record
-the role of every loop level as block annotations so that later rules, and the constraint model,
-can recover them from the trace alone.
+the role of every loop level as block annotations (:mod:`ms_heron.annotations`) so that later
+rules, and the constraint model, can recover them from the trace alone.
 """
 
 from __future__ import annotations
@@ -12,31 +12,22 @@ from tvm.tirx.analysis import undefined_vars
 from tvm.s_tir import Schedule, SBlockRealize
 from tvm.s_tir.schedule import LoopRV, SBlockRV
 
-#: Block annotation holding the tile structure, e.g. "SSRSRS" (MetaSchedule uses the same key).
-TILING_STRUCTURE = "meta_schedule.tiling_structure"
-#: Block annotation MetaSchedule's RewriteTensorize postproc reads.
-AUTO_TENSORIZE = "meta_schedule.auto_tensorize"
-#: Set on the inner block of a blockized (tensorized) block: rules work on its ``<name>_o`` parent.
-BLOCKIZED = "ms_heron.blockized"
-
-_SPATIAL, _REDUCE = 0, 2  # tirx.IterVar.DataPar / CommReduce
-
-
-def annotations(sch: Schedule, block: SBlockRV) -> dict:
-    return dict(sch.get(block).annotations)
-
+from ..annotations import (
+    AUTO_TENSORIZE,
+    BLOCKIZED,
+    PLACED,
+    REDUCE_ITER,
+    TILING_STRUCTURE,
+    block_annotations,
+    iter_kinds,
+    split_by_structure,
+)
 
 def working_block(sch: Schedule, block: SBlockRV) -> SBlockRV:
     """The block rules schedule: the outer block of a tensorized (blockized) one, else itself."""
-    if BLOCKIZED in annotations(sch, block):
+    if BLOCKIZED in block_annotations(sch, block):
         return sch.get_sblock(sch.get(block).name_hint + "_o")
     return block
-
-
-def iter_kinds(sch: Schedule, block: SBlockRV) -> list[str]:
-    """'S' or 'R' per block iterator (other iterator types are reported as 'O')."""
-    kinds = {_SPATIAL: "S", _REDUCE: "R"}
-    return [kinds.get(int(iv.iter_type), "O") for iv in sch.get(block).iter_vars]
 
 
 def block_realize(sch: Schedule, block: SBlockRV) -> SBlockRealize | None:
@@ -58,7 +49,7 @@ def reduction_loops(sch: Schedule, block: SBlockRV) -> list[LoopRV]:
         return []
     used = set()
     for iv, value in zip(realize.block.iter_vars, realize.iter_values):
-        if int(iv.iter_type) == _REDUCE:
+        if int(iv.iter_type) == REDUCE_ITER:
             used |= {v.name for v in undefined_vars(value)}
     return [lp for lp in sch.get_loops(block) if sch.get(lp).loop_var.name in used]
 
@@ -118,34 +109,18 @@ def fusible_consumer(sch: Schedule, block: SBlockRV) -> SBlockRV | None:
     return None
 
 
-def split_by_structure(structure: str, kinds: list[str], items: list) -> dict[str, list]:
-    """Group a tiled nest's innermost loops (or anything in their order) by level: ``{"S0": [...], ...}``.
-
-    Level ``S<n>`` is the n-th 'S' of the structure and holds one item per spatial iterator
-    (likewise ``R<n>``); ``kinds`` are the block's iterator kinds (:func:`iter_kinds`).
-    """
-    sizes = [kinds.count(c) for c in structure]
-    items = list(items)[len(items) - sum(sizes) :]
-    levels, pos, seen = {}, 0, {"S": 0, "R": 0}
-    for c, size in zip(structure, sizes):
-        levels[f"{c}{seen[c]}"] = items[pos : pos + size]
-        seen[c] += 1
-        pos += size
-    return levels
-
-
 def tile_levels(sch: Schedule, block: SBlockRV) -> dict[str, list[LoopRV]]:
     """Loops of a tiled block by role, from its tiling-structure annotation."""
-    structure = str(annotations(sch, block)[TILING_STRUCTURE])
+    structure = str(block_annotations(sch, block)[TILING_STRUCTURE])
     return split_by_structure(structure, iter_kinds(sch, block), sch.get_loops(block))
 
 
 def is_tiled(sch: Schedule, block: SBlockRV) -> bool:
-    return TILING_STRUCTURE in annotations(sch, block)
+    return TILING_STRUCTURE in block_annotations(sch, block)
 
 
 def is_tensorized(sch: Schedule, block: SBlockRV) -> bool:
-    return AUTO_TENSORIZE in annotations(sch, block)
+    return AUTO_TENSORIZE in block_annotations(sch, block)
 
 
 def innermost_loop(sch: Schedule, block: SBlockRV) -> LoopRV | None:
@@ -173,27 +148,5 @@ def reused_reads(sch: Schedule, block: SBlockRV) -> list[int]:
     return out
 
 
-#: On the root block of a design space HeronSpace took from MetaSchedule's own generator: its
-#: constraint model keeps validity constraints only, so the space keeps all of MetaSchedule's content.
-SPACE_ORIGIN = "ms_heron.space_origin"
-METASCHEDULE_SPACE = "metaschedule"
-
-
-def is_metaschedule_space(trace) -> bool:
-    """Whether a trace replays one of MetaSchedule's default design spaces that HeronSpace added."""
-    return any(inst.kind.name == "Annotate" and str(inst.attrs[0]) == SPACE_ORIGIN
-               and str(inst.inputs[1]) == METASCHEDULE_SPACE for inst in trace.insts)
-
-
-#: On a write-back (or fused consumer) block: the spatial tile level it sits under.
-CACHE_LEVEL = "ms_heron.cache_level"
-#: On a tile buffer's copy block: the reduction tile level it is loaded under.
-SPM_LEVEL = "ms_heron.spm_level"
-#: On a row reduction: the partial results per row (vector lanes x accumulators) it was split into.
-LANE_REDUCTION = "ms_heron.lane_reduction"
-#: Block annotations of stages a rule already placed (inside another block's tiles, or parallel itself).
-PLACED = (CACHE_LEVEL, SPM_LEVEL, LANE_REDUCTION)
-
-
 def placed_by_rule(sch: Schedule, block: SBlockRV) -> bool:
-    return any(key in annotations(sch, block) for key in PLACED)
+    return any(key in block_annotations(sch, block) for key in PLACED)

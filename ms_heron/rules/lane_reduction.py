@@ -8,15 +8,8 @@ from tvm.s_tir import Schedule
 from tvm.s_tir.schedule import LoopRV, SBlockRV, ScheduleError
 
 from ..targets import is_cpu, vector_bytes
-from .analysis import (
-    LANE_REDUCTION,
-    consumers,
-    has_data_reuse,
-    is_tiled,
-    iter_kinds,
-    reduction_loops,
-    working_block,
-)
+from ..annotations import LANE_REDUCTION, iter_kinds
+from .analysis import consumers, has_data_reuse, is_tiled, reduction_loops, working_block
 from .base import HeronRule
 
 #: Independent vector accumulators to try (most first): more hide the add latency of a long row.

@@ -5,7 +5,8 @@ from tvm.s_tir import Schedule
 from tvm.s_tir.schedule import SBlockRV
 
 from ..targets import is_cpu
-from .analysis import SPM_LEVEL, is_tiled, reused_reads, tile_levels, working_block
+from ..annotations import SPM_LEVEL
+from .analysis import is_tiled, reused_reads, tile_levels, working_block
 from .base import HeronRule
 
 

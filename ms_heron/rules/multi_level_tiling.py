@@ -4,7 +4,8 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir import Schedule
 from tvm.s_tir.schedule import SBlockRV
 
-from .analysis import TILING_STRUCTURE, has_data_reuse, is_tiled, iter_kinds, working_block
+from ..annotations import TILING_STRUCTURE, iter_kinds
+from .analysis import has_data_reuse, is_tiled, working_block
 from .base import HeronRule
 
 

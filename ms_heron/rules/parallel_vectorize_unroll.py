@@ -5,17 +5,8 @@ from tvm.s_tir import Schedule
 from tvm.s_tir.schedule import SBlockRV
 
 from ..targets import is_cpu
-from .analysis import (
-    TILING_STRUCTURE,
-    annotations,
-    iter_kinds,
-    is_root,
-    is_tensorized,
-    is_tiled,
-    placed_by_rule,
-    tile_levels,
-    working_block,
-)
+from ..annotations import TILING_STRUCTURE, block_annotations, iter_kinds
+from .analysis import is_root, is_tensorized, is_tiled, placed_by_rule, tile_levels, working_block
 from .base import HeronRule
 
 #: Root-block annotation MetaSchedule's RewriteParallelVectorizeUnroll postproc turns into unroll pragmas.
@@ -55,7 +46,7 @@ class ParallelVectorizeUnroll(HeronRule):
         block = working_block(sch, block)
         if is_tiled(sch, block):
             levels = tile_levels(sch, block)
-            structure = str(annotations(sch, block)[TILING_STRUCTURE])
+            structure = str(block_annotations(sch, block)[TILING_STRUCTURE])
             lanes = levels[f"S{structure.count('S') - 1}"][-1]
             if structure.endswith("S") and not is_tensorized(sch, block):
                 sch.vectorize(lanes)

@@ -7,7 +7,8 @@ from tvm.s_tir.schedule import SBlockRV
 
 from ..intrinsics.wmma import SHAPES, SHARED_SCOPE, wmma_groups
 from ..targets import is_cuda
-from .analysis import BLOCKIZED, is_tiled, iter_kinds
+from ..annotations import BLOCKIZED, iter_kinds
+from .analysis import is_tiled
 from .base import HeronRule
 
 

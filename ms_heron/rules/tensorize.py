@@ -9,7 +9,8 @@ from tvm.s_tir.schedule.transform import tile_with_tensor_intrin
 
 from ..intrinsics import VNNI_INTRIN, ensure_registered
 from ..targets import has_vnni
-from .analysis import AUTO_TENSORIZE, BLOCKIZED, is_tiled, iter_kinds
+from ..annotations import AUTO_TENSORIZE, BLOCKIZED, iter_kinds
+from .analysis import is_tiled
 from .base import HeronRule
 from .operand_layout import match_operands, prepare_operands
 
