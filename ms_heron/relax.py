@@ -32,8 +32,8 @@ from .annotations import is_metaschedule_space
 from .search import HeronSearch, WatchedSearch
 from .space import HeronSpace
 from .targets import is_cpu, num_cores
-from .records import record_seconds
-from .tune import drop_unnamed_log_handlers, open_database
+from .records import open_database, record_seconds
+from .tune import drop_unnamed_log_handlers
 
 
 class ModelError(ValueError):

@@ -30,8 +30,8 @@ from . import workloads
 from .search import HeronSearch, WatchedSearch
 from .space import HeronSpace
 from .targets import target_json
-from .records import record_seconds
-from .tune import DATABASE_FILES, cut_torn_line, open_database, tune_workload
+from .records import DATABASE_FILES, cut_torn_line, measured_seconds, open_database, record_seconds
+from .tune import tune_workload
 
 RUN_FILE = "ms_heron_run.json"
 PROGRESS_FILE = "progress.jsonl"
@@ -150,14 +150,7 @@ class TuningRun:
 
     def seconds(self) -> list[float]:
         """Mean seconds of every record in the order measured (inf: failed)."""
-        path = self.work_dir / DATABASE_FILES[1]
-        if not path.exists():
-            return []
-        cut_torn_line(path)
-        # The file, not the database: JSONDatabase hands records back sorted by speed.
-        # A line is [workload index, [trace, run_secs, target, arg info]].
-        lines = [line for line in path.read_text().splitlines() if line.strip()]
-        return [record_seconds(json.loads(line)[1][1]) for line in lines]
+        return measured_seconds(self.work_dir)
 
     def progress(self) -> list[Progress]:
         path = self.work_dir / PROGRESS_FILE

@@ -1,0 +1,191 @@
+"""TVM's own operator suite (``te_workload.CONFIGS``, fp32): ms_heron vs MetaSchedule's default.
+
+Per key and configuration, each arm tunes the TE-generated PrimFunc once for the largest trial count
+(rounds of 64), and every smaller count is read from the same run: the best of its first ``n``
+records, which is what a run stopped after ``n`` trials holds (the rounds are the same). Arms:
+HeronSpace + HeronSearch, and MetaSchedule's post-order-apply space + evolutionary search.
+
+The best kernel of every arm and count is then rebuilt, checked against the unscheduled kernel on
+the same random inputs, and timed (median of 10 repeats of >= 100 ms) in one fresh process, so no
+arm is timed in a process warmed or disturbed by tuning. Work dirs are kept under ``--work-root``;
+a rerun with the same root skips what is already tuned. Usage (repository root, nothing else
+running):
+
+    .venv/bin/python bench/te_suite.py --trials 64 200
+    .venv/bin/python bench/te_suite.py --trials 16 --keys C1D SFM --configs 0
+
+Writes bench/results/te_suite_<trials>.{md,json}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import pathlib
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import results_io
+import tvm
+from tvm import te
+from tvm.s_tir import analysis
+from tvm.s_tir.meta_schedule.testing.te_workload import CONFIGS
+
+from ms_heron import HeronSearch, HeronSpace
+from ms_heron.evaluate import build, median_seconds
+from ms_heron.records import first_records, measured_seconds
+from ms_heron.search import WatchedSearch
+from ms_heron.targets import host_target
+from ms_heron.tune import best_schedule, tune_func
+
+#: Every key of the suite (C2D_WIN_NHWC, a Winograd variant with one configuration, left out).
+KEYS = ["C1D", "C2D", "C3D", "GMM", "GRP", "DIL", "DEP", "T2D", "CAP", "NRM", "SFM", "CBR", "TBG"]
+ARMS = {"ms_heron": None, "default": ("post-order-apply", "evolutionary")}
+ROUND = 64
+TUNED = "tuned.json"
+
+
+def _func(key: str, config: int):
+    return te.create_prim_func(CONFIGS[key][0](*CONFIGS[key][1][config]))
+
+
+def _tune(key: str, config: int, arm: str, trials: list[int], work_dir: pathlib.Path, seed: int) -> None:
+    """Tune one arm for max(trials) into ``work_dir``; note when each round ended."""
+    if (work_dir / TUNED).exists():
+        return
+    work_dir.mkdir(parents=True, exist_ok=True)
+    space, strategy = ARMS[arm] or (HeronSpace(), HeronSearch())
+    ends: list[tuple[int, float]] = []
+    start = time.perf_counter()
+    measured = [0]
+
+    def round_ended(_candidates, results) -> None:
+        measured[0] += len(results)
+        ends.append((measured[0], time.perf_counter() - start))
+
+    watched = WatchedSearch(strategy, on_round=round_ended)
+    tune_func(_func(key, config), host_target(), str(work_dir), max(trials), num_trials_per_iter=ROUND,
+              space=space, strategy=watched, seed=seed)
+    secs = measured_seconds(work_dir)
+    (work_dir / TUNED).write_text(json.dumps({
+        str(n): {
+            "tuning_s": next((t for m, t in ends if m >= min(n, len(secs))), time.perf_counter() - start),
+            "valid_share": sum(s < math.inf for s in secs[:n]) / max(1, len(secs[:n])),
+        } for n in trials
+    }))
+
+
+def _random_args(tensors, seed: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    # The last buffers are the outputs; they are overwritten, so random values there are harmless.
+    return [rng.uniform(-1, 1, [int(d) for d in t.shape]).astype(str(t.dtype)) for t in tensors]
+
+
+def _run(lib, arrays: list[np.ndarray]) -> tuple[list[np.ndarray], list]:
+    dev = tvm.cpu()
+    args = [tvm.runtime.tensor(a, dev) for a in arrays]
+    lib["main"](*args)
+    return [a.numpy() for a in args], args
+
+
+def _time_row(key: str, config: int, trials: list[int], root: pathlib.Path) -> dict:
+    """Rebuild, check and time every arm's best kernel after each trial count (fresh process)."""
+    tensors = CONFIGS[key][0](*CONFIGS[key][1][config])
+    func = te.create_prim_func(tensors)
+    target = host_target()
+    arrays = _random_args(tensors, seed=0)
+    expected, _ = _run(build(tvm.IRModule({"main": func}), target), arrays)
+    flops = analysis.estimate_tir_flops(tvm.IRModule({"main": func}))
+    row = {"key": key, "config": config, "shape": list(CONFIGS[key][1][config]), "flops": flops}
+    for arm in ARMS:
+        tuned = json.loads((root / f"{key}_{config}" / arm / TUNED).read_text())
+        for n in trials:
+            entry = dict(tuned[str(n)])
+            try:
+                sch = best_schedule(first_records(root / f"{key}_{config}" / arm, n), func, target)
+                lib = build(sch.mod, target)
+                got, args = _run(lib, arrays)
+                err = max(float(np.abs(g - e).max() / max(1.0, float(np.abs(e).max()))) for g, e in zip(got, expected))
+                entry.update(correct=err <= 1e-4, rel_error=err, seconds=median_seconds(lib, args))
+            except Exception as exc:  # pylint: disable=broad-except
+                entry.update(correct=False, error=f"{type(exc).__name__}: {exc}"[:300], seconds=math.inf)
+            row[f"{arm}@{n}"] = entry
+    return row
+
+
+def _ratios(rows, n) -> list[float]:
+    return [r[f"default@{n}"]["seconds"] / r[f"ms_heron@{n}"]["seconds"] for r in rows]
+
+
+def _report(args, rows) -> None:
+    lines = [
+        "# TVM's te_workload suite (fp32): ms_heron (HeronSpace + HeronSearch) vs MetaSchedule default, one run",
+        "",
+        f"Machine: {host_target()}. Each arm tuned once for {max(args.trials)} trials in rounds of {ROUND}; a smaller "
+        "count is the best of the first n records of that run. Latency: best kernel rebuilt, checked against the "
+        "unscheduled kernel (max error relative to max |output| <= 1e-4) and timed in a fresh process (median of "
+        "10 repeats of >= 100 ms). Ratio = default latency / ms_heron latency (> 1: ms_heron faster). "
+        "Tuning s: wall time until the round that reached n trials ended.",
+        "",
+    ]
+    for n in args.trials:
+        lines += [
+            f"## {n} trials",
+            "",
+            "| key | config | default us | ms_heron us | ms_heron / default | valid default / ms_heron "
+            "| tuning s default / ms_heron | correct |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for r in rows:
+            d, h = r[f"default@{n}"], r[f"ms_heron@{n}"]
+            ok = "yes" if d["correct"] and h["correct"] else f"NO ({d.get('error') or h.get('error') or 'mismatch'})"
+            lines.append(
+                f"| {r['key']} | {r['config']} | {d['seconds'] * 1e6:.1f} | {h['seconds'] * 1e6:.1f} "
+                f"| {d['seconds'] / h['seconds']:.2f}x | {d['valid_share']:.0%} / {h['valid_share']:.0%} "
+                f"| {d['tuning_s']:.0f} / {h['tuning_s']:.0f} | {ok} |"
+            )
+        ratios = [x for x in _ratios(rows, n) if 0 < x < math.inf]
+        geomean = math.exp(sum(map(math.log, ratios)) / len(ratios)) if ratios else float("nan")
+        lines += ["", f"Geometric mean ms_heron / default at {n} trials: **{geomean:.2f}x** "
+                  f"({sum(x >= 1.0 for x in ratios)} of {len(rows)} rows >= 1.0x).", ""]
+    stem = "te_suite_" + "_".join(map(str, args.trials))
+    results_io.write(args.out, stem, lines, rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, nargs="+", default=[64, 200])
+    parser.add_argument("--keys", nargs="+", choices=KEYS, default=KEYS)
+    parser.add_argument("--configs", type=int, nargs="+", default=[0, 1])
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--work-root", help="where the work dirs stay (default: a new temporary dir)")
+    parser.add_argument("--out", default=str(results_io.DEFAULT_DIR))
+    parser.add_argument("--time-rows", metavar="FILE", help=argparse.SUPPRESS)  # the fresh timing process
+    args = parser.parse_args()
+    args.trials = sorted(args.trials)
+    root = pathlib.Path(args.work_root or tempfile.mkdtemp(prefix="te_suite_"))
+    pairs = [(key, config) for config in args.configs for key in args.keys]  # config 0 of every key first
+    if args.time_rows:
+        rows = [_time_row(key, config, args.trials, root) for key, config in pairs]
+        pathlib.Path(args.time_rows).write_text(json.dumps(rows))
+        return
+    print(f"work dirs under {root}", flush=True)
+    for key, config in pairs:
+        for arm in ARMS:
+            _tune(key, config, arm, args.trials, root / f"{key}_{config}" / arm, args.seed)
+            print(f"tuned {key}[{config}] {arm}", flush=True)
+    rows_file = root / "timed.json"
+    subprocess.run(
+        [sys.executable, __file__, "--time-rows", str(rows_file), "--work-root", str(root), "--trials",
+         *map(str, args.trials), "--keys", *args.keys, "--configs", *map(str, args.configs)],
+        check=True,
+    )
+    _report(args, json.loads(rows_file.read_text()))
+
+
+if __name__ == "__main__":
+    main()
