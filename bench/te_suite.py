@@ -23,6 +23,7 @@ import argparse
 import json
 import math
 import pathlib
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -57,7 +58,8 @@ def _tune(key: str, config: int, arm: str, trials: list[int], work_dir: pathlib.
     """Tune one arm for max(trials) into ``work_dir``; note when each round ended."""
     if (work_dir / TUNED).exists():
         return
-    work_dir.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(work_dir, ignore_errors=True)  # a run killed mid-arm: start that arm again
+    work_dir.mkdir(parents=True)
     space, strategy = ARMS[arm] or (HeronSpace(), HeronSearch())
     ends: list[tuple[int, float]] = []
     start = time.perf_counter()

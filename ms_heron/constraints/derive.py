@@ -545,7 +545,8 @@ def _add_registers(model, block, block_name: str, micro: list, target) -> None:
     per_iteration = _bytes(out.source.dtype) * math.prod(int(r.extent) for r in out.region)
     width, registers = vector_bytes(target), vector_registers(target)
     name = f"register_tile[{block_name}]"
-    if per_iteration > _bytes(out.source.dtype):  # a tensor intrinsic writes whole vectors per iteration
+    intrinsic = per_iteration > _bytes(out.source.dtype)  # it writes whole vectors per iteration
+    if intrinsic:
         rows, lanes = factors, [per_iteration]
     else:
         rows, lanes = [f for lp in micro[:-1] for f in lp.factors], [*micro[-1].factors, per_iteration]
@@ -557,6 +558,10 @@ def _add_registers(model, block, block_name: str, micro: list, target) -> None:
     accumulators = model.cp.NewIntVar(1, max(1, model.upper_bound(rows) * (-(-model.upper_bound(lanes) // width))), name)
     model.cp.AddMultiplicationEquality(accumulators, [mr, vectors])
     model.cp.Add(accumulators + vectors + 1 <= registers)
+    if not intrinsic and _fills_vectors(model, micro[-1].factors, _bytes(out.source.dtype), width):
+        model.cp.Add(vectors * width == lane_bytes)
+        model.add(Constraint(f"{name}: NR lanes fill whole {width}-byte vectors", "register",
+                             lambda v, lanes=tuple(lanes), w=width: _value(v, lanes) % w == 0, performance=True))
 
     def used(v, rows=tuple(rows), lanes=tuple(lanes)):
         vec = -(-_value(v, lanes) // width)
@@ -565,6 +570,14 @@ def _add_registers(model, block, block_name: str, micro: list, target) -> None:
     model.derived[name] = used
     model.add(Constraint(f"{name}: accumulators + operand vectors <= {registers} vector registers", "register",
                          lambda v, n=name, k=registers: v[n] <= k, performance=True))
+
+
+def _fills_vectors(model, factors, dtype_bytes: int, width: int) -> bool:
+    """Whether the innermost axis can be cut into whole vectors: its extent is a multiple of the
+    vector width (a one-decision tile factor), so a partly filled vector would only waste lanes."""
+    names = [f for f in factors if not isinstance(f, int)]
+    decision = model.decision_of(names[0]) if len(names) == 1 else None
+    return decision is not None and decision.kind == "tile" and decision.extent * dtype_bytes % width == 0
 
 
 def _value(values, factors) -> int:

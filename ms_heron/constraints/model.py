@@ -103,6 +103,10 @@ class ConstraintModel:
         self.domains[name] = values
         return var
 
+    def decision_of(self, variable: str) -> Decision | None:
+        """The sampling decision a primary variable belongs to (None for derived variables)."""
+        return self._decision_of.get(variable)
+
     def upper_bound(self, terms: Sequence) -> int:
         """A sound upper bound of the product of ``terms`` (variable names or ints).
 

@@ -34,6 +34,7 @@ from tvm.s_tir.meta_schedule.search_strategy import MeasureCandidate, PySearchSt
 
 from ..constraints import (
     ConstraintModel,
+    ConstraintOptions,
     Infeasible,
     RepairedDecision,
     Solver,
@@ -48,6 +49,7 @@ from .decision_model import DecisionModel, rank_correlation
 FEATURES, DECISIONS = "program-features", "decision-vector"
 #: Rounds of ranking quality that decide which cost model ranks the next round.
 QUALITY_WINDOW = 3
+VALIDITY_ONLY = ConstraintOptions(parallel_jobs=False, cache_capacity=False)
 
 
 @dataclass(eq=False)
@@ -138,8 +140,7 @@ class HeronSearch(PySearchStrategy):
         traces, models = [], []
         for index, space in enumerate(design_spaces):
             try:
-                model = derive(space, self.target)
-                Solver(model, seed=self.seed).sample()
+                model = self._solvable_model(space, index)
             except Exception as err:  # pylint: disable=broad-except  # one bad space must not stop tuning
                 self.logger.warning("HeronSearch skips design space %d: %s: %s", index, type(err).__name__, err)
                 continue
@@ -152,6 +153,19 @@ class HeronSearch(PySearchStrategy):
                 "strategy='evolutionary' or report the workload"
             )
         return traces, models
+
+    def _solvable_model(self, space, index: int) -> ConstraintModel:
+        """The space's full model, or its validity constraints alone when the performance
+        constraints leave no solution (the space may still hold the best program)."""
+        model = derive(space, self.target)
+        try:
+            Solver(model, seed=self.seed).sample()
+        except Infeasible:
+            model = derive(space, self.target, VALIDITY_ONLY)
+            Solver(model, seed=self.seed).sample()
+            self.logger.warning("HeronSearch: design space %d has no program within its performance "
+                                "constraints; searching it under its validity constraints only", index)
+        return model
 
     def post_tuning(self) -> None:
         self.pool = []
