@@ -1,6 +1,5 @@
 """HeronSearch: the constrained genetic search inside MetaSchedule's tuning loop."""
 
-import logging
 
 import pytest
 import tvm_ffi

@@ -16,7 +16,7 @@ from tvm.target import Target
 from ms_heron import HeronSpace, workloads
 from ms_heron.builder import build_cuda, compile_cuda, cuda_source, local_builder
 from ms_heron.constraints import Solver, derive, replay
-from ms_heron.constraints.derive import UNPADDED
+from ms_heron.constraints.geometry import UNPADDED
 from ms_heron.intrinsics.wmma import SHAPES
 
 TARGETS = ["nvidia/nvidia-h100", "nvidia/nvidia-a100"]  # sm_90a, sm_80

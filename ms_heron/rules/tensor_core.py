@@ -33,7 +33,7 @@ class TensorCoreTiling(HeronRule):
     the accumulator through ``wmma.accumulator`` and ``shared.dyn`` back to global memory. The loop
     transformation is MetaSchedule's ``MultiLevelTilingTensorCore`` (layout reindexing, fragment
     blockizing and its tensorize annotations are subtle; reusing it keeps them right); what Heron
-    adds is the constraint model over its decisions (:mod:`ms_heron.constraints.derive`).
+    adds is the constraint model over its decisions (:mod:`ms_heron.constraints`).
     """
 
     def __init__(

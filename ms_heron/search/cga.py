@@ -10,10 +10,9 @@ candidate is valid by construction. Per round (Heron §4):
 3. drop duplicates and measured programs; measure the best ``1 - epsilon`` by prediction plus an
    ``epsilon`` share picked by roulette.
 
-Two cost models rank candidates: MetaSchedule's XGBoost on program features (the one the task
-scheduler trains) and :class:`DecisionModel` on the decision vector. Each round both predict the
-batch before it is measured; whichever ordered the last rounds better (Spearman's rho) ranks the
-next one. Round 0 is constrained-random: no prediction means anything before measurements exist.
+The genetic operators are in :mod:`.genetic`; the two cost models that rank programs, and the
+choice between them, in :mod:`.ranking`. Round 0 is constrained-random: no prediction means
+anything before measurements exist.
 """
 
 from __future__ import annotations
@@ -26,7 +25,6 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-import numpy as np
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from tvm.s_tir.meta_schedule.runner import RunnerResult
@@ -44,26 +42,9 @@ from ..constraints import (
     values_from_trace,
 )
 from ..records import record_seconds
-from .decision_model import DecisionModel, rank_correlation
-
-FEATURES, DECISIONS = "program-features", "decision-vector"
-#: Rounds of ranking quality that decide which cost model ranks the next round.
-QUALITY_WINDOW = 3
+from .genetic import Program, choose_keys, crossover, roulette, take_roulette, unique
+from .ranking import FEATURES, Ranking
 VALIDITY_ONLY = ConstraintOptions(parallel_jobs=False, cache_capacity=False)
-
-
-@dataclass(eq=False)
-class _Program:
-    space: int
-    values: dict
-    score: float = 0.0
-    #: The replayed, post-processed candidate; False when a postproc rejected it.
-    candidate: object = None
-    predicted: dict = field(default_factory=dict)  # cost model name -> score at pick time
-
-    @property
-    def key(self) -> tuple:
-        return (self.space, tuple(sorted(self.values.items())))
 
 
 @dataclass
@@ -121,14 +102,12 @@ class HeronSearch(PySearchStrategy):
     def pre_tuning(self, max_trials, num_trials_per_iter, design_spaces, database=None, cost_model=None):
         self.rng = random.Random(self.seed)
         self.max_trials, self.per_round = int(max_trials), int(num_trials_per_iter)
-        self.cost_model = cost_model
         self.traces, self.models = self._constrained_spaces(design_spaces)
         self.solvers = [Solver(m, seed=self.seed + i) for i, m in enumerate(self.models)]
-        self.decision_models = [DecisionModel(m.primary, seed=self.seed) for m in self.models]
+        self.ranking = Ranking([m.primary for m in self.models], self.seed, cost_model)
         self.trials = 0
         self.measured: dict[tuple, float] = {}  # program key -> seconds (inf when it failed)
-        self.quality: dict[str, list[float]] = {FEATURES: [], DECISIONS: []}
-        self.pool: list[_Program] = []
+        self.pool: list[Program] = []
         self.stats: list[RoundStats] = []
         self.now = RoundStats(round=-1)  # the warm start's time goes here, unlogged
         if database is not None and database.has_workload(self.mod):
@@ -173,7 +152,7 @@ class HeronSearch(PySearchStrategy):
     def generate_measure_candidates(self):
         if self.trials >= self.max_trials:
             return None
-        self.now = RoundStats(round=len(self.stats), ranked_by=self._ranking_model())
+        self.now = RoundStats(round=len(self.stats), ranked_by=self.ranking.ranking_model())
         want = min(self.per_round, self.max_trials - self.trials)
         picked = self._pick(self._evolve(), want)
         self._predict_all(picked)
@@ -189,16 +168,9 @@ class HeronSearch(PySearchStrategy):
         for program, result in zip(self.pending, results):
             secs.append(record_seconds(result.run_secs) if result.error_msg is None else float("inf"))
             self.measured[program.key] = secs[-1]
-        throughput = [0.0 if s == float("inf") else 1.0 / s for s in secs]
-        for name in self.quality:
-            predicted = [p.predicted.get(name) for p in self.pending]
-            if all(x is not None for x in predicted):
-                rho = rank_correlation(predicted, throughput)
-                stats.rank_correlation[name] = rho
-                if not math.isnan(rho):
-                    self.quality[name].append(rho)
+        stats.rank_correlation = self.ranking.note_batch(self.pending, secs)
         with self._timed("cost model"):
-            self._fit_decision_models({p.space for p in self.pending})
+            self.ranking.fit(self.measured, {p.space for p in self.pending})
         stats.measured, stats.valid = len(secs), sum(s < float("inf") for s in secs)
         stats.best_seconds = min(self.measured.values(), default=float("inf"))
         self.stats.append(stats)
@@ -217,16 +189,16 @@ class HeronSearch(PySearchStrategy):
                 values = values_from_trace(model, trace, record.trace)
                 if values is None:
                     continue
-                program = _Program(space, values)
+                program = Program(space, values)
                 self.measured[program.key] = record_seconds(record.run_secs)
                 ok = self.measured[program.key] < float("inf")
                 if self._build([program]):
                     programs.append(program)
                     results.append(RunnerResult(run_secs=record.run_secs, error_msg=None if ok else "failed earlier"))
                 break
-        if programs and self.cost_model is not None:
-            self.cost_model.update(self.context, [p.candidate for p in programs], results)
-        self._fit_decision_models(set(range(len(self.models))))
+        if programs and self.ranking.cost_model is not None:
+            self.ranking.cost_model.update(self.context, [p.candidate for p in programs], results)
+        self.ranking.fit(self.measured, set(range(len(self.models))))
         self.logger.info(
             "HeronSearch warm start: %d of %d earlier records belong to these design spaces; they are not measured again",
             len(self.measured), len(records),
@@ -234,44 +206,15 @@ class HeronSearch(PySearchStrategy):
 
     # -- cost models ----------------------------------------------------------------------------
 
-    def _ranking_model(self) -> str:
-        """The model whose recent predictions ordered measured batches best; Heron's by default."""
-        recent = {name: np.mean(q[-QUALITY_WINDOW:]) for name, q in self.quality.items() if q}
-        if len(recent) == 2:
-            return max(recent, key=recent.get)
-        if any(m.trained for m in self.decision_models):
-            return DECISIONS
-        return FEATURES
-
-    def _fit_decision_models(self, spaces: set[int]) -> None:
-        best = min(self.measured.values(), default=float("inf"))
-        for space in spaces:
-            rows = [(dict(k[1]), s) for k, s in self.measured.items() if k[0] == space]
-            scores = [0.0 if s == float("inf") else best / s for _, s in rows]
-            self.decision_models[space].fit([v for v, _ in rows], scores)
-
-    def _predict(self, name: str, programs: list[_Program]) -> list[float] | None:
-        """Scores by one cost model, or None where it cannot predict yet."""
-        if not programs or not self.measured:
+    def _predict(self, name: str, programs: list[Program]) -> list[float] | None:
+        if not self.measured:
             return None
         if name == FEATURES:
-            if self.cost_model is None:
-                return None
-            self._build(programs)
-            with self._timed("cost model"):
-                return [float(x) for x in self.cost_model.predict(self.context, [p.candidate for p in programs])]
-        out = [0.0] * len(programs)
+            self._build(programs)  # callers pass programs that build
         with self._timed("cost model"):
-            for space in {p.space for p in programs}:
-                model = self.decision_models[space]
-                if not model.trained:
-                    return None
-                members = [i for i, p in enumerate(programs) if p.space == space]
-                for i, s in zip(members, model.predict([programs[i].values for i in members])):
-                    out[i] = float(s)
-        return out
+            return self.ranking.predict(name, programs, self.context)
 
-    def _rank(self, programs: list[_Program]) -> list[_Program]:
+    def _rank(self, programs: list[Program]) -> list[Program]:
         """Programs (with candidates when the feature model ranks them), best predicted first."""
         if not self.measured:
             return programs  # round 0: constrained-random
@@ -282,8 +225,8 @@ class HeronSearch(PySearchStrategy):
             p.score = s
         return sorted(programs, key=lambda p: -p.score)
 
-    def _predict_all(self, picked: list[_Program]) -> None:
-        for name in self.quality:
+    def _predict_all(self, picked: list[Program]) -> None:
+        for name in self.ranking.quality:
             scores = self._predict(name, picked)
             for p, s in zip(picked, scores or []):
                 p.predicted[name] = s
@@ -293,19 +236,19 @@ class HeronSearch(PySearchStrategy):
     def _timed(self, what: str):
         return _Timer(self.now.seconds, what)
 
-    def _fresh(self, n: int) -> list[_Program]:
+    def _fresh(self, n: int) -> list[Program]:
         out = []
         with self._timed("solver"):
             for _ in range(n):
                 space = self.rng.randrange(len(self.models))
                 try:
-                    out.append(_Program(space, self.solvers[space].sample()))
+                    out.append(Program(space, self.solvers[space].sample()))
                 except Infeasible:
                     continue
         self.now.sampled += len(out)
         return out
 
-    def _build(self, programs: list[_Program]) -> list[_Program]:
+    def _build(self, programs: list[Program]) -> list[Program]:
         """Replay + postprocs for programs without a candidate yet; returns those that pass."""
         with self._timed("replay"):
             for p in programs:
@@ -313,7 +256,7 @@ class HeronSearch(PySearchStrategy):
                     p.candidate = self._candidate(p)
         return [p for p in programs if p.candidate is not False]
 
-    def _candidate(self, program: _Program):
+    def _candidate(self, program: Program):
         model = self.models[program.space]
         try:
             sch = replay(model, self.traces[program.space], self.mod, program.values)
@@ -325,73 +268,38 @@ class HeronSearch(PySearchStrategy):
             return False
         return MeasureCandidate(sch, ArgInfo.from_entry_func(sch.mod, remove_preproc=True))
 
-    def _elite(self) -> list[_Program]:
+    def _elite(self) -> list[Program]:
         done = sorted((s, k) for k, s in self.measured.items() if s < float("inf"))
-        return [_Program(k[0], dict(k[1])) for _, k in done[: self.elite]]
+        return [Program(k[0], dict(k[1])) for _, k in done[: self.elite]]
 
-    def _keys(self, space: int) -> list[str]:
-        """Key variables of a crossover: drawn by split gain when the decision model has some."""
-        names = self.models[space].primary
-        if not names:
-            return []  # a design space without decisions: one program, nothing to cross
-        count = max(1, round(self.key_ratio * len(names)))
-        gains = self.decision_models[space].importance()
-        weights = [gains.get(n, 0.0) for n in names]
-        if sum(weights) <= 0:
-            return self.rng.sample(names, count)
-        floor = 0.05 * sum(weights) / len(names)  # unimportant variables still get a small chance
-        chosen: list[str] = []
-        pool = list(zip(names, [w + floor for w in weights]))
-        while pool and len(chosen) < count:
-            name = self.rng.choices([n for n, _ in pool], weights=[w for _, w in pool])[0]
-            chosen.append(name)
-            pool = [(n, w) for n, w in pool if n != name]
-        return chosen
-
-    def _crossover(self, a: _Program, b: _Program) -> _Program | None:
-        """Keys are fixed to either parent's value, one key is left free (the mutation), every other
-        variable is hinted from either parent: CP-SAT returns the nearest valid mix."""
-        keys = self._keys(a.space)
-        if not keys:
-            return None
-        free = self.rng.choice(keys)
-        parent = {n: (a.values if self.rng.random() < 0.5 else b.values)[n] for n in a.values}
-        fixed = {k: parent[k] for k in keys if k != free}
-        hints = {n: v for n, v in parent.items() if n != free}
-        try:
-            with self._timed("solver"):
-                child = _Program(a.space, self.solvers[a.space].complete(fixed, hints=hints))
-        except Infeasible:
-            return None
-        self.now.sampled += 1
+    def _crossover(self, a: Program, b: Program) -> Program | None:
+        keys = choose_keys(self.models[a.space].primary, self.ranking.importance(a.space), self.key_ratio, self.rng)
+        with self._timed("solver"):
+            child = crossover(a, b, keys, self.solvers[a.space], self.rng)
+        self.now.sampled += child is not None
         return child
 
-    def _roulette(self, ranked: list[_Program], k: int) -> list[_Program]:
-        scores = np.asarray([p.score for p in ranked], dtype=float)
-        weights = scores - scores.min() + 1e-9
-        return self.rng.choices(ranked, weights=weights.tolist(), k=k)
-
-    def _evolve(self) -> list[_Program]:
-        ranked = self._rank(_unique(self.pool + self._elite() + self._fresh(self.population)))
+    def _evolve(self) -> list[Program]:
+        ranked = self._rank(unique(self.pool + self._elite() + self._fresh(self.population)))
         for _ in range(self.generations if self.measured else 0):
             children = []
             for _ in range(self.population):
-                a, b = self._roulette(ranked, 2)
+                a, b = roulette(ranked, 2, self.rng)
                 child = self._crossover(a, b if a.space == b.space else a)
                 if child is not None:
                     children.append(child)
-            ranked = self._rank(_unique(children + self._elite()))
+            ranked = self._rank(unique(children + self._elite()))
         self.pool = ranked[: self.population]
         return ranked
 
-    def _pick(self, ranked: list[_Program], want: int) -> list[_Program]:
+    def _pick(self, ranked: list[Program], want: int) -> list[Program]:
         """The best unmeasured ``1 - epsilon`` share by rank, the rest by roulette; all buildable."""
         fresh = [p for p in ranked if p.key not in self.measured]
         greedy = int(round(want * (1 - self.epsilon)))
-        picked: list[_Program] = []
+        picked: list[Program] = []
         seen = set(self.measured)  # keys after building: TVM may normalize compute locations
         while fresh and len(picked) < want:
-            p = fresh.pop(0) if len(picked) < greedy else self._take_roulette(fresh)
+            p = fresh.pop(0) if len(picked) < greedy else take_roulette(fresh, self.rng)
             if self._build([p]) and p.key not in seen:
                 picked.append(p)
                 seen.add(p.key)
@@ -401,11 +309,6 @@ class HeronSearch(PySearchStrategy):
                     picked.append(p)
                     seen.add(p.key)
         return picked
-
-    def _take_roulette(self, rest: list[_Program]) -> _Program:
-        choice = self._roulette(rest, 1)[0]
-        rest.remove(choice)
-        return choice
 
 
 def _task_logger(task_name: str) -> logging.Logger:
@@ -424,12 +327,3 @@ class _Timer:
 
     def __exit__(self, *exc):
         self.into[self.what] += time.perf_counter() - self.start
-
-
-def _unique(programs: list[_Program]) -> list[_Program]:
-    seen, out = set(), []
-    for p in programs:
-        if p.key not in seen:
-            seen.add(p.key)
-            out.append(p)
-    return out

@@ -1,0 +1,155 @@
+"""CPU constraints: parallel jobs cover the cores, vector lanes, and BLIS's micro-kernel model.
+
+Every number comes from the Target or the host (cores, vector width and registers, L1/L2 sizes).
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..annotations import TILING_STRUCTURE, block_annotations, iter_kinds, split_by_structure
+from ..targets import cpu_cache_bytes, is_cpu, num_cores, vector_bytes, vector_registers
+from .geometry import add_summed_bytes, dtype_bytes, read_window_dims
+from .model import Constraint, ConstraintModel, Footprint
+from .walk import Loop, Walk
+
+
+def on_parallel(walk: Walk, inst) -> None:
+    if walk.options.parallel_jobs and is_cpu(walk.target):
+        _add_parallel(walk.model, walk.loops.get(inst.inputs[0]), num_cores(walk.target), walk.fresh("parallel"))
+
+
+def on_vectorize(walk: Walk, inst) -> None:
+    _add_vector(walk.model, walk.loops.get(inst.inputs[0]), walk.options.max_vector_extent, walk.fresh("vector"))
+
+
+def add_cpu_constraints(walk: Walk) -> None:
+    """What needs the whole walk: the micro-kernel model and the tile buffers within L2."""
+    if not walk.options.cache_capacity or not is_cpu(walk.target):
+        return
+    _add_micro_kernel(walk.model, walk.space, walk.nest, walk.target)
+    limit = cpu_cache_bytes(walk.target)["L2"]
+    add_summed_bytes(walk.model, walk.model.footprints, limit, "memory[{block}]: tile buffers {buffers} <= L2 {limit} B", performance=True)
+
+
+def _loop_extent(model: ConstraintModel, loop: Loop | None, name: str):
+    """``(variable, upper bound)`` for a loop whose extent depends on sampled factors, else None."""
+    if loop is None or not loop.factors or all(isinstance(f, int) for f in loop.factors):
+        return None
+    hi = model.upper_bound(loop.factors)
+    return model.product(name, list(loop.factors), hi), hi
+
+
+def _add_parallel(model: ConstraintModel, loop: Loop | None, cores: int, name: str) -> None:
+    extent = _loop_extent(model, loop, name)
+    if extent is None:
+        return
+    jobs, hi = extent
+    need = min(cores, hi)
+    model.cp.Add(jobs >= need)
+    model.add(Constraint(f"{name}: parallel jobs >= {need}", "parallel", lambda v, n=name, k=need: v[n] >= k, performance=True))
+
+
+def _add_vector(model: ConstraintModel, loop: Loop | None, limit: int, name: str) -> None:
+    extent = _loop_extent(model, loop, name)
+    if extent is None:
+        return
+    model.cp.Add(extent[0] <= limit)
+    model.add(Constraint(f"{name}: vector lanes <= {limit}", "vector", lambda v, n=name, k=limit: v[n] <= k))
+
+
+def _add_micro_kernel(model, space, nest, target) -> None:
+    """BLIS's analytical model (Low et al., TOMS 2016) over each CPU block tiled ``...R..S``.
+
+    The spatial levels inside the last reduction level are the register micro-tile: ``MR`` rows
+    (every spatial iterator but the innermost) by ``NR`` lanes (the innermost, vectorized one);
+    the last reduction level is ``KC``; the first reduction level steps over cache blocks.
+
+    * ``register``: ``MR x ceil(NR / lanes)`` accumulators, ``ceil(NR / lanes)`` vectors of the
+      streamed operand and one broadcast fit the target's vector registers;
+    * ``L1``: what one micro-tile reads during the last reduction level (the ``MR x KC`` sliver and
+      the ``KC x NR`` panel for a GEMM; affine windows for convolutions) fits L1;
+    * ``L2``: what the block reads during one step of the first reduction level (the ``MC x KC``
+      and ``KC x NC`` blocks) fits L2.
+    """
+    caches = cpu_cache_bytes(target)
+    for block_name, tiled in nest.items():
+        if block_name is None:
+            continue
+        rv = space.get_sblock(block_name)
+        structure = str(block_annotations(space, rv).get(TILING_STRUCTURE, ""))
+        if not structure.endswith("S") or "R" not in structure:
+            continue
+        levels = split_by_structure(structure, iter_kinds(space, rv), tiled)
+        names = list(levels)
+        _add_registers(model, space.get(rv), block_name, [lp for n in names[structure.rfind("R") + 1 :] for lp in levels[n]], target)
+        for cache, first in (("L1", structure.rfind("R")), ("L2", structure.find("R"))):
+            inside = [lp for n in names[first:] for lp in levels[n]]
+            _add_working_set(model, space.get(rv), block_name, inside, cache, caches[cache])
+
+
+def _add_registers(model, block, block_name: str, micro: list, target) -> None:
+    factors = [f for lp in micro for f in lp.factors]
+    if not factors or all(isinstance(f, int) for f in factors):
+        return  # fixed by the trace (intrinsic-sized tiles): nothing to choose
+    out = block.writes[0]
+    per_iteration = dtype_bytes(out.source.dtype) * math.prod(int(r.extent) for r in out.region)
+    width, registers = vector_bytes(target), vector_registers(target)
+    name = f"register_tile[{block_name}]"
+    intrinsic = per_iteration > dtype_bytes(out.source.dtype)  # it writes whole vectors per iteration
+    if intrinsic:
+        rows, lanes = factors, [per_iteration]
+    else:
+        rows, lanes = [f for lp in micro[:-1] for f in lp.factors], [*micro[-1].factors, per_iteration]
+    lane_bytes = model.product(f"{name}.lane_bytes", lanes)
+    vectors = model.cp.NewIntVar(1, max(1, -(-model.upper_bound(lanes) // width)), f"{name}.vectors")
+    model.cp.Add(vectors * width >= lane_bytes)
+    model.cp.Add(vectors * width <= lane_bytes + width - 1)
+    mr = model.product(f"{name}.rows", rows) if rows else 1
+    accumulators = model.cp.NewIntVar(1, max(1, model.upper_bound(rows) * (-(-model.upper_bound(lanes) // width))), name)
+    model.cp.AddMultiplicationEquality(accumulators, [mr, vectors])
+    model.cp.Add(accumulators + vectors + 1 <= registers)
+    if not intrinsic and _fills_vectors(model, micro[-1].factors, dtype_bytes(out.source.dtype), width):
+        model.cp.Add(vectors * width == lane_bytes)
+        model.add(Constraint(f"{name}: NR lanes fill whole {width}-byte vectors", "register",
+                             lambda v, lanes=tuple(lanes), w=width: _value(v, lanes) % w == 0, performance=True))
+
+    def used(v, rows=tuple(rows), lanes=tuple(lanes)):
+        vec = -(-_value(v, lanes) // width)
+        return _value(v, rows) * vec + vec + 1
+
+    model.derived[name] = used
+    model.add(Constraint(f"{name}: accumulators + operand vectors <= {registers} vector registers", "register",
+                         lambda v, n=name, k=registers: v[n] <= k, performance=True))
+
+
+def _fills_vectors(model, factors, element_bytes: int, width: int) -> bool:
+    """Whether the innermost axis can be cut into whole vectors: its extent is a multiple of the
+    vector width (a one-decision tile factor), so a partly filled vector would only waste lanes."""
+    names = [f for f in factors if not isinstance(f, int)]
+    decision = model.decision_of(names[0]) if len(names) == 1 else None
+    return decision is not None and decision.kind == "tile" and decision.extent * element_bytes % width == 0
+
+
+def _value(values, factors) -> int:
+    return math.prod(values[f] if not isinstance(f, int) else f for f in factors)
+
+
+def _add_working_set(model, block, block_name: str, inside: list, cache: str, limit: int) -> None:
+    """The bytes ``block`` reads inside the loops ``inside`` (one window per read buffer) <= ``limit``."""
+    written = {w.source.name for w in block.writes}
+    sets = []
+    for region in block.reads:
+        if region.source.name in written:
+            continue
+        name = f"{cache}[{block_name}].{region.source.name}"
+        dims = read_window_dims(model, name, block, region, inside)
+        if dims is None:
+            return  # a non-affine access: its window is unknown
+        model.product_of_dims(name, dims)
+        sets.append(Footprint(name, str(region.source.name), cache, dtype_bytes(region.source.dtype), block_name))
+    if not sets:
+        return
+    model.working_sets += sets
+    add_summed_bytes(model, sets, limit, f"{cache}[{{block}}]: {{buffers}} read per {'micro-tile' if cache == 'L1' else 'cache block'} <= {cache} {{limit}} B",
+                      performance=True, kind=cache)

@@ -1,0 +1,87 @@
+"""The genetic operators of Heron's CGA over constraint-solver values; no TVM in here.
+
+A program is one design space's assignment of its constraint model's primary variables. Children
+come from the CP-SAT solver, never from editing values directly, so every child satisfies the model:
+the crossover fixes the key variables to either parent's value, leaves one key free (the mutation)
+and hints every other variable from either parent; the solver returns the nearest valid mix.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..constraints import Infeasible, Solver
+
+
+@dataclass(eq=False)
+class Program:
+    space: int
+    values: dict
+    score: float = 0.0
+    #: The replayed, post-processed candidate; False when a postproc rejected it.
+    candidate: object = None
+    predicted: dict = field(default_factory=dict)  # cost model name -> score at pick time
+
+    @property
+    def key(self) -> tuple:
+        return (self.space, tuple(sorted(self.values.items())))
+
+
+def unique(programs: list[Program]) -> list[Program]:
+    """``programs`` without repeats, first occurrence kept."""
+    seen, out = set(), []
+    for p in programs:
+        if p.key not in seen:
+            seen.add(p.key)
+            out.append(p)
+    return out
+
+
+def roulette(ranked: list[Program], k: int, rng: random.Random) -> list[Program]:
+    """``k`` draws weighted by score (shifted so the worst keeps a tiny chance)."""
+    scores = np.asarray([p.score for p in ranked], dtype=float)
+    weights = scores - scores.min() + 1e-9
+    return rng.choices(ranked, weights=weights.tolist(), k=k)
+
+
+def take_roulette(rest: list[Program], rng: random.Random) -> Program:
+    """One roulette draw, removed from ``rest``."""
+    choice = roulette(rest, 1, rng)[0]
+    rest.remove(choice)
+    return choice
+
+
+def choose_keys(names: list[str], gains: dict[str, float], ratio: float, rng: random.Random) -> list[str]:
+    """Key variables of a crossover: ``ratio`` of ``names``, drawn by split gain when there are
+    gains, else uniformly; an empty list for a space without decisions."""
+    if not names:
+        return []
+    count = max(1, round(ratio * len(names)))
+    weights = [gains.get(n, 0.0) for n in names]
+    if sum(weights) <= 0:
+        return rng.sample(names, count)
+    floor = 0.05 * sum(weights) / len(names)  # unimportant variables still get a small chance
+    chosen: list[str] = []
+    pool = list(zip(names, [w + floor for w in weights]))
+    while pool and len(chosen) < count:
+        name = rng.choices([n for n, _ in pool], weights=[w for _, w in pool])[0]
+        chosen.append(name)
+        pool = [(n, w) for n, w in pool if n != name]
+    return chosen
+
+
+def crossover(a: Program, b: Program, keys: list[str], solver: Solver, rng: random.Random) -> Program | None:
+    """A child of ``a`` and ``b`` (same space) solved around ``keys``; None when no valid mix exists."""
+    if not keys:
+        return None
+    free = rng.choice(keys)
+    parent = {n: (a.values if rng.random() < 0.5 else b.values)[n] for n in a.values}
+    fixed = {k: parent[k] for k in keys if k != free}
+    hints = {n: v for n, v in parent.items() if n != free}
+    try:
+        return Program(a.space, solver.complete(fixed, hints=hints))
+    except Infeasible:
+        return None

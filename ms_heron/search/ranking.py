@@ -1,0 +1,78 @@
+"""Which programs look fastest: two cost models, and the arbitration between them.
+
+MetaSchedule's XGBoost reads program features of the replayed candidate (the model the task
+scheduler trains); :class:`DecisionModel` reads the decision vector of one design space. Each
+round both predict the batch before it is measured; whichever ordered the last rounds better
+(Spearman's rho over a window of rounds) ranks the next one.
+"""
+
+from __future__ import annotations
+
+import math
+import numpy as np
+
+from .decision_model import DecisionModel, rank_correlation
+from .genetic import Program
+
+FEATURES, DECISIONS = "program-features", "decision-vector"
+#: Rounds of ranking quality that decide which cost model ranks the next round.
+QUALITY_WINDOW = 3
+
+
+class Ranking:
+    def __init__(self, variables_per_space: list[list[str]], seed: int, cost_model=None):
+        #: MetaSchedule's cost model on program features (None: not given by the task scheduler).
+        self.cost_model = cost_model
+        self.decision_models = [DecisionModel(v, seed=seed) for v in variables_per_space]
+        self.quality: dict[str, list[float]] = {FEATURES: [], DECISIONS: []}
+
+    def ranking_model(self) -> str:
+        """The model whose recent predictions ordered measured batches best; Heron's by default."""
+        recent = {name: np.mean(q[-QUALITY_WINDOW:]) for name, q in self.quality.items() if q}
+        if len(recent) == 2:
+            return max(recent, key=recent.get)
+        if any(m.trained for m in self.decision_models):
+            return DECISIONS
+        return FEATURES
+
+    def fit(self, measured: dict[tuple, float], spaces: set[int]) -> None:
+        """Refit the decision models of ``spaces`` on every measured program (key -> seconds)."""
+        best = min(measured.values(), default=float("inf"))
+        for space in spaces:
+            rows = [(dict(k[1]), s) for k, s in measured.items() if k[0] == space]
+            scores = [0.0 if s == float("inf") else best / s for _, s in rows]
+            self.decision_models[space].fit([v for v, _ in rows], scores)
+
+    def predict(self, name: str, programs: list[Program], context) -> list[float] | None:
+        """Scores by one cost model, or None where it cannot predict yet (the feature model reads
+        the programs' replayed candidates, so they must be built)."""
+        if not programs:
+            return None
+        if name == FEATURES:
+            if self.cost_model is None:
+                return None
+            return [float(x) for x in self.cost_model.predict(context, [p.candidate for p in programs])]
+        out = [0.0] * len(programs)
+        for space in {p.space for p in programs}:
+            model = self.decision_models[space]
+            if not model.trained:
+                return None
+            members = [i for i, p in enumerate(programs) if p.space == space]
+            for i, s in zip(members, model.predict([programs[i].values for i in members])):
+                out[i] = float(s)
+        return out
+
+    def note_batch(self, programs: list[Program], seconds: list[float]) -> dict[str, float]:
+        """How well each model's predictions (taken at pick time) ordered the measured batch."""
+        throughput = [0.0 if s == float("inf") else 1.0 / s for s in seconds]
+        rhos = {}
+        for name in self.quality:
+            predicted = [p.predicted.get(name) for p in programs]
+            if all(x is not None for x in predicted):
+                rhos[name] = rank_correlation(predicted, throughput)
+                if not math.isnan(rhos[name]):
+                    self.quality[name].append(rhos[name])
+        return rhos
+
+    def importance(self, space: int) -> dict[str, float]:
+        return self.decision_models[space].importance()
