@@ -3,7 +3,7 @@
 from .derive import derive
 from .walk import ConstraintOptions
 from .model import Constraint, ConstraintModel, Decision, Footprint
-from .replay import RepairedDecision, decided_values, decisions_of, replay, values_from_trace
+from .replay import RepairedDecision, decided_values, decisions_of, native_sample, replay, values_from_trace
 from .solver import Infeasible, Solver, count_solutions, uniformity
 
 __all__ = [
@@ -20,6 +20,7 @@ __all__ = [
     "replay",
     "decisions_of",
     "decided_values",
+    "native_sample",
     "values_from_trace",
     "RepairedDecision",
 ]

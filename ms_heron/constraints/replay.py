@@ -54,6 +54,15 @@ def replay(model: ConstraintModel, trace: Trace, mod: IRModule, values: Values) 
     return sch
 
 
+def native_sample(model: ConstraintModel, trace: Trace, mod: IRModule, seed: int) -> Values | None:
+    """Decisions drawn by TVM's own samplers (the distribution MetaSchedule's search starts from:
+    tilings by prime factor, categorical probabilities, valid compute locations), as model values;
+    None when they fall outside the model."""
+    sch = Schedule(mod, seed=seed, debug_mask="none")
+    Trace(trace.insts, {}).apply_to_schedule(sch, remove_postproc=True)
+    return decided_values(model, sch.trace)
+
+
 _DECISION = re.compile(r", decision=.*\)$")
 
 

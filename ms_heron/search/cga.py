@@ -38,6 +38,7 @@ from ..constraints import (
     Solver,
     decided_values,
     derive,
+    native_sample,
     replay,
     values_from_trace,
 )
@@ -237,14 +238,22 @@ class HeronSearch(PySearchStrategy):
         return _Timer(self.now.seconds, what)
 
     def _fresh(self, n: int) -> list[Program]:
+        """Constrained-random programs: TVM's own samplers draw the decisions (MetaSchedule's prior),
+        and CP-SAT moves a draw that breaks a constraint to the nearest solution."""
         out = []
-        with self._timed("solver"):
-            for _ in range(n):
-                space = self.rng.randrange(len(self.models))
-                try:
-                    out.append(Program(space, self.solvers[space].sample()))
-                except Infeasible:
-                    continue
+        for _ in range(n):
+            space = self.rng.randrange(len(self.models))
+            model = self.models[space]
+            with self._timed("replay"):
+                drawn = native_sample(model, self.traces[space], self.mod, self.rng.randrange(1 << 30))
+            if drawn is not None and not model.violations(drawn):
+                out.append(Program(space, drawn))
+                continue
+            try:
+                with self._timed("solver"):
+                    out.append(Program(space, self.solvers[space].complete({}, hints=drawn)))
+            except Infeasible:
+                continue
         self.now.sampled += len(out)
         return out
 
