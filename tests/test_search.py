@@ -102,3 +102,64 @@ def test_decision_model_learns_which_variable_matters():
     gains = model.importance()
     assert max(gains, key=gains.get) == "b"
     assert rank_correlation(list(model.predict(rows)), scores) > 0.9
+
+
+def _log_lines(caplog) -> str:
+    return "\n".join(r.getMessage() for r in caplog.records)
+
+
+def test_te_workload_c3d_models_build_and_a_small_c3d_tunes(cpu_target, tmp_path):
+    """TVM's C3D (config 0: 7x7x7 kernel over 16x224x224) once overflowed a product bound: its models
+    now build and solve; a small conv3d of the same operator tunes through HeronSearch."""
+    from tvm import te  # pylint: disable=import-outside-toplevel
+    from tvm.s_tir.meta_schedule.testing.te_workload import conv3d_ndhwc, create_te_workload
+
+    from ms_heron.constraints import Solver, derive  # pylint: disable=import-outside-toplevel
+    from ms_heron.tune import tune_func  # pylint: disable=import-outside-toplevel
+
+    big = create_te_workload("C3D", 0)
+    ctx = ms.TuneContext(mod=big, target=cpu_target, space_generator=HeronSpace(), task_name="c3d").clone()
+    for space in ctx.generate_design_space():
+        model = derive(space, cpu_target)
+        assert model.violations(Solver(model, seed=0).sample()) == []
+    small = te.create_prim_func(conv3d_ndhwc(1, 4, 8, 8, 3, 8, 3, 2, 1))
+    db = tune_func(small, cpu_target, str(tmp_path), 8, num_trials_per_iter=4, space=HeronSpace(), strategy=HeronSearch(), seed=0)
+    assert len(db.get_all_tuning_records()) == 8
+
+
+def test_space_without_solution_is_skipped_with_a_warning_and_the_rest_tune(caplog):
+    """A CUDA target with 3000 B of shared memory per block: the smallest tiles of the three WMMA
+    shapes' spaces need 2944, 3584 and 3840 B (padded A, B and output tiles), so two spaces have no
+    solution; HeronSearch names each skipped space and searches the other."""
+    from tvm.target import Target  # pylint: disable=import-outside-toplevel
+
+    a100 = dict(Target("nvidia/nvidia-a100").export())
+    a100.pop("host", None)
+    target = Target({**a100, "max_shared_memory_per_block": 3000}, host={"kind": "llvm"})
+    workload = workloads.make("gemm", "fp16", M=64, N=64, K=64)
+    strategy = HeronSearch()
+    ctx = ms.TuneContext(mod=workload.func, target=target, space_generator=HeronSpace(), search_strategy=strategy,
+                         task_name="t", rand_state=0)
+    spaces = ctx.generate_design_space()
+    with caplog.at_level("WARNING"):
+        strategy.pre_tuning(8, 4, spaces, None, None)
+    skipped = _log_lines(caplog).count("HeronSearch skips design space")
+    assert skipped == 2 and len(spaces) == 3 and "Infeasible" in _log_lines(caplog)
+    assert len(strategy.models) == len(spaces) - skipped
+    assert len(strategy.generate_measure_candidates()) == 4
+
+
+def test_space_whose_performance_constraints_conflict_is_searched_under_validity_only(caplog):
+    """32 cores ask for 32 parallel jobs on a 2x16 output, which leaves no lanes for a whole vector:
+    the performance constraints conflict, so the space is searched under its validity constraints."""
+    from ms_heron.targets import host_target  # pylint: disable=import-outside-toplevel
+
+    target = host_target(num_cores=32)
+    workload = workloads.make("gemm", "fp32", M=2, N=16, K=16)
+    strategy = HeronSearch()
+    ctx = ms.TuneContext(mod=workload.func, target=target, space_generator=HeronSpace(include_default_spaces=False),
+                         search_strategy=strategy, task_name="t", rand_state=0)
+    with caplog.at_level("WARNING"):
+        strategy.pre_tuning(8, 4, ctx.generate_design_space(), None, None)
+    assert "searching it under its validity constraints only" in _log_lines(caplog)
+    assert strategy.models and len(strategy.generate_measure_candidates()) == 4
