@@ -29,15 +29,12 @@ import sys
 import tempfile
 import time
 
-import numpy as np
 import results_io
-import tvm
 from tvm import te
-from tvm.s_tir import analysis
 from tvm.s_tir.meta_schedule.testing.te_workload import CONFIGS
 
-from ms_heron import HeronSearch, HeronSpace
-from ms_heron.evaluate import build, median_seconds
+from ms_heron import HeronSearch, HeronSpace, workloads
+from ms_heron.evaluate import build, run_and_check, time_lib
 from ms_heron.records import first_records, measured_seconds
 from ms_heron.search import WatchedSearch
 from ms_heron.targets import host_target
@@ -81,39 +78,20 @@ def _tune(key: str, config: int, arm: str, trials: list[int], work_dir: pathlib.
     }))
 
 
-def _random_args(tensors, seed: int) -> list[np.ndarray]:
-    rng = np.random.default_rng(seed)
-    # The last buffers are the outputs; they are overwritten, so random values there are harmless.
-    return [rng.uniform(-1, 1, [int(d) for d in t.shape]).astype(str(t.dtype)) for t in tensors]
-
-
-def _run(lib, arrays: list[np.ndarray]) -> tuple[list[np.ndarray], list]:
-    dev = tvm.cpu()
-    args = [tvm.runtime.tensor(a, dev) for a in arrays]
-    lib["main"](*args)
-    return [a.numpy() for a in args], args
-
-
 def _time_row(key: str, config: int, trials: list[int], root: pathlib.Path) -> dict:
     """Rebuild, check and time every arm's best kernel after each trial count (fresh process)."""
-    tensors = CONFIGS[key][0](*CONFIGS[key][1][config])
-    func = te.create_prim_func(tensors)
+    workload = workloads.from_func(_func(key, config), f"{key}_{config}")
     target = host_target()
-    arrays = _random_args(tensors, seed=0)
-    expected, _ = _run(build(tvm.IRModule({"main": func}), target), arrays)
-    flops = analysis.estimate_tir_flops(tvm.IRModule({"main": func}))
-    row = {"key": key, "config": config, "shape": list(CONFIGS[key][1][config]), "flops": flops}
+    row = {"key": key, "config": config, "shape": list(CONFIGS[key][1][config]), "flops": workload.ops}
     for arm in ARMS:
         tuned = json.loads((root / f"{key}_{config}" / arm / TUNED).read_text())
         for n in trials:
             entry = dict(tuned[str(n)])
             try:
-                sch = best_schedule(first_records(root / f"{key}_{config}" / arm, n), func, target)
-                lib = build(sch.mod, target)
-                got, args = _run(lib, arrays)
-                err = max(float(np.abs(g - e).max() / max(1.0, float(np.abs(e).max()))) for g, e in zip(got, expected))
-                entry.update(correct=err <= 1e-4, rel_error=err, seconds=median_seconds(lib, args))
-            except Exception as exc:  # pylint: disable=broad-except
+                lib = build(best_schedule(first_records(root / f"{key}_{config}" / arm, n), workload, target).mod, target)
+                run_and_check(lib, workload)
+                entry.update(correct=True, seconds=time_lib(lib, workload).seconds)
+            except Exception as exc:  # pylint: disable=broad-except  # a row's failure is reported in its row
                 entry.update(correct=False, error=f"{type(exc).__name__}: {exc}"[:300], seconds=math.inf)
             row[f"{arm}@{n}"] = entry
     return row
@@ -129,7 +107,7 @@ def _report(args, rows) -> None:
         "",
         f"Machine: {host_target()}. Each arm tuned once for {max(args.trials)} trials in rounds of {ROUND}; a smaller "
         "count is the best of the first n records of that run. Latency: best kernel rebuilt, checked against the "
-        "unscheduled kernel (max error relative to max |output| <= 1e-4) and timed in a fresh process (median of "
+        "unscheduled kernel (max error <= 1e-4 x max(1, max |output|)) and timed in a fresh process (median of "
         "10 repeats of >= 100 ms). Ratio = default latency / ms_heron latency (> 1: ms_heron faster). "
         "Tuning s: wall time until the round that reached n trials ended.",
         "",

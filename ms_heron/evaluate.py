@@ -65,10 +65,5 @@ def time_lib(lib, workload: Workload, repeat: int = 10, min_repeat_ms: int = 100
     dev = tvm.cpu()
     args = _tensors(workload.random_inputs(0), dev)
     out = tvm.runtime.tensor(np.zeros(workload.output_shape, workload.output_dtype), dev)
-    return Timing(median_seconds(lib, [*args, out], repeat, min_repeat_ms), workload.ops)
-
-
-def median_seconds(lib, args: list, repeat: int = 10, min_repeat_ms: int = 100) -> float:
-    """Median seconds of ``lib["main"](*args)`` over ``repeat`` repeats of at least ``min_repeat_ms``."""
-    timer = lib.mod.time_evaluator("main", tvm.cpu(), number=1, repeat=repeat, min_repeat_ms=min_repeat_ms)
-    return float(timer(*args).median)
+    timer = lib.mod.time_evaluator("main", dev, number=1, repeat=repeat, min_repeat_ms=min_repeat_ms)
+    return Timing(float(timer(*args, out).median), workload.ops)

@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+import tvm
 from tvm import te, tirx, topi
 
 from .intrinsics import VNNI_LANES, VNNI_REDUCTION
@@ -54,9 +55,13 @@ class Workload:
     _make_inputs: Callable[[np.random.Generator], list[np.ndarray]] = field(repr=False)
     _reference: Callable[..., np.ndarray] = field(repr=False)
     _output: tuple[tuple[int, ...], str] = field(repr=False)
+    #: A user's kernel is named by its user; suite workloads by family, dtype and shape.
+    label: str = ""
 
     @property
     def name(self) -> str:
+        if self.label:
+            return self.label
         dims = "_".join(f"{k}{v}" for k, v in self.shape.items())
         return f"{self.family}_{self.dtype}_{dims}"
 
@@ -528,6 +533,45 @@ CASES: dict[str, tuple[str, dict]] = {
     "softmax.SM1": ("softmax", dict(M=1536, N=128)),
     "layernorm.LN1": ("layernorm", dict(M=128, N=768)),
 }
+
+
+def from_func(func: tirx.PrimFunc, name: str = "kernel") -> Workload:
+    """Any PrimFunc (a user's kernel, one of TVM's ``te_workload`` operators) as a Workload.
+
+    Its reference is the kernel itself, unscheduled and compiled for this CPU, so every tuned
+    schedule is checked against the program it transforms. The output is the one parameter the
+    kernel writes, which must come last (TE's and TVMScript's usual order); operations are TVM's
+    FLOP estimate.
+    """
+    from tvm.s_tir import analysis  # pylint: disable=import-outside-toplevel
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo  # pylint: disable=import-outside-toplevel
+
+    args = [(tuple(int(d) for d in a.shape), str(a.dtype)) for a in ArgInfo.from_prim_func(func)]
+    mod = tvm.IRModule({"main": func})
+    unscheduled = tvm.compile(mod, target="llvm")
+
+    def run(arrays):
+        tensors = [tvm.runtime.tensor(a, tvm.cpu()) for a in arrays]
+        unscheduled["main"](*tensors)
+        return [t.numpy() for t in tensors]
+
+    rng = np.random.default_rng(0)
+    before = [_random(rng, shape, dtype) for shape, dtype in args]
+    written = [i for i, (a, b) in enumerate(zip(before, run(before))) if not np.array_equal(a, b)]
+    if written != [len(args) - 1]:
+        raise WorkloadError(
+            f"{name}: ms_heron checks kernels with one output, passed last; this one writes parameters {written} "
+            f"of {len(args)}. Tune it with ms.tune_tir directly, or reorder its parameters"
+        )
+    inputs, output = args[:-1], args[-1]
+    dtypes = {dtype for _, dtype in inputs}
+    form = "int8" if dtypes & {"int8", "uint8"} else "fp16" if "float16" in dtypes else "fp32"
+    return Workload(
+        "kernel", form, {}, func, int(analysis.estimate_tir_flops(mod)),
+        lambda g: [_random(g, shape, dtype) for shape, dtype in inputs],
+        lambda *xs: run([*xs, np.zeros(output[0], output[1])])[-1],
+        output, label=name,
+    )
 
 
 def make(family: str, dtype: str = "int8", **shape: int) -> Workload:

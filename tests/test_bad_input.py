@@ -47,3 +47,17 @@ def test_old_cli_target_string_is_explained():
 def test_missing_num_cores_is_explained(tmp_path):
     with pytest.raises(TargetError, match="num-cores"):
         tune_workload(workloads.gemm(M=16, N=16, K=16, dtype="fp32"), Target({"kind": "llvm"}), str(tmp_path), 2)
+
+
+def test_kernel_whose_output_is_not_last_names_the_fix():
+    from tvm.script import tirx as T  # pylint: disable=import-outside-toplevel
+
+    @T.prim_func(s_tir=True)
+    def output_first(out: T.Buffer((8,), "float32"), a: T.Buffer((8,), "float32")):
+        for i in range(8):
+            with T.sblock("copy"):
+                vi = T.axis.remap("S", [i])
+                out[vi] = a[vi]
+
+    with pytest.raises(workloads.WorkloadError, match=r"output_first: .*one output, passed last; this one writes parameters \[0\]"):
+        workloads.from_func(output_first, "output_first")

@@ -163,3 +163,24 @@ def test_space_whose_performance_constraints_conflict_is_searched_under_validity
         strategy.pre_tuning(8, 4, ctx.generate_design_space(), None, None)
     assert "searching it under its validity constraints only" in _log_lines(caplog)
     assert strategy.models and len(strategy.generate_measure_candidates()) == 4
+
+
+def test_a_users_tvmscript_kernel_tunes_and_is_checked_against_itself_unscheduled(cpu_target, tmp_path):
+    from tvm.script import tirx as T  # pylint: disable=import-outside-toplevel
+
+    from ms_heron.tune import tune_func  # pylint: disable=import-outside-toplevel
+
+    @T.prim_func(s_tir=True)
+    def row_scale(a: T.Buffer((64, 48), "float32"), s: T.Buffer((48,), "float32"), out: T.Buffer((64, 48), "float32")):
+        for i, j in T.grid(64, 48):
+            with T.sblock("scale"):
+                vi, vj = T.axis.remap("SS", [i, j])
+                out[vi, vj] = a[vi, vj] * s[vj] + T.float32(1)
+
+    workload = workloads.from_func(row_scale, "row_scale")
+    a, s = workload.random_inputs(0)
+    assert workload.name == "row_scale" and workload.output_shape == (64, 48)
+    assert abs(workload.reference([a, s]) - (a * s + 1)).max() < 1e-6
+    db = tune_func(workload.func, cpu_target, str(tmp_path), 4, num_trials_per_iter=4, space=HeronSpace(),
+                   strategy=HeronSearch(), seed=0)
+    run_and_check(build(best_schedule(db, workload, cpu_target).mod, cpu_target), workload)
