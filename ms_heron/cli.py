@@ -96,7 +96,11 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _workload(args: argparse.Namespace) -> workloads.Workload:
-    """A case name (``gemm.G1``), or a family with ``--shape NAME=INT ...``."""
+    """A case name (``gemm.G1``), a family with ``--shape NAME=INT ...``, or ``kernel.py[:name]``."""
+    if re.fullmatch(r".+\.py(:\w+)?", args.workload):
+        if args.shape:
+            raise UsageError(f"{args.workload} is a kernel with its own shapes; drop --shape")
+        return workloads.load_kernel(args.workload)
     if "." in args.workload:
         if args.shape:
             raise UsageError(f"{args.workload} is a named case with a fixed shape; drop --shape or name a family")
@@ -343,9 +347,10 @@ def _parser() -> argparse.ArgumentParser:
     demo.set_defaults(run=_demo)
 
     tune = sub.add_parser("tune", help="tune a workload into a work dir (re-run to resume)")
-    tune.add_argument("workload", help=f"a case such as gemm.G1, or a family ({', '.join(workloads.FAMILIES)}) with --shape")
+    tune.add_argument("workload", help=f"a case such as gemm.G1, a family ({', '.join(workloads.FAMILIES)}) with --shape, "
+                      "or your TVMScript kernel as kernel.py[:name]")
     tune.add_argument("--shape", nargs="+", metavar="NAME=INT", help="the family's dimensions, e.g. M=512 N=512 K=512")
-    tune.add_argument("--dtype", default="int8", choices=list(workloads.DTYPES))
+    tune.add_argument("--dtype", default="int8", choices=list(workloads.DTYPES), help="a case's or family's form (a kernel has its own)")
     tune.add_argument("--target", default="host", help='"host" (default), a tag, or a JSON target dict')
     tune.add_argument("--trials", type=int, default=200, help="records the work dir should hold in the end (default 200)")
     tune.add_argument("--time-budget", help="wall-clock limit such as 10m; the round in flight finishes first")

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import tvm
 from tvm.s_tir import meta_schedule as ms
 from tvm.target import Target
 
@@ -52,15 +53,26 @@ class RunSpec:
     dtype: str
     target: dict
     seed: int = 0
+    #: A user's kernel: its TVMScript (the work dir then needs no other file) and its name.
+    kernel: str = ""
+    label: str = ""
 
     @staticmethod
     def of(workload: workloads.Workload, target: Target, seed: int) -> RunSpec:
-        return RunSpec(workload.family, dict(workload.shape), workload.dtype, target_json(target), seed)
+        kernel = workload.func.script() if workload.family == workloads.KERNEL else ""
+        return RunSpec(workload.family, dict(workload.shape), workload.dtype, target_json(target), seed, kernel, workload.label)
 
     def workload(self) -> workloads.Workload:
+        if self.kernel:
+            return workloads.from_func(tvm.script.from_source(self.kernel), self.label)
         return workloads.make(self.family, self.dtype, **self.shape)
 
+    def same_task(self, other: RunSpec) -> bool:
+        return (self.family, self.shape, self.dtype, self.kernel) == (other.family, other.shape, other.dtype, other.kernel)
+
     def describe(self) -> str:
+        if self.kernel:
+            return f"kernel {self.label} ({self.dtype})"
         dims = " ".join(f"{k}={v}" for k, v in self.shape.items())
         return f"{self.family} {dims} {self.dtype}"
 
@@ -119,7 +131,7 @@ class TuningRun:
         run_file = work_dir / RUN_FILE
         if run_file.exists():
             held = _read_spec(run_file)
-            if (held.family, held.shape, held.dtype) != (spec.family, spec.shape, spec.dtype):
+            if not held.same_task(spec):
                 raise RunError(
                     f"work dir {work_dir} holds a run of {held.describe()}, not {spec.describe()}; "
                     "use another --work-dir, or the same workload to resume it"

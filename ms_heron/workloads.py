@@ -29,6 +29,8 @@ from tvm import te, tirx, topi
 from .intrinsics import VNNI_LANES, VNNI_REDUCTION
 
 DTYPES = ("int8", "fp32", "fp16")
+#: The family of a user's kernel (:func:`from_func`).
+KERNEL = "kernel"
 
 #: (input dtype of activations, of weights, of the output) per form.
 _TYPES = {
@@ -567,11 +569,38 @@ def from_func(func: tirx.PrimFunc, name: str = "kernel") -> Workload:
     dtypes = {dtype for _, dtype in inputs}
     form = "int8" if dtypes & {"int8", "uint8"} else "fp16" if "float16" in dtypes else "fp32"
     return Workload(
-        "kernel", form, {}, func, int(analysis.estimate_tir_flops(mod)),
+        KERNEL, form, {}, func, int(analysis.estimate_tir_flops(mod)),
         lambda g: [_random(g, shape, dtype) for shape, dtype in inputs],
         lambda *xs: run([*xs, np.zeros(output[0], output[1])])[-1],
         output, label=name,
     )
+
+
+def load_kernel(spec: str) -> Workload:
+    """``kernel.py`` or ``kernel.py:name``: the TVMScript PrimFunc a Python file defines (an IRModule
+    with one function counts), as a Workload named after it (see :func:`from_func`)."""
+    import importlib.util  # pylint: disable=import-outside-toplevel
+    import pathlib  # pylint: disable=import-outside-toplevel
+
+    path, _, wanted = spec.partition(":")
+    if not pathlib.Path(path).is_file():
+        raise WorkloadError(f"{path}: no such file; give a Python file that defines a @T.prim_func, as kernel.py[:name]")
+    module_spec = importlib.util.spec_from_file_location(f"ms_heron_kernel_{pathlib.Path(path).stem}", path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    found = {}
+    for name, value in vars(module).items():
+        if isinstance(value, tvm.IRModule) and len(value.functions) == 1:
+            value = next(iter(value.functions.values()))
+        if isinstance(value, tirx.PrimFunc):
+            found[name] = value
+    if wanted and wanted not in found:
+        raise WorkloadError(f"{path} defines no PrimFunc named {wanted!r}; it defines: {', '.join(found) or 'none'}")
+    if not wanted and len(found) != 1:
+        raise WorkloadError(f"{path} defines {len(found)} PrimFuncs ({', '.join(found) or 'none'}); "
+                            f"name one as {path}:NAME")
+    name = wanted or next(iter(found))
+    return from_func(found[name], name)
 
 
 def make(family: str, dtype: str = "int8", **shape: int) -> Workload:

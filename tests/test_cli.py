@@ -146,3 +146,42 @@ def test_work_dir_of_another_workload_or_unwritable_is_refused(tmp_path):
     unwritable = _ms_heron("tune", *SMALL_GEMM, "--work-dir", str(blocker / "run"))
     assert unwritable.returncode == 2 and "choose a writable --work-dir" in unwritable.stderr
     assert "Traceback" not in other.stderr + unwritable.stderr
+
+
+KERNEL = '''from tvm.script import tirx as T
+
+
+@T.prim_func(s_tir=True)
+def row_scale(a: T.Buffer((64, 48), "float32"), s: T.Buffer((48,), "float32"), out: T.Buffer((64, 48), "float32")):
+    for i, j in T.grid(64, 48):
+        with T.sblock("scale"):
+            vi, vj = T.axis.remap("SS", [i, j])
+            out[vi, vj] = a[vi, vj] * s[vj] + T.float32(1)
+'''
+
+
+def test_a_users_tvmscript_kernel_is_a_run_with_resume_and_show(tmp_path):
+    """``ms-heron tune kernel.py``: the run file keeps the kernel's TVMScript, so resume and show need
+    nothing but the work dir; the same work dir refuses another kernel or workload."""
+    source = tmp_path / "kernel.py"
+    source.write_text(KERNEL)
+    work = tmp_path / "run"
+    proc = _ms_heron("tune", f"{source}:row_scale", "--trials", "3", "--round-size", "3", "--work-dir", str(work))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "kernel row_scale (fp32)" in proc.stdout and re.search(r"ms_heron:\s+3/3 trials", proc.stdout), proc.stdout
+    assert "row_scale" in json.loads((work / "ms_heron_run.json").read_text())["kernel"]
+    source.unlink()  # the work dir alone carries the run from here
+    show = _ms_heron("show", str(work))
+    assert show.returncode == 0, show.stderr[-2000:]
+    assert 'T.sblock("scale")' in show.stdout and "sch.get_sblock" in show.stdout
+    other = _ms_heron("tune", *SMALL_GEMM, "--trials", "2", "--work-dir", str(work))
+    assert other.returncode == 2 and "holds a run of kernel row_scale (fp32)" in other.stderr
+
+
+def test_kernel_file_errors_name_the_fix(tmp_path):
+    source = tmp_path / "kernel.py"
+    source.write_text(KERNEL)
+    missing = _ms_heron("tune", f"{source}:nope")
+    assert missing.returncode == 2 and "defines no PrimFunc named 'nope'; it defines: row_scale" in missing.stderr
+    absent = _ms_heron("tune", str(tmp_path / "absent.py"))
+    assert absent.returncode == 2 and "no such file" in absent.stderr and "Traceback" not in absent.stderr
