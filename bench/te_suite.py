@@ -14,7 +14,7 @@ running):
     .venv/bin/python bench/te_suite.py --trials 64 200
     .venv/bin/python bench/te_suite.py --trials 16 --keys C1D SFM --configs 0
 
-Writes bench/results/te_suite_<trials>.{md,json}.
+Writes bench/results/te_suite_<trials>[_config<configs>].{md,json}.
 """
 
 from __future__ import annotations
@@ -133,6 +133,8 @@ def _report(args, rows) -> None:
         lines += ["", f"Geometric mean ms_heron / default at {n} trials: **{geomean:.2f}x** "
                   f"({sum(x >= 1.0 for x in ratios)} of {len(rows)} rows >= 1.0x).", ""]
     stem = "te_suite_" + "_".join(map(str, args.trials))
+    if args.configs != [0, 1]:
+        stem += "_config" + "".join(map(str, args.configs))
     results_io.write(args.out, stem, lines, rows)
 
 
