@@ -11,7 +11,6 @@ from tvm.s_tir import meta_schedule as ms
 from .constraints import derive
 from .intrinsics import ensure_registered
 from .session import Progress, TuningRun, summary_rows
-from .space import HeronSpace
 
 REPORT_FILE = "report.md"
 CURVE_FILE = "tuning_curve.png"
@@ -50,7 +49,7 @@ def arms(run: TuningRun) -> list[Arm]:
 def constraint_summaries(run: TuningRun) -> list[dict]:
     """The constraint model of each of HeronSpace's design spaces for this workload."""
     ensure_registered()
-    context = ms.TuneContext(mod=run.workload.func, target=run.target, space_generator=HeronSpace(), task_name="main")
+    context = ms.TuneContext(mod=run.workload.func, target=run.target, space_generator=run.space(), task_name="main")
     return [derive(space, run.target).summary() for space in context.generate_design_space()]
 
 

@@ -157,6 +157,10 @@ class TuningRun:
 
     # -- reading ------------------------------------------------------------------------------
 
+    def space(self) -> HeronSpace:
+        """The space generator this run tunes with (the report rebuilds its design spaces from it)."""
+        return HeronSpace()
+
     def database(self) -> ms.database.JSONDatabase:
         return open_database(self.work_dir)
 
@@ -212,7 +216,7 @@ class TuningRun:
             if on_round is not None:
                 on_round(current)
 
-        space, strategy = ("post-order-apply", "evolutionary") if metaschedule_default else (HeronSpace(), HeronSearch())
+        space, strategy = ("post-order-apply", "evolutionary") if metaschedule_default else (self.space(), HeronSearch())
         self.database()  # cuts torn lines before MetaSchedule loads the files
         tune_workload(
             self.workload,
