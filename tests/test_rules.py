@@ -8,11 +8,12 @@ from tvm.target import Target
 
 from conftest import SMALL_SHAPES
 from ms_heron import workloads
-from ms_heron.evaluate import build
+from ms_heron.evaluate import build, run_and_check
 from ms_heron.targets import vector_bytes
 from ms_heron.rules import (
     AddCacheStage,
     AlwaysInline,
+    ComputeLocation,
     LaneReduction,
     MultiLevelSPM,
     MultiLevelTiling,
@@ -212,3 +213,26 @@ def test_lane_reduction_leaves_short_and_tileable_reductions_alone(cpu_target):
     gemm = workloads.make("gemm", "fp32", **SMALL_SHAPES["gemm"])  # data reuse: multi-level tiling's
     (space,) = stock_design_spaces(gemm.func, [LaneReduction()], cpu_target)
     assert "_rf" not in space.mod.script()
+
+
+def test_compute_location_puts_a_convolutions_padding_at_a_sampled_loop(cpu_target):
+    """The padding of a padded convolution gets a SampleComputeLocation decision; re-sampled
+    locations compute it inside the convolution's loops (or at the root, or inline) and stay correct.
+    The unpadded convolution's blocks are left alone."""
+    workload = workloads.make("c2d", "fp32", **SMALL_SHAPES["c2d"])
+    rules = [MultiLevelTiling(), ParallelVectorizeUnroll(), ComputeLocation()]
+    (space,) = stock_design_spaces(workload.func, rules, cpu_target)
+    steps = schedule_steps(space)
+    assert steps.count("SampleComputeLocation") == 1 and steps.count("ComputeAt") == 1
+    (pad,) = [b for b in block_names(space) if "pad" in b.lower()]
+    nested = 0
+    for seed in range(1, 9):
+        sch = finished(space, workload, seed=seed)
+        run_and_check(build(sch.mod, cpu_target), workload, seed=seed)
+        if pad in block_names(sch):  # not inlined: inside the conv's loops when it has more loops than iterators
+            block = sch.get_sblock(pad)
+            nested += len(sch.get_loops(block)) > len(sch.get(block).iter_vars)
+    assert nested >= 2
+    unpadded = workloads.make("c2d", "fp32", N=1, H=6, W=6, CI=8, CO=16, KH=1, KW=1)
+    (plain,) = stock_design_spaces(unpadded.func, rules, cpu_target)
+    assert "SampleComputeLocation" not in schedule_steps(plain)

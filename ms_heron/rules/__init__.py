@@ -6,6 +6,7 @@ Each rule works in MetaSchedule's stock ``PostOrderApply`` as well as in :class:
 from ..targets import is_cuda
 from .add_cache_stage import AddCacheStage
 from .always_inline import AlwaysInline
+from .compute_location import ComputeLocation
 from .lane_reduction import LaneReduction
 from .multi_level_spm import MultiLevelSPM
 from .multi_level_tiling import MultiLevelTiling
@@ -32,6 +33,7 @@ def default_rules(target=None) -> list:
         MultiLevelSPM(),
         MultiScopeSPM(),
         ParallelVectorizeUnroll(),
+        ComputeLocation(),
     ]
 
 
@@ -44,6 +46,7 @@ __all__ = [
     "AddCacheStage",
     "MultiLevelSPM",
     "MultiScopeSPM",
+    "ComputeLocation",
     "ParallelVectorizeUnroll",
     "default_rules",
 ]

@@ -150,3 +150,15 @@ def reused_reads(sch: Schedule, block: SBlockRV) -> list[int]:
 
 def placed_by_rule(sch: Schedule, block: SBlockRV) -> bool:
     return any(key in block_annotations(sch, block) for key in PLACED)
+
+
+def needs_sampled_location(sch: Schedule, block: SBlockRV) -> bool:
+    """Whether ``block`` is a producer whose place ComputeLocation samples: outside any other
+    block's loops, spatial iterators only, not tiled or placed by a rule, and feeding a tiled block
+    or a stage placed in one (padding, casts, layout copies)."""
+    if is_root(sch, block) or is_tiled(sch, block) or placed_by_rule(sch, block) or set(iter_kinds(sch, block)) != {"S"}:
+        return False
+    loops = sch.get_loops(block)
+    if not loops or len(sch.get_child_blocks(loops[0])) != 1:
+        return False  # inside another block's loops already, or sharing its outer loop
+    return any(is_tiled(sch, c) or placed_by_rule(sch, c) for c in sch.get_consumers(block))

@@ -6,7 +6,7 @@ from tvm.s_tir.schedule import SBlockRV
 
 from ..targets import is_cpu
 from ..annotations import TILING_STRUCTURE, block_annotations, iter_kinds
-from .analysis import is_root, is_tensorized, is_tiled, placed_by_rule, tile_levels, working_block
+from .analysis import is_root, is_tensorized, is_tiled, needs_sampled_location, placed_by_rule, tile_levels, working_block
 from .base import HeronRule
 
 #: Root-block annotation MetaSchedule's RewriteParallelVectorizeUnroll postproc turns into unroll pragmas.
@@ -52,8 +52,8 @@ class ParallelVectorizeUnroll(HeronRule):
                 sch.vectorize(lanes)
             outer = levels["S0"]
             sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])
-        elif not placed_by_rule(sch, block):
-            self._parallel_untiled(sch, block)
+        elif not placed_by_rule(sch, block) and not needs_sampled_location(sch, block):
+            self._parallel_untiled(sch, block)  # (a producer ComputeLocation places is left to it)
         return [sch]
 
     def _parallel_untiled(self, sch: Schedule, block: SBlockRV) -> None:
