@@ -42,8 +42,8 @@ def default_postprocs(target=None) -> list:
 
 
 def default_mutators() -> dict:
-    """For MetaSchedule's evolutionary search: the rules sample tiles and the unroll depth."""
-    return {ms.mutator.MutateTileSize(): 0.9, ms.mutator.MutateUnroll(): 0.1}
+    """For MetaSchedule's evolutionary search: the rules sample tiles, compute locations and the unroll depth."""
+    return {ms.mutator.MutateTileSize(): 0.9, ms.mutator.MutateComputeLocation(): 0.05, ms.mutator.MutateUnroll(): 0.05}
 
 
 def _tensorized(space: Schedule) -> bool:
