@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 from tvm import IRModule
 from tvm.ir.utils import derived_object
 from tvm.s_tir import Schedule
@@ -84,19 +86,27 @@ class HeronSpace(PySpaceGenerator):
         # ``None`` means "Heron's defaults for the tuning target", resolved once the target is known.
         self.rules = None if rules is None else list(rules)
         self.user_rules = list(user_rules)
+        # The rules' Python class names, for messages: clones reach generate_design_space as FFI objects.
+        self.given_rule_names = [_rule_name(r) for r in (rules or [])]
+        self.user_rule_names = [_rule_name(r) for r in user_rules]
         self.given_postprocs = None if postprocs is None else list(postprocs)
-        self.sch_rules = [*(default_rules() if rules is None else rules), *user_rules]
+        self._set_rules([*(default_rules() if rules is None else rules), *user_rules])
         self.postprocs = default_postprocs() if postprocs is None else list(postprocs)
         self.mutator_probs = default_mutators() if mutator_probs is None else dict(mutator_probs)
         self.include_default_spaces = include_default_spaces
         self.default_space = None
         self.rand_state = 0
 
+    def _set_rules(self, rules: list) -> None:
+        self.sch_rules = rules
+        given = [_rule_name(r) for r in rules[: len(rules) - len(self.user_rules)]] if self.rules is None else self.given_rule_names
+        self.rule_names = [*given, *self.user_rule_names]
+
     def _initialize_with_tune_context(self, context) -> None:
         self.rand_state = int(context.rand_state)
         target = context.target
         if self.rules is None:
-            self.sch_rules = [*default_rules(target), *self.user_rules]
+            self._set_rules([*default_rules(target), *self.user_rules])
         if self.given_postprocs is None:
             self.postprocs = default_postprocs(target)
         for part in (*self.sch_rules, *self.postprocs, *self.mutator_probs):
@@ -108,12 +118,8 @@ class HeronSpace(PySpaceGenerator):
     def generate_design_space(self, mod: IRModule) -> list[Schedule]:
         spaces = [Schedule(mod, seed=self.rand_state or None, debug_mask="none")]
         for name in _blocks_consumers_first(spaces[0]):
-            for rule in self.sch_rules:
-                spaces = [
-                    out
-                    for sch in spaces
-                    for out in (rule.apply(sch, sch.get_sblock(name)) if has_block(sch, name) else [sch])
-                ]
+            for rule, rule_name in zip(self.sch_rules, self.rule_names):
+                spaces = [out for sch in spaces for out in _apply(rule, rule_name, sch, name)]
         if self.default_space is not None and not any(_tensorized(s) for s in spaces):
             for sch in self.default_space.generate_design_space(mod):
                 sch.annotate(sch.get_sblock("root"), SPACE_ORIGIN, METASCHEDULE_SPACE)
@@ -121,10 +127,32 @@ class HeronSpace(PySpaceGenerator):
         return spaces
 
     def clone(self) -> "HeronSpace":
-        return HeronSpace(
+        twin = HeronSpace(
             rules=None if self.rules is None else [r.clone() for r in self.rules],
             user_rules=[r.clone() for r in self.user_rules],
             postprocs=None if self.given_postprocs is None else [p.clone() for p in self.given_postprocs],
             mutator_probs={m.clone(): p for m, p in self.mutator_probs.items()},
             include_default_spaces=self.include_default_spaces,
         )
+        twin.given_rule_names, twin.user_rule_names = list(self.given_rule_names), list(self.user_rule_names)
+        twin._set_rules(list(twin.sch_rules))  # pylint: disable=protected-access
+        return twin
+
+
+def _apply(rule, rule_name: str, sch: Schedule, name: str) -> list[Schedule]:
+    """``rule`` on block ``name`` of a copy of ``sch``; a rule that fails leaves ``sch`` as it was
+    (one rule's bug on one block must not stop the task from tuning)."""
+    if not has_block(sch, name):
+        return [sch]
+    trial = sch.copy()
+    try:
+        return list(rule.apply(trial, trial.get_sblock(name)))
+    except Exception as err:  # pylint: disable=broad-except
+        logging.getLogger(__name__).warning(
+            "HeronSpace: rule %s failed on block %r and is skipped there: %s",
+            rule_name, name, str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__)
+        return [sch]
+
+
+def _rule_name(rule) -> str:
+    return type(getattr(rule, "_inst", rule)).__name__

@@ -236,3 +236,14 @@ def test_compute_location_puts_a_convolutions_padding_at_a_sampled_loop(cpu_targ
     unpadded = workloads.make("c2d", "fp32", N=1, H=6, W=6, CI=8, CO=16, KH=1, KW=1)
     (plain,) = stock_design_spaces(unpadded.func, rules, cpu_target)
     assert "SampleComputeLocation" not in schedule_steps(plain)
+
+
+def test_lane_reduction_fuses_a_norms_two_reduction_axes(cpu_target):
+    """TVM's NRM (a norm over a whole matrix per batch): its two reduction loops are fused into one
+    before the lane split (TVM's rfactor takes one loop), and the result matches the unscheduled kernel."""
+    from tvm.s_tir.meta_schedule.testing.te_workload import norm_bmn  # pylint: disable=import-outside-toplevel
+
+    workload = workloads.from_func(te.create_prim_func(norm_bmn(2, 32, 48)), "nrm")
+    (space,) = stock_design_spaces(workload.func, [LaneReduction(), ParallelVectorizeUnroll()], cpu_target)
+    assert 'T.sblock("C_rf")' in space.mod.script() and "T.vectorized(64)" in space.mod.script()
+    run_and_check(build(finished(space, workload).mod, cpu_target), workload)

@@ -43,3 +43,23 @@ def test_user_rules_apply_with_the_rest(cpu_target):
     for sch in spaces:
         assert 'user.seen' in sch.mod.script()
         assert "meta_schedule.tiling_structure" in sch.mod.script()
+
+
+@derived_object
+class FailsOnGemm(HeronRule):
+    """A user rule with a bug: it raises on the GEMM block."""
+
+    def apply(self, sch, block):
+        if sch.get(block).name_hint == "C":
+            raise ValueError("user rule bug")
+        return [sch]
+
+
+def test_a_rule_that_raises_is_skipped_on_that_block_with_a_warning(cpu_target, caplog):
+    workload = workloads.make("gemm", "fp32", **SMALL_SHAPES["gemm"])
+    space = HeronSpace(user_rules=[FailsOnGemm()], include_default_spaces=False)
+    ctx = ms.TuneContext(mod=workload.func, target=cpu_target, space_generator=space, task_name="t").clone()
+    with caplog.at_level("WARNING"):
+        spaces = ctx.generate_design_space()
+    assert len(spaces) == 4 and all("meta_schedule.tiling_structure" in s.mod.script() for s in spaces)
+    assert "rule FailsOnGemm failed on block 'C' and is skipped there: user rule bug" in caplog.text

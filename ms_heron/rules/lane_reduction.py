@@ -28,7 +28,8 @@ class LaneReduction(HeronRule):
     * when every consumer sits under one loop over the same rows (the softmax or layer-norm
       output), ``compute_at`` that loop and parallelize it: the whole row kernel becomes one
       parallel pass, each row read while it is in cache (Heron's stage fusion);
-    * split the innermost reduction loop into ``lanes x a`` partial results (``a`` vector
+    * split the reduction loop (its loops fused first when there are several, as in a norm over
+      a matrix) into ``lanes x a`` partial results (``a`` vector
       accumulators, the most that divide the extent), ``rfactor`` them into a per-row buffer
       accumulated with the lanes innermost and vectorized, and reduce the lanes right after it, per
       row; parallelize the rows unless the consumer's loop already does.
@@ -44,12 +45,15 @@ class LaneReduction(HeronRule):
                 or kinds != ["S"] * rows + ["R"] * (len(kinds) - rows)):
             return [sch]
         lanes = vector_bytes(self.target) * 8 // tvm.DataType(str(blk.writes[0].source.dtype)).bits
-        extent = int(sch.get(loops[-1]).extent)
-        if lanes < 2 or extent % lanes:
+        extent = math.prod(int(sch.get(lp).extent) for lp in loops[rows:])
+        if lanes < 2 or int(sch.get(loops[-1]).extent) % lanes:
             return [sch]
         width = lanes * next(a for a in _ACCUMULATORS if extent % (lanes * a) == 0)
-        fused = _compute_at_consumer_rows(sch, block, math.prod(int(sch.get(lp).extent) for lp in loops[:rows]))
-        _, lane = sch.split(sch.get_loops(block)[-1], [None, width])
+        row_count = math.prod(int(sch.get(lp).extent) for lp in loops[:rows])
+        # TVM's rfactor fails (an internal check) on fused reduction loops moved under a consumer's loop.
+        fused = len(kinds) - rows == 1 and _compute_at_consumer_rows(sch, block, row_count)
+        reduction = sch.get_loops(block)[-(len(kinds) - rows):]  # one loop, as rfactor needs (a norm has two)
+        _, lane = sch.split(sch.fuse(*reduction) if len(reduction) > 1 else reduction[0], [None, width])
         partial = sch.rfactor(lane, factor_axis=rows)
         row_loops = sch.get_loops(block)[:-1]  # the block now reduces the lanes only
         sch.compute_at(partial, row_loops[-1])  # regenerates the partials' loops in iterator order
