@@ -1,6 +1,7 @@
 """The ``ms-heron`` command as a user runs it (subprocess)."""
 
 import json
+import pathlib
 import re
 import signal
 import subprocess
@@ -148,16 +149,7 @@ def test_work_dir_of_another_workload_or_unwritable_is_refused(tmp_path):
     assert "Traceback" not in other.stderr + unwritable.stderr
 
 
-KERNEL = '''from tvm.script import tirx as T
-
-
-@T.prim_func(s_tir=True)
-def row_scale(a: T.Buffer((64, 48), "float32"), s: T.Buffer((48,), "float32"), out: T.Buffer((64, 48), "float32")):
-    for i, j in T.grid(64, 48):
-        with T.sblock("scale"):
-            vi, vj = T.axis.remap("SS", [i, j])
-            out[vi, vj] = a[vi, vj] * s[vj] + T.float32(1)
-'''
+KERNEL = (pathlib.Path(__file__).parent / "row_scale_kernel.py").read_text()
 
 
 def test_a_users_tvmscript_kernel_is_a_run_with_resume_and_show(tmp_path):

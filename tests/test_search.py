@@ -1,5 +1,6 @@
 """HeronSearch: the constrained genetic search inside MetaSchedule's tuning loop."""
 
+import pathlib
 
 import pytest
 import tvm_ffi
@@ -166,18 +167,9 @@ def test_space_whose_performance_constraints_conflict_is_searched_under_validity
 
 
 def test_a_users_tvmscript_kernel_tunes_and_is_checked_against_itself_unscheduled(cpu_target, tmp_path):
-    from tvm.script import tirx as T  # pylint: disable=import-outside-toplevel
-
     from ms_heron.tune import tune_func  # pylint: disable=import-outside-toplevel
 
-    @T.prim_func(s_tir=True)
-    def row_scale(a: T.Buffer((64, 48), "float32"), s: T.Buffer((48,), "float32"), out: T.Buffer((64, 48), "float32")):
-        for i, j in T.grid(64, 48):
-            with T.sblock("scale"):
-                vi, vj = T.axis.remap("SS", [i, j])
-                out[vi, vj] = a[vi, vj] * s[vj] + T.float32(1)
-
-    workload = workloads.from_func(row_scale, "row_scale")
+    workload = workloads.load_kernel(str(pathlib.Path(__file__).parent / "row_scale_kernel.py"))
     a, s = workload.random_inputs(0)
     assert workload.name == "row_scale" and workload.output_shape == (64, 48)
     assert abs(workload.reference([a, s]) - (a * s + 1)).max() < 1e-6

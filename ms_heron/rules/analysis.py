@@ -23,6 +23,7 @@ from ..annotations import (
     split_by_structure,
 )
 
+
 def working_block(sch: Schedule, block: SBlockRV) -> SBlockRV:
     """The block rules schedule: the outer block of a tensorized (blockized) one, else itself."""
     if BLOCKIZED in block_annotations(sch, block):

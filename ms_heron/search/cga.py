@@ -45,6 +45,8 @@ from ..constraints import (
 from ..records import record_seconds
 from .genetic import Program, choose_keys, crossover, roulette, take_roulette, unique
 from .ranking import FEATURES, Ranking
+
+#: A space whose performance constraints conflict is searched under these (validity only).
 VALIDITY_ONLY = ConstraintOptions(parallel_jobs=False, cache_capacity=False)
 
 
