@@ -35,6 +35,7 @@ from tvm.s_tir.meta_schedule.testing.te_workload import CONFIGS
 
 from ms_heron import HeronSearch, HeronSpace, workloads
 from ms_heron.evaluate import build, run_and_check, time_lib
+from ms_heron.peak import fma_peak_gops
 from ms_heron.records import first_records, measured_seconds
 from ms_heron.search import WatchedSearch
 from ms_heron.targets import host_target
@@ -78,11 +79,12 @@ def _tune(key: str, config: int, arm: str, trials: list[int], work_dir: pathlib.
     }))
 
 
-def _time_row(key: str, config: int, trials: list[int], root: pathlib.Path) -> dict:
+def _time_row(key: str, config: int, trials: list[int], root: pathlib.Path, peak_gops: float) -> dict:
     """Rebuild, check and time every arm's best kernel after each trial count (fresh process)."""
     workload = workloads.from_func(_func(key, config), f"{key}_{config}")
     target = host_target()
-    row = {"key": key, "config": config, "shape": list(CONFIGS[key][1][config]), "flops": workload.ops}
+    row = {"key": key, "config": config, "shape": list(CONFIGS[key][1][config]), "flops": workload.ops,
+           "fma_peak_gops": peak_gops}
     for arm in ARMS:
         tuned = json.loads((root / f"{key}_{config}" / arm / TUNED).read_text())
         for n in trials:
@@ -90,9 +92,10 @@ def _time_row(key: str, config: int, trials: list[int], root: pathlib.Path) -> d
             try:
                 lib = build(best_schedule(first_records(root / f"{key}_{config}" / arm, n), workload, target).mod, target)
                 run_and_check(lib, workload)
-                entry.update(correct=True, seconds=time_lib(lib, workload).seconds)
+                seconds = time_lib(lib, workload).seconds
+                entry.update(correct=True, seconds=seconds, peak_share=workload.ops / seconds / 1e9 / peak_gops)
             except Exception as exc:  # pylint: disable=broad-except  # a row's failure is reported in its row
-                entry.update(correct=False, error=f"{type(exc).__name__}: {exc}"[:300], seconds=math.inf)
+                entry.update(correct=False, error=f"{type(exc).__name__}: {exc}"[:300], seconds=math.inf, peak_share=0.0)
             row[f"{arm}@{n}"] = entry
     return row
 
@@ -109,6 +112,8 @@ def _report(args, rows) -> None:
         "count is the best of the first n records of that run. Latency: best kernel rebuilt, checked against the "
         "unscheduled kernel (max error <= 1e-4 x max(1, max |output|)) and timed in a fresh process (median of "
         "10 repeats of >= 100 ms). Ratio = default latency / ms_heron latency (> 1: ms_heron faster). "
+        "% peak: the kernel's GFLOP/s as a share of the fp32 FMA peak measured in the same process "
+        f"({rows[0]['fma_peak_gops']:.0f} GFLOP/s; memory-bound keys stay far below it). "
         "Tuning s: wall time until the round that reached n trials ended.",
         "",
     ]
@@ -116,16 +121,17 @@ def _report(args, rows) -> None:
         lines += [
             f"## {n} trials",
             "",
-            "| key | config | default us | ms_heron us | ms_heron / default | valid default / ms_heron "
-            "| tuning s default / ms_heron | correct |",
-            "|---|---|---|---|---|---|---|---|",
+            "| key | config | default us | ms_heron us | ms_heron / default | % peak default / ms_heron "
+            "| valid default / ms_heron | tuning s default / ms_heron | correct |",
+            "|---|---|---|---|---|---|---|---|---|",
         ]
         for r in rows:
             d, h = r[f"default@{n}"], r[f"ms_heron@{n}"]
             ok = "yes" if d["correct"] and h["correct"] else f"NO ({d.get('error') or h.get('error') or 'mismatch'})"
             lines.append(
                 f"| {r['key']} | {r['config']} | {d['seconds'] * 1e6:.1f} | {h['seconds'] * 1e6:.1f} "
-                f"| {d['seconds'] / h['seconds']:.2f}x | {d['valid_share']:.0%} / {h['valid_share']:.0%} "
+                f"| {d['seconds'] / h['seconds']:.2f}x | {d['peak_share']:.1%} / {h['peak_share']:.1%} "
+                f"| {d['valid_share']:.0%} / {h['valid_share']:.0%} "
                 f"| {d['tuning_s']:.0f} / {h['tuning_s']:.0f} | {ok} |"
             )
         ratios = [x for x in _ratios(rows, n) if 0 < x < math.inf]
@@ -152,7 +158,8 @@ def main() -> None:
     root = pathlib.Path(args.work_root or tempfile.mkdtemp(prefix="te_suite_"))
     pairs = [(key, config) for config in args.configs for key in args.keys]  # config 0 of every key first
     if args.time_rows:
-        rows = [_time_row(key, config, args.trials, root) for key, config in pairs]
+        peak = fma_peak_gops(host_target())
+        rows = [_time_row(key, config, args.trials, root, peak) for key, config in pairs]
         pathlib.Path(args.time_rows).write_text(json.dumps(rows))
         return
     print(f"work dirs under {root}", flush=True)

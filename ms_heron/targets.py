@@ -6,6 +6,7 @@ names, so a new CPU or GPU works as soon as LLVM and TVM know it.
 
 from __future__ import annotations
 
+import platform
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,6 +89,27 @@ def cpu_name(target: Target) -> str:
     """The CPU a Target compiles for (its ``mcpu``, or the host CPU when it names none)."""
     mcpu = target.attrs.get("mcpu")
     return str(mcpu) if mcpu else f"{codegen.llvm_get_system_cpu()} (host)"
+
+
+def host_cpu_model() -> str:
+    """The host CPU as ``/proc/cpuinfo`` names it, so a result file says which machine made it.
+
+    LLVM's CPU name is a guess from the family and model numbers (a VM may report a desktop part's
+    numbers for a server CPU), so the marketing name and the numbers are given beside it.
+    """
+    fields: dict[str, str] = {}
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            for line in cpuinfo:
+                key, _, value = line.partition(":")
+                fields.setdefault(key.strip(), value.strip())
+                if not line.strip():
+                    break  # the first processor is enough
+    except OSError:
+        pass
+    name = fields.get("model name") or platform.processor() or "unknown CPU"
+    numbers = f"family {fields['cpu family']} model {fields['model']}, " if "model" in fields else ""
+    return f"{name} ({numbers}LLVM: {codegen.llvm_get_system_cpu()})"
 
 
 def num_cores(target: Target) -> int:
