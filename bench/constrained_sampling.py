@@ -22,11 +22,12 @@ import numpy as np
 from tvm.s_tir import Schedule, Trace
 from tvm.s_tir import meta_schedule as ms
 
-from ms_heron import HeronSpace, workloads
+from ms_heron import HeronSpace
 from ms_heron.constraints import Solver, count_solutions, derive, replay, uniformity
 from ms_heron.evaluate import build, run_and_check, time_lib
 from ms_heron.intrinsics import ensure_registered
 from ms_heron.targets import host_target
+from ms_heron.testing import workloads
 
 CASES = ["gemm.G1", "c2d.C3"]
 

@@ -1,6 +1,6 @@
 """Whole models: ms_heron vs MetaSchedule's default search at the same total trials, and vs ONNX Runtime.
 
-Each model is one ONNX graph (``ms_heron.models``): both tuning arms import it through Relax, and
+Each model is one ONNX graph (``ms_heron.testing.models``): both tuning arms import it through Relax, and
 ONNX Runtime runs the same bytes. Per model and arm: tuning wall time, the compiled model's latency
 and its largest output difference from ONNX Runtime; per fused task: each arm's best kernel, the
 task's calls per model run, its share of the model's estimated latency, and which kind of design
@@ -31,8 +31,8 @@ import numpy as np
 import onnx
 import results_io
 
-from ms_heron import models
 from ms_heron.targets import host_target, num_cores
+from ms_heron.testing import models
 
 #: Name -> builder of the model the issue names (BERT-base layer fp32 / int8, ResNet-50 bottleneck).
 MODELS = {
@@ -71,7 +71,7 @@ def _time_exported(out: pathlib.Path, names: list[str]) -> dict:
     """Fresh process: load each compiled model, check it against ONNX Runtime, time both."""
     import tvm  # pylint: disable=import-outside-toplevel
 
-    from ms_heron.baselines import onnxruntime_model  # pylint: disable=import-outside-toplevel
+    from ms_heron.testing.baselines import onnxruntime_model  # pylint: disable=import-outside-toplevel
     from ms_heron.relax import run_model, time_model  # pylint: disable=import-outside-toplevel
 
     threads = num_cores(host_target())

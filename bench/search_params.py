@@ -14,8 +14,9 @@ import json
 import results_io
 from tuning_vs_default import _tune
 
-from ms_heron import HeronSearch, HeronSpace, workloads
+from ms_heron import HeronSearch, HeronSpace
 from ms_heron.targets import host_target
+from ms_heron.testing import workloads
 
 #: (population, generations, epsilon): Heron's defaults, ms_heron's, and neighbours of both.
 CONFIGS = [(200, 5, 0.6), (64, 3, 0.4), (128, 3, 0.2), (32, 2, 0.4)]

@@ -33,13 +33,14 @@ import results_io
 from tvm import te
 from tvm.s_tir.meta_schedule.testing.te_workload import CONFIGS
 
-from ms_heron import HeronSearch, HeronSpace, workloads
+from ms_heron import HeronSearch, HeronSpace
 from ms_heron.evaluate import build, run_and_check, time_lib
-from ms_heron.peak import fma_peak_gops
 from ms_heron.records import first_records, measured_seconds
 from ms_heron.search import WatchedSearch
 from ms_heron.targets import host_target
+from ms_heron.testing.peak import fma_peak_gops
 from ms_heron.tune import best_schedule, tune_func
+from ms_heron.workload import from_func
 
 #: Every key of the suite (C2D_WIN_NHWC, a Winograd variant with one configuration, left out).
 KEYS = ["C1D", "C2D", "C3D", "GMM", "GRP", "DIL", "DEP", "T2D", "CAP", "NRM", "SFM", "CBR", "TBG"]
@@ -81,7 +82,7 @@ def _tune(key: str, config: int, arm: str, trials: list[int], work_dir: pathlib.
 
 def _time_row(key: str, config: int, trials: list[int], root: pathlib.Path, peak_gops: float) -> dict:
     """Rebuild, check and time every arm's best kernel after each trial count (fresh process)."""
-    workload = workloads.from_func(_func(key, config), f"{key}_{config}")
+    workload = from_func(_func(key, config), f"{key}_{config}")
     target = host_target()
     row = {"key": key, "config": config, "shape": list(CONFIGS[key][1][config]), "flops": workload.ops,
            "fma_peak_gops": peak_gops}

@@ -23,13 +23,14 @@ import time
 
 import results_io
 
-from ms_heron import HeronSearch, HeronSpace, workloads
-from ms_heron.baselines import numpy_matmul_seconds, onnxruntime_matmul_integer_seconds, onnxruntime_operator_seconds
-from ms_heron.peak import fma_peak_gops, vnni_peak_gops
-from ms_heron.search import WatchedSearch
-from ms_heron.targets import host_target, num_cores
+from ms_heron import HeronSearch, HeronSpace
 from ms_heron.evaluate import build, run_and_check, time_lib
 from ms_heron.records import record_seconds
+from ms_heron.search import WatchedSearch
+from ms_heron.targets import host_target, num_cores
+from ms_heron.testing import workloads
+from ms_heron.testing.baselines import numpy_matmul_seconds, onnxruntime_matmul_integer_seconds, onnxruntime_operator_seconds
+from ms_heron.testing.peak import fma_peak_gops, vnni_peak_gops
 from ms_heron.tune import best_schedule, tune_workload
 
 #: One representative Heron case per family, small enough for a 2-core machine.

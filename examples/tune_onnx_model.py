@@ -1,6 +1,6 @@
 """Tune a whole ONNX model with ms_heron, compile it, and compare it with ONNX Runtime.
 
-The models are built in code (ms_heron.models, no downloads): a BERT-base encoder layer in fp32 or
+The models are built in code (ms_heron.testing.models, no downloads): a BERT-base encoder layer in fp32 or
 with int8 dense layers (ONNX Runtime's MatMulInteger form, which reaches the VNNI instruction), or a
 ResNet-50 bottleneck block. Run from the repository root:
 
@@ -16,10 +16,10 @@ import tempfile
 
 import numpy as np
 
-from ms_heron import models
-from ms_heron.baselines import onnxruntime_model
 from ms_heron.relax import compile_model, from_onnx, run_model, time_model, tune_model
 from ms_heron.targets import host_target, num_cores
+from ms_heron.testing import models
+from ms_heron.testing.baselines import onnxruntime_model
 
 BUILDERS = {
     "bert": models.bert_layer,

@@ -21,11 +21,12 @@ import sys
 import tempfile
 import time
 
-from . import workloads
+from .relax import ModelError
 from .session import TRIALS_PER_ROUND, RunError, RunSpec, TuningRun, summary_rows
 from .targets import TargetError, cpu_name, num_cores, parse_target, require_vnni
+from .testing import workloads
 from .tune import NoValidRecord
-from .relax import ModelError
+from .workload import Workload, WorkloadError, load_kernel
 
 
 class UsageError(ValueError):
@@ -33,7 +34,7 @@ class UsageError(ValueError):
 
 
 #: Errors whose message already names the fix: shown without a traceback.
-_USER_ERRORS = (TargetError, workloads.WorkloadError, RunError, NoValidRecord, UsageError, ModelError)
+_USER_ERRORS = (TargetError, WorkloadError, RunError, NoValidRecord, UsageError, ModelError)
 
 
 def _quiet_metaschedule(verbose: bool) -> None:
@@ -43,9 +44,9 @@ def _quiet_metaschedule(verbose: bool) -> None:
 
 def _demo(args: argparse.Namespace) -> int:
     # pylint: disable=import-outside-toplevel
-    from .baselines import BaselineUnavailable, onnxruntime_matmul_integer_seconds
+    from .testing.baselines import BaselineUnavailable, onnxruntime_matmul_integer_seconds
     from .evaluate import build, run_and_check, time_lib
-    from .peak import vnni_peak_gops
+    from .testing.peak import vnni_peak_gops
     from .search import HeronSearch
     from .space import HeronSpace
     from .tune import best_schedule, tune_workload
@@ -95,12 +96,12 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
-def _workload(args: argparse.Namespace) -> workloads.Workload:
+def _workload(args: argparse.Namespace) -> Workload:
     """A case name (``gemm.G1``), a family with ``--shape NAME=INT ...``, or ``kernel.py[:name]``."""
     if re.fullmatch(r".+\.py(:\w+)?", args.workload):
         if args.shape:
             raise UsageError(f"{args.workload} is a kernel with its own shapes; drop --shape")
-        return workloads.load_kernel(args.workload)
+        return load_kernel(args.workload)
     if "." in args.workload:
         if args.shape:
             raise UsageError(f"{args.workload} is a named case with a fixed shape; drop --shape or name a family")
@@ -227,7 +228,7 @@ def _tune_model(args: argparse.Namespace) -> int:
 
     import numpy as np
 
-    from .baselines import BaselineUnavailable, onnxruntime_model
+    from .testing.baselines import BaselineUnavailable, onnxruntime_model
     from .relax import (
         compile_model,
         extract_tasks,
@@ -302,7 +303,7 @@ def _onnx_input_names(path) -> list[str]:
     return [i.name for i in graph.input if i.name not in weights]
 
 
-def _print_table(workload: workloads.Workload, arms: list) -> None:
+def _print_table(workload: Workload, arms: list) -> None:
     rows = summary_rows([r.state() for _, r in arms], workload.ops)
     print(f"\n{'':22s}" + "".join(f"{label:>24s}" for label, _ in arms))
     for name, cells in rows.items():
@@ -311,7 +312,7 @@ def _print_table(workload: workloads.Workload, arms: list) -> None:
 
 def _report(args: argparse.Namespace) -> int:
     # pylint: disable=import-outside-toplevel
-    from .peak import vnni_peak_gops
+    from .testing.peak import vnni_peak_gops
     from .report import write
 
     run = TuningRun.open(args.work_dir)

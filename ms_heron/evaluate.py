@@ -12,7 +12,7 @@ import numpy as np
 import tvm
 from tvm.target import Target
 
-from .workloads import Workload
+from .workload import Workload
 
 
 class WrongResult(AssertionError):

@@ -27,12 +27,13 @@ import tvm
 from tvm.s_tir import meta_schedule as ms
 from tvm.target import Target
 
-from . import workloads
+from .records import DATABASE_FILES, cut_torn_line, measured_seconds, open_database, record_seconds
 from .search import HeronSearch, WatchedSearch
 from .space import HeronSpace
 from .targets import target_json
-from .records import DATABASE_FILES, cut_torn_line, measured_seconds, open_database, record_seconds
+from .testing import workloads
 from .tune import tune_workload
+from .workload import KERNEL, Workload, from_func
 
 RUN_FILE = "ms_heron_run.json"
 PROGRESS_FILE = "progress.jsonl"
@@ -58,13 +59,13 @@ class RunSpec:
     label: str = ""
 
     @staticmethod
-    def of(workload: workloads.Workload, target: Target, seed: int) -> RunSpec:
-        kernel = workload.func.script() if workload.family == workloads.KERNEL else ""
+    def of(workload: Workload, target: Target, seed: int) -> RunSpec:
+        kernel = workload.func.script() if workload.family == KERNEL else ""
         return RunSpec(workload.family, dict(workload.shape), workload.dtype, target_json(target), seed, kernel, workload.label)
 
-    def workload(self) -> workloads.Workload:
+    def workload(self) -> Workload:
         if self.kernel:
-            return workloads.from_func(tvm.script.from_source(self.kernel), self.label)
+            return from_func(tvm.script.from_source(self.kernel), self.label)
         return workloads.make(self.family, self.dtype, **self.shape)
 
     def same_task(self, other: RunSpec) -> bool:

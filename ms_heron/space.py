@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping, Sequence
 
 from tvm import IRModule
 from tvm.ir.utils import derived_object
 from tvm.s_tir import Schedule
 from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.meta_schedule.mutator import Mutator
+from tvm.s_tir.meta_schedule.postproc import Postproc
+from tvm.s_tir.meta_schedule.schedule_rule import ScheduleRule
 from tvm.s_tir.meta_schedule.space_generator import PySpaceGenerator
 from tvm.s_tir.schedule.analysis import has_block
 
@@ -69,9 +73,16 @@ class HeronSpace(PySpaceGenerator):
 
     Parameters
     ----------
-    rules, user_rules, postprocs, mutator_probs
-        Heron's rules for the target when ``rules`` is None, followed by ``user_rules``; TVM's
-        postprocs and the mutators MetaSchedule's evolutionary search uses.
+    rules
+        The generation rules; None means Heron's rules for the tuning target (``default_rules``).
+    user_rules
+        Rules applied after ``rules`` to every block (Heron's user-defined rules, or any
+        MetaSchedule ``ScheduleRule``).
+    postprocs
+        None means TVM's postprocs for the target (``default_postprocs``).
+    mutator_probs
+        Mutators for MetaSchedule's evolutionary search, when it searches these spaces
+        (``default_mutators`` when None); HeronSearch mutates through its solver instead.
     include_default_spaces
         Also yield MetaSchedule's own default design spaces (its ``PostOrderApply`` with the
         target's rules), so that no program MetaSchedule can reach is outside the search.
@@ -81,8 +92,15 @@ class HeronSpace(PySpaceGenerator):
         vectorize around the intrinsic and most of their programs fail to build.
     """
 
-    def __init__(self, rules=None, user_rules=(), postprocs=None, mutator_probs=None, *,
-                 include_default_spaces: bool = True):
+    def __init__(
+        self,
+        *,
+        rules: Sequence[ScheduleRule] | None = None,
+        user_rules: Sequence[ScheduleRule] = (),
+        postprocs: Sequence[Postproc] | None = None,
+        mutator_probs: Mapping[Mutator, float] | None = None,
+        include_default_spaces: bool = True,
+    ):
         # ``None`` means "Heron's defaults for the tuning target", resolved once the target is known.
         self.rules = None if rules is None else list(rules)
         self.user_rules = list(user_rules)

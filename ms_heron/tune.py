@@ -17,7 +17,7 @@ from tvm.target import Target
 from .builder import local_builder
 from .intrinsics import ensure_registered
 from .targets import is_cpu, num_cores, require_vnni
-from .workloads import Workload
+from .workload import Workload
 
 class NoValidRecord(RuntimeError):
     """Tuning produced no candidate that built and ran."""

@@ -3,9 +3,10 @@
 import pytest
 from tvm.target import Target
 
-from ms_heron import workloads
 from ms_heron.targets import TargetError, parse_target, require_vnni
+from ms_heron.testing import workloads
 from ms_heron.tune import tune_workload
+from ms_heron.workload import WorkloadError, from_func
 
 
 def test_vnni_lane_rule_names_nearest_shape():
@@ -59,5 +60,5 @@ def test_kernel_whose_output_is_not_last_names_the_fix():
                 vi = T.axis.remap("S", [i])
                 out[vi] = a[vi]
 
-    with pytest.raises(workloads.WorkloadError, match=r"output_first: .*one output, passed last; this one writes parameters \[0\]"):
-        workloads.from_func(output_first, "output_first")
+    with pytest.raises(WorkloadError, match=r"output_first: .*one output, passed last; this one writes parameters \[0\]"):
+        from_func(output_first, "output_first")

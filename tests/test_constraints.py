@@ -9,13 +9,14 @@ import tvm.s_tir.transform as s_tir_transform
 from tvm.s_tir import meta_schedule as ms
 
 from conftest import SMALL_SHAPES
-from ms_heron import HeronSpace, workloads
+from ms_heron import HeronSpace
+from ms_heron.annotations import TILING_STRUCTURE, block_annotations, iter_kinds
 from ms_heron.constraints import RepairedDecision, Solver, count_solutions, decided_values, derive, replay
 from ms_heron.evaluate import build, run_and_check
-from ms_heron.annotations import TILING_STRUCTURE, block_annotations, iter_kinds
 from ms_heron.rules import default_rules
 from ms_heron.space import default_postprocs
 from ms_heron.targets import vector_bytes, vector_registers
+from ms_heron.testing import workloads
 
 SAMPLES = 500
 

@@ -12,10 +12,10 @@ import tvm
 from onnx import TensorProto, helper
 from tvm.relax.frontend import nn
 
-from ms_heron import models
-from ms_heron.baselines import onnxruntime_model
-from ms_heron.relax import ModelError, compile_model, from_onnx, run_model, tune_model
 from ms_heron.records import open_database
+from ms_heron.relax import ModelError, compile_model, from_onnx, run_model, tune_model
+from ms_heron.testing import models
+from ms_heron.testing.baselines import onnxruntime_model
 
 from conftest import timing_out_runner
 

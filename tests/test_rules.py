@@ -7,9 +7,9 @@ from tvm import te
 from tvm.target import Target
 
 from conftest import SMALL_SHAPES
-from ms_heron import workloads
 from ms_heron.evaluate import build, run_and_check
 from ms_heron.targets import vector_bytes
+from ms_heron.testing import workloads
 from ms_heron.rules import (
     AddCacheStage,
     AlwaysInline,
@@ -22,7 +22,7 @@ from ms_heron.rules import (
     Tensorize,
 )
 from ms_heron.annotations import AUTO_TENSORIZE, CACHE_LEVEL, LANE_REDUCTION, SPM_LEVEL, TILING_STRUCTURE
-from ms_heron.workloads import Workload
+from ms_heron.workload import Workload, from_func
 from rule_helpers import block_names, check_random_samples, finished, schedule_steps, stock_design_spaces
 
 
@@ -46,7 +46,7 @@ def _producer_gemm_relu(relu: bool) -> Workload:
         out = (x.astype(np.float64) + 1) @ y
         return np.maximum(out, 0) if relu else out
 
-    from ms_heron.workloads import _workload  # the same packaging the suite uses
+    from ms_heron.testing.workloads import _workload  # the same packaging the suite uses
 
     return _workload("custom", "fp32", dict(M=M, N=N, K=K), tensors, 2 * M * N * K, inputs, reference)
 
@@ -171,7 +171,7 @@ def _row_centering() -> Workload:
     def reference(a):
         return a.astype(np.float64) - a.astype(np.float64).mean(axis=1, keepdims=True)
 
-    from ms_heron.workloads import _workload  # the same packaging the suite uses
+    from ms_heron.testing.workloads import _workload  # the same packaging the suite uses
 
     return _workload("custom", "fp32", dict(M=M, K=K), [x, out], 2 * M * K, inputs, reference)
 
@@ -243,7 +243,7 @@ def test_lane_reduction_fuses_a_norms_two_reduction_axes(cpu_target):
     before the lane split (TVM's rfactor takes one loop), and the result matches the unscheduled kernel."""
     from tvm.s_tir.meta_schedule.testing.te_workload import norm_bmn  # pylint: disable=import-outside-toplevel
 
-    workload = workloads.from_func(te.create_prim_func(norm_bmn(2, 32, 48)), "nrm")
+    workload = from_func(te.create_prim_func(norm_bmn(2, 32, 48)), "nrm")
     (space,) = stock_design_spaces(workload.func, [LaneReduction(), ParallelVectorizeUnroll()], cpu_target)
     assert 'T.sblock("C_rf")' in space.mod.script() and "T.vectorized(64)" in space.mod.script()
     run_and_check(build(finished(space, workload).mod, cpu_target), workload)

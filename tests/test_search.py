@@ -8,10 +8,12 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.runner import RunnerResult
 
 from conftest import SMALL_SHAPES, timing_out_runner
-from ms_heron import HeronSearch, HeronSpace, workloads
+from ms_heron import HeronSearch, HeronSpace
 from ms_heron.evaluate import build, run_and_check
 from ms_heron.search.decision_model import DecisionModel, rank_correlation
+from ms_heron.testing import workloads
 from ms_heron.tune import best_schedule, tune_workload
+from ms_heron.workload import load_kernel
 
 
 @pytest.mark.parametrize("family", sorted(SMALL_SHAPES))
@@ -169,7 +171,7 @@ def test_space_whose_performance_constraints_conflict_is_searched_under_validity
 def test_a_users_tvmscript_kernel_tunes_and_is_checked_against_itself_unscheduled(cpu_target, tmp_path):
     from ms_heron.tune import tune_func  # pylint: disable=import-outside-toplevel
 
-    workload = workloads.load_kernel(str(pathlib.Path(__file__).parent / "row_scale_kernel.py"))
+    workload = load_kernel(str(pathlib.Path(__file__).parent / "row_scale_kernel.py"))
     a, s = workload.random_inputs(0)
     assert workload.name == "row_scale" and workload.output_shape == (64, 48)
     assert abs(workload.reference([a, s]) - (a * s + 1)).max() < 1e-6

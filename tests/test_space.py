@@ -5,9 +5,10 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 
 from conftest import SMALL_SHAPES
-from ms_heron import HeronSpace, workloads
+from ms_heron import HeronSpace
 from ms_heron.evaluate import build, run_and_check
 from ms_heron.rules.base import HeronRule
+from ms_heron.testing import workloads
 from ms_heron.tune import tune_workload
 
 

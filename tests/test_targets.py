@@ -5,8 +5,8 @@ import re
 import tvm
 from tvm.target import Target
 
-from ms_heron.peak import _fma_peak_kernel, fma_peak_gops, vnni_peak_gops
 from ms_heron.targets import GpuLimits, has_vnni, num_cores, parse_target, vector_bytes, vector_registers
+from ms_heron.testing.peak import _fma_peak_kernel, fma_peak_gops, vnni_peak_gops
 
 
 def test_host_target_is_complete(cpu_target):

@@ -13,11 +13,12 @@ from tvm import te
 from tvm.s_tir import meta_schedule as ms
 from tvm.target import Target
 
-from ms_heron import HeronSpace, workloads
+from ms_heron import HeronSpace
 from ms_heron.builder import build_cuda, compile_cuda, cuda_source, local_builder
 from ms_heron.constraints import Solver, derive, replay
 from ms_heron.constraints.geometry import UNPADDED
 from ms_heron.intrinsics.wmma import SHAPES
+from ms_heron.testing import workloads
 
 TARGETS = ["nvidia/nvidia-h100", "nvidia/nvidia-a100"]  # sm_90a, sm_80
 

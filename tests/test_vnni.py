@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 from tvm.s_tir import Schedule, TensorIntrin
 
-from ms_heron import workloads
 from ms_heron.evaluate import build, run_and_check
 from ms_heron.intrinsics import TVM_VNNI_INTRIN, VNNI_INTRIN, ensure_registered
+from ms_heron.testing import workloads
 
 
 def _tensorized_dense(intrin, M=32, N=64, K=32):

@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 
 from conftest import SMALL_SHAPES
-from ms_heron import workloads
 from ms_heron.evaluate import WrongResult, build, check_output, run_and_check
+from ms_heron.testing import workloads
+from ms_heron.workload import WorkloadError
 
 
 @pytest.mark.parametrize("dtype", ["int8", "fp32", "fp16"])
@@ -61,5 +62,5 @@ def test_every_named_case_is_a_valid_workload(name):
 
 
 def test_memory_bound_families_refuse_int8_and_name_the_fix():
-    with pytest.raises(workloads.WorkloadError, match="softmax is a floating-point kernel: use dtype 'fp32'"):
+    with pytest.raises(WorkloadError, match="softmax is a floating-point kernel: use dtype 'fp32'"):
         workloads.make("softmax", "int8", M=4, N=16)

@@ -21,6 +21,9 @@ def default_rules(target=None) -> list:
 
     On CUDA, blocks TensorCores cannot compute are left to MetaSchedule's RewriteUnboundBlock
     postproc (simple thread binding); add MetaSchedule's own GPU rules as ``user_rules`` for more.
+    ``MultiScopeSPM`` is in neither list: the CPU has no scratchpad scopes, and on CUDA
+    ``TensorCoreTiling`` stages its own operands; it serves pipelines that tile with
+    ``MultiLevelTiling`` on a GPU.
     """
     if target is not None and is_cuda(target):
         return [AlwaysInline(), TensorCoreTiling(), ParallelVectorizeUnroll()]
@@ -31,7 +34,6 @@ def default_rules(target=None) -> list:
         LaneReduction(),
         AddCacheStage(),
         MultiLevelSPM(),
-        MultiScopeSPM(),
         ParallelVectorizeUnroll(),
         ComputeLocation(),
     ]

@@ -124,11 +124,6 @@ def is_tensorized(sch: Schedule, block: SBlockRV) -> bool:
     return AUTO_TENSORIZE in block_annotations(sch, block)
 
 
-def innermost_loop(sch: Schedule, block: SBlockRV) -> LoopRV | None:
-    loops = sch.get_loops(block)
-    return loops[-1] if loops else None
-
-
 def is_root(sch: Schedule, block: SBlockRV) -> bool:
     return sch.get(block).name_hint == "root"
 

@@ -76,10 +76,27 @@ class RoundStats:
 
 @derived_object
 class HeronSearch(PySearchStrategy):
-    """Constrained genetic search over HeronSpace's (or any traced) design spaces."""
+    """Constrained genetic search over HeronSpace's (or any traced) design spaces.
+
+    Parameters
+    ----------
+    population
+        Programs per generation: last round's survivors, the measured elite and fresh samples.
+    generations
+        Crossover-and-re-solve passes per round before the round's candidates are picked.
+    epsilon
+        Share of each round measured by roulette over the predicted scores instead of the top
+        predictions, so a wrong cost model still sees other programs.
+    key_ratio
+        Share of a space's decisions a child takes from its parents (the "key" variables, picked by
+        the decision model's split gains); CP-SAT re-solves the others.
+    elite
+        Best measured programs carried into every population.
+    """
 
     def __init__(
         self,
+        *,
         population: int = 64,
         generations: int = 3,
         epsilon: float = 0.4,
@@ -180,7 +197,8 @@ class HeronSearch(PySearchStrategy):
         self.logger.info(stats.line())
 
     def clone(self):
-        return HeronSearch(self.population, self.generations, self.epsilon, self.key_ratio, self.elite)
+        return HeronSearch(population=self.population, generations=self.generations, epsilon=self.epsilon,
+                           key_ratio=self.key_ratio, elite=self.elite)
 
     def _warm_start(self, database) -> None:
         """Records of earlier runs on this workload (a resumed work dir): never measured again, and

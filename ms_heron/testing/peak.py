@@ -15,7 +15,7 @@ import tvm
 from tvm.script import tirx as T
 from tvm.target import Target
 
-from .targets import num_cores, require_vnni, vector_bytes
+from ..targets import num_cores, require_vnni, vector_bytes
 
 _CHAINS = 12  # enough independent accumulators to cover vpdpbusd's latency on 2 ports
 _OPS_PER_INSTR = 2 * 64  # 64 u8*s8 multiply-adds per 512-bit vpdpbusd

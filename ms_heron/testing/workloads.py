@@ -19,18 +19,15 @@ definitions, as a model's Relax legalization produces them), are fp32 only.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 
 import numpy as np
-import tvm
 from tvm import te, tirx, topi
 
-from .intrinsics import VNNI_LANES, VNNI_REDUCTION
+from ..intrinsics import VNNI_LANES, VNNI_REDUCTION
+from ..workload import Workload, WorkloadError, random_array
 
 DTYPES = ("int8", "fp32", "fp16")
-#: The family of a user's kernel (:func:`from_func`).
-KERNEL = "kernel"
 
 #: (input dtype of activations, of weights, of the output) per form.
 _TYPES = {
@@ -38,50 +35,6 @@ _TYPES = {
     "fp32": ("float32", "float32", "float32"),
     "fp16": ("float16", "float16", "float32"),
 }
-
-
-class WorkloadError(ValueError):
-    """A workload, case, dtype or shape that does not exist or cannot be built; names the fix."""
-
-
-@dataclass(frozen=True)
-class Workload:
-    """One operator instance: the PrimFunc to tune and what is needed to check and rate it."""
-
-    family: str
-    dtype: str
-    shape: Mapping[str, int]
-    func: tirx.PrimFunc
-    #: Arithmetic operations (2 per multiply-accumulate), for GOPS figures.
-    ops: int
-    _make_inputs: Callable[[np.random.Generator], list[np.ndarray]] = field(repr=False)
-    _reference: Callable[..., np.ndarray] = field(repr=False)
-    _output: tuple[tuple[int, ...], str] = field(repr=False)
-    #: A user's kernel is named by its user; suite workloads by family, dtype and shape.
-    label: str = ""
-
-    @property
-    def name(self) -> str:
-        if self.label:
-            return self.label
-        dims = "_".join(f"{k}{v}" for k, v in self.shape.items())
-        return f"{self.family}_{self.dtype}_{dims}"
-
-    def random_inputs(self, seed: int = 0) -> list[np.ndarray]:
-        """Inputs in the PrimFunc's argument order (the output buffer excluded)."""
-        return self._make_inputs(np.random.default_rng(seed))
-
-    def reference(self, inputs: Sequence[np.ndarray]) -> np.ndarray:
-        """The expected output for ``inputs`` (as returned by :meth:`random_inputs`)."""
-        return self._reference(*inputs)
-
-    @property
-    def output_shape(self) -> tuple[int, ...]:
-        return self._output[0]
-
-    @property
-    def output_dtype(self) -> str:
-        return self._output[1]
 
 
 def _workload(family, dtype, shape, tensors, ops, inputs, reference) -> Workload:
@@ -155,15 +108,6 @@ def _check_vnni_shape(family: str, lanes_name: str, lanes: int, red_name: str, r
             )
 
 
-def _random(rng: np.random.Generator, shape: Sequence, dtype: str) -> np.ndarray:
-    shape = tuple(int(d) for d in shape)
-    if dtype == "uint8":
-        return rng.integers(0, 256, size=shape, dtype=np.uint8)
-    if dtype == "int8":
-        return rng.integers(-128, 128, size=shape, dtype=np.int8)
-    return rng.uniform(-1.0, 1.0, size=shape).astype(dtype)
-
-
 def _wide(x: np.ndarray) -> np.ndarray:
     return x.astype(np.int64) if x.dtype.kind in "iu" else x.astype(np.float64)
 
@@ -207,7 +151,7 @@ def _batched_matmul(
     c = te.compute((*batch, *rows, n), body, name="C")
 
     def inputs(rng):
-        return [_random(rng, a.shape, adt), w.layout(_random(rng, (*batch, n, k), w.dtype))]
+        return [random_array(rng, a.shape, adt), w.layout(random_array(rng, (*batch, n, k), w.dtype))]
 
     def reference(act, stored):
         logical = _unlayout(w, stored)  # [*batch, n, k]
@@ -265,7 +209,7 @@ def scan(B: int, M: int, N: int, dtype: str = "int8") -> Workload:
     out = te.compute((B, M, N), lambda b, i, n: te.sum(_mac(tri[i, r], x((b,), n, (), r), odt), axis=r), name="C")
 
     def inputs(rng):
-        return [x.layout(_random(rng, (B, N, M), x.dtype))]
+        return [x.layout(random_array(rng, (B, N, M), x.dtype))]
 
     def reference(stored):
         logical = _unlayout(x, stored)  # [B, N, M]
@@ -329,7 +273,7 @@ def _conv(
     out = te.compute((n, *out_sp, co), body, name="C")
 
     def inputs(rng):
-        return [_random(rng, data.shape, adt), w.layout(_random(rng, (co, *kernel, ci), w.dtype))]
+        return [random_array(rng, data.shape, adt), w.layout(random_array(rng, (co, *kernel, ci), w.dtype))]
 
     def reference(x, stored):
         logical = _unlayout(w, stored)
@@ -407,7 +351,7 @@ def t2d(N: int, H: int, W: int, CI: int, CO: int, KH: int, KW: int, stride: int 
     out = te.compute((N, *out_sp, CO), body, name="C")
 
     def inputs(rng):
-        return [_random(rng, data.shape, adt), w.layout(_random(rng, (CO, KH, KW, CI), w.dtype))]
+        return [random_array(rng, data.shape, adt), w.layout(random_array(rng, (CO, KH, KW, CI), w.dtype))]
 
     def reference(x, stored):
         logical = _unlayout(w, stored)
@@ -444,7 +388,7 @@ def softmax(dtype: str = "fp32", M: int = 128, N: int = 128) -> Workload:
         return (e / e.sum(axis=1, keepdims=True)).astype("float32")
 
     return _workload("softmax", dtype, dict(M=M, N=N), [x, y], 5 * M * N,
-                     lambda rng: [_random(rng, x.shape, "float32")], reference)
+                     lambda rng: [random_array(rng, x.shape, "float32")], reference)
 
 
 def layernorm(dtype: str = "fp32", M: int = 128, N: int = 768) -> Workload:
@@ -456,7 +400,7 @@ def layernorm(dtype: str = "fp32", M: int = 128, N: int = 768) -> Workload:
     y = topi.nn.layer_norm(x, gamma, beta, axis=[1], epsilon=1e-5)
 
     def inputs(rng):
-        return [_random(rng, x.shape, "float32"), _random(rng, (N,), "float32"), _random(rng, (N,), "float32")]
+        return [random_array(rng, x.shape, "float32"), random_array(rng, (N,), "float32"), random_array(rng, (N,), "float32")]
 
     def reference(a, g, b):
         a = _wide(a)
@@ -535,72 +479,6 @@ CASES: dict[str, tuple[str, dict]] = {
     "softmax.SM1": ("softmax", dict(M=1536, N=128)),
     "layernorm.LN1": ("layernorm", dict(M=128, N=768)),
 }
-
-
-def from_func(func: tirx.PrimFunc, name: str = "kernel") -> Workload:
-    """Any PrimFunc (a user's kernel, one of TVM's ``te_workload`` operators) as a Workload.
-
-    Its reference is the kernel itself, unscheduled and compiled for this CPU, so every tuned
-    schedule is checked against the program it transforms. The output is the one parameter the
-    kernel writes, which must come last (TE's and TVMScript's usual order); operations are TVM's
-    FLOP estimate.
-    """
-    from tvm.s_tir import analysis  # pylint: disable=import-outside-toplevel
-    from tvm.s_tir.meta_schedule.arg_info import ArgInfo  # pylint: disable=import-outside-toplevel
-
-    args = [(tuple(int(d) for d in a.shape), str(a.dtype)) for a in ArgInfo.from_prim_func(func)]
-    mod = tvm.IRModule({"main": func})
-    unscheduled = tvm.compile(mod, target="llvm")
-
-    def run(arrays):
-        tensors = [tvm.runtime.tensor(a, tvm.cpu()) for a in arrays]
-        unscheduled["main"](*tensors)
-        return [t.numpy() for t in tensors]
-
-    rng = np.random.default_rng(0)
-    before = [_random(rng, shape, dtype) for shape, dtype in args]
-    written = [i for i, (a, b) in enumerate(zip(before, run(before))) if not np.array_equal(a, b)]
-    if written != [len(args) - 1]:
-        raise WorkloadError(
-            f"{name}: ms_heron checks kernels with one output, passed last; this one writes parameters {written} "
-            f"of {len(args)}. Tune it with ms.tune_tir directly, or reorder its parameters"
-        )
-    inputs, output = args[:-1], args[-1]
-    dtypes = {dtype for _, dtype in inputs}
-    form = "int8" if dtypes & {"int8", "uint8"} else "fp16" if "float16" in dtypes else "fp32"
-    return Workload(
-        KERNEL, form, {}, func, int(analysis.estimate_tir_flops(mod)),
-        lambda g: [_random(g, shape, dtype) for shape, dtype in inputs],
-        lambda *xs: run([*xs, np.zeros(output[0], output[1])])[-1],
-        output, label=name,
-    )
-
-
-def load_kernel(spec: str) -> Workload:
-    """``kernel.py`` or ``kernel.py:name``: the TVMScript PrimFunc a Python file defines (an IRModule
-    with one function counts), as a Workload named after it (see :func:`from_func`)."""
-    import importlib.util  # pylint: disable=import-outside-toplevel
-    import pathlib  # pylint: disable=import-outside-toplevel
-
-    path, _, wanted = spec.partition(":")
-    if not pathlib.Path(path).is_file():
-        raise WorkloadError(f"{path}: no such file; give a Python file that defines a @T.prim_func, as kernel.py[:name]")
-    module_spec = importlib.util.spec_from_file_location(f"ms_heron_kernel_{pathlib.Path(path).stem}", path)
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
-    found = {}
-    for name, value in vars(module).items():
-        if isinstance(value, tvm.IRModule) and len(value.functions) == 1:
-            value = next(iter(value.functions.values()))
-        if isinstance(value, tirx.PrimFunc):
-            found[name] = value
-    if wanted and wanted not in found:
-        raise WorkloadError(f"{path} defines no PrimFunc named {wanted!r}; it defines: {', '.join(found) or 'none'}")
-    if not wanted and len(found) != 1:
-        raise WorkloadError(f"{path} defines {len(found)} PrimFuncs ({', '.join(found) or 'none'}); "
-                            f"name one as {path}:NAME")
-    name = wanted or next(iter(found))
-    return from_func(found[name], name)
 
 
 def make(family: str, dtype: str = "int8", **shape: int) -> Workload:
