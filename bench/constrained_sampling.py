@@ -20,12 +20,12 @@ import results_io
 
 import numpy as np
 from tvm.s_tir import Schedule, Trace
-from tvm.s_tir import meta_schedule as ms
 
 from ms_heron import HeronSpace
 from ms_heron.constraints import Solver, count_solutions, derive, replay, uniformity
 from ms_heron.evaluate import build, run_and_check, time_lib
 from ms_heron.intrinsics import ensure_registered
+from ms_heron.space import default_postprocs, design_spaces
 from ms_heron.targets import host_target
 from ms_heron.testing import workloads
 
@@ -33,8 +33,7 @@ CASES = ["gemm.G1", "c2d.C3"]
 
 
 def _spaces(workload, target, space):
-    ctx = ms.TuneContext(mod=workload.func, target=target, space_generator=space, task_name="bench").clone()
-    return list(ctx.generate_design_space()), list(ctx.space_generator.postprocs)
+    return design_spaces(workload.func, target, space), default_postprocs(target)
 
 
 def _gops(sch, workload, target) -> float:

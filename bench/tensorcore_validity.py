@@ -32,6 +32,7 @@ from ms_heron import HeronSpace
 from ms_heron.builder import build_cuda, cuda_source, require_nvcc
 from ms_heron.constraints import Solver, derive, replay
 from ms_heron.intrinsics import ensure_registered
+from ms_heron.space import default_postprocs, design_spaces
 from ms_heron.testing import workloads
 
 CASES = ["gemm.G1", "gemm.G3", "bmm.B1", "c2d.C1", "c1d.C1"]
@@ -40,8 +41,7 @@ _KERNEL = 'extern "C" __global__'
 
 
 def _context(workload, target, space):
-    ctx = ms.TuneContext(mod=workload.func, target=target, space_generator=space, task_name="bench").clone()
-    return list(ctx.generate_design_space()), list(ctx.space_generator.postprocs)
+    return design_spaces(workload.func, target, space), default_postprocs(target)
 
 
 def heron_schedules(workload, target, n):

@@ -6,11 +6,10 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from tvm.s_tir import meta_schedule as ms
-
 from .constraints import derive
 from .intrinsics import ensure_registered
 from .session import Progress, TuningRun, summary_rows
+from .space import design_spaces
 
 REPORT_FILE = "report.md"
 CURVE_FILE = "tuning_curve.png"
@@ -49,8 +48,7 @@ def arms(run: TuningRun) -> list[Arm]:
 def constraint_summaries(run: TuningRun) -> list[dict]:
     """The constraint model of each of HeronSpace's design spaces for this workload."""
     ensure_registered()
-    context = ms.TuneContext(mod=run.workload.func, target=run.target, space_generator=run.space(), task_name="main")
-    return [derive(space, run.target).summary() for space in context.generate_design_space()]
+    return [derive(space, run.target).summary() for space in design_spaces(run.workload.func, run.target, run.space())]
 
 
 def write(run: TuningRun, peak_gops: float | None = None) -> tuple[Path, Path]:

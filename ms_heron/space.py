@@ -6,13 +6,15 @@ import logging
 from collections.abc import Mapping, Sequence
 
 from tvm import IRModule
+from tvm.tirx import PrimFunc
+from tvm.target import Target
 from tvm.ir.utils import derived_object
 from tvm.s_tir import Schedule
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.mutator import Mutator
 from tvm.s_tir.meta_schedule.postproc import Postproc
 from tvm.s_tir.meta_schedule.schedule_rule import ScheduleRule
-from tvm.s_tir.meta_schedule.space_generator import PySpaceGenerator
+from tvm.s_tir.meta_schedule.space_generator import PySpaceGenerator, SpaceGenerator
 from tvm.s_tir.schedule.analysis import has_block
 
 from .rules import default_rules
@@ -155,6 +157,18 @@ class HeronSpace(PySpaceGenerator):
         twin.given_rule_names, twin.user_rule_names = list(self.given_rule_names), list(self.user_rule_names)
         twin._set_rules(list(twin.sch_rules))  # pylint: disable=protected-access
         return twin
+
+
+def design_spaces(func: PrimFunc | IRModule, target: Target, space: SpaceGenerator | None = None) -> list[Schedule]:
+    """The design spaces that tuning ``func`` on ``target`` searches, from ``space`` (``HeronSpace()``
+    when None): for reports, tests and benchmarks that look inside a space instead of tuning it.
+
+    The TuneContext is cloned as MetaSchedule's task scheduler clones it, so the spaces come from
+    the same (cloned) rules a tuning run applies.
+    """
+    mod = func if isinstance(func, IRModule) else IRModule({"main": func})
+    context = ms.TuneContext(mod=mod, target=target, space_generator=space or HeronSpace(), task_name="main")
+    return list(context.clone().generate_design_space())
 
 
 def _apply(rule, rule_name: str, sch: Schedule, name: str) -> list[Schedule]:

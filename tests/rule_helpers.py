@@ -1,18 +1,16 @@
 """Helpers for the rule tests: design spaces through MetaSchedule's stock PostOrderApply."""
 
-import tvm
 from tvm.s_tir import Schedule, Trace
 from tvm.s_tir import meta_schedule as ms
 
 from ms_heron.evaluate import build, run_and_check
-from ms_heron.space import default_postprocs
+from ms_heron.space import default_postprocs, design_spaces
 
 
 def stock_design_spaces(func, rules, target):
     """Design spaces of ``rules`` in MetaSchedule's own PostOrderApply (drop-in check)."""
     space = ms.space_generator.PostOrderApply(sch_rules=rules, postprocs=[], mutator_probs={})
-    ctx = ms.TuneContext(mod=tvm.IRModule({"main": func}), target=target, space_generator=space, task_name="t")
-    return list(ctx.generate_design_space())
+    return design_spaces(func, target, space)
 
 
 def block_names(sch):

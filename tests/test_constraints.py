@@ -6,7 +6,6 @@ import re
 import pytest
 import tvm
 import tvm.s_tir.transform as s_tir_transform
-from tvm.s_tir import meta_schedule as ms
 
 from conftest import SMALL_SHAPES
 from ms_heron import HeronSpace
@@ -14,7 +13,7 @@ from ms_heron.annotations import TILING_STRUCTURE, block_annotations, iter_kinds
 from ms_heron.constraints import RepairedDecision, Solver, count_solutions, decided_values, derive, replay
 from ms_heron.evaluate import build, run_and_check
 from ms_heron.rules import default_rules
-from ms_heron.space import default_postprocs
+from ms_heron.space import default_postprocs, design_spaces
 from ms_heron.targets import vector_bytes, vector_registers
 from ms_heron.testing import workloads
 
@@ -22,9 +21,7 @@ SAMPLES = 500
 
 
 def _spaces(workload, target, include_default_spaces=False, rules=None):
-    space = HeronSpace(rules=rules, include_default_spaces=include_default_spaces)
-    ctx = ms.TuneContext(mod=workload.func, target=target, space_generator=space, task_name="t").clone()
-    return list(ctx.generate_design_space())
+    return design_spaces(workload.func, target, HeronSpace(rules=rules, include_default_spaces=include_default_spaces))
 
 
 @pytest.mark.parametrize("dtype", ["int8", "fp32"])

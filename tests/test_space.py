@@ -8,6 +8,7 @@ from conftest import SMALL_SHAPES
 from ms_heron import HeronSpace
 from ms_heron.evaluate import build, run_and_check
 from ms_heron.rules.base import HeronRule
+from ms_heron.space import design_spaces
 from ms_heron.testing import workloads
 from ms_heron.tune import tune_workload
 
@@ -38,8 +39,7 @@ class MarkBlocks(HeronRule):
 def test_user_rules_apply_with_the_rest(cpu_target):
     workload = workloads.make("gemm", "fp32", **SMALL_SHAPES["gemm"])
     space = HeronSpace(user_rules=[MarkBlocks()], include_default_spaces=False)
-    ctx = ms.TuneContext(mod=workload.func, target=cpu_target, space_generator=space, task_name="t").clone()
-    spaces = ctx.generate_design_space()
+    spaces = design_spaces(workload.func, cpu_target, space)
     assert len(spaces) == 4  # 2 cache levels x (with, without) tile buffers
     for sch in spaces:
         assert 'user.seen' in sch.mod.script()
@@ -59,8 +59,7 @@ class FailsOnGemm(HeronRule):
 def test_a_rule_that_raises_is_skipped_on_that_block_with_a_warning(cpu_target, caplog):
     workload = workloads.make("gemm", "fp32", **SMALL_SHAPES["gemm"])
     space = HeronSpace(user_rules=[FailsOnGemm()], include_default_spaces=False)
-    ctx = ms.TuneContext(mod=workload.func, target=cpu_target, space_generator=space, task_name="t").clone()
     with caplog.at_level("WARNING"):
-        spaces = ctx.generate_design_space()
+        spaces = design_spaces(workload.func, cpu_target, space)
     assert len(spaces) == 4 and all("meta_schedule.tiling_structure" in s.mod.script() for s in spaces)
     assert "rule FailsOnGemm failed on block 'C' and is skipped there: user rule bug" in caplog.text

@@ -13,11 +13,11 @@ from tvm import te
 from tvm.s_tir import meta_schedule as ms
 from tvm.target import Target
 
-from ms_heron import HeronSpace
 from ms_heron.builder import build_cuda, compile_cuda, cuda_source, local_builder
 from ms_heron.constraints import Solver, derive, replay
 from ms_heron.constraints.geometry import UNPADDED
 from ms_heron.intrinsics.wmma import SHAPES
+from ms_heron.space import default_postprocs, design_spaces
 from ms_heron.testing import workloads
 
 TARGETS = ["nvidia/nvidia-h100", "nvidia/nvidia-a100"]  # sm_90a, sm_80
@@ -28,8 +28,7 @@ def _target(tag):
 
 
 def _spaces(func, target):
-    ctx = ms.TuneContext(mod=func, target=target, space_generator=HeronSpace(), task_name="t").clone()
-    return list(ctx.generate_design_space()), list(ctx.space_generator.postprocs)
+    return design_spaces(func, target), default_postprocs(target)
 
 
 def _wmma_shape(space):
