@@ -45,7 +45,8 @@ ARMS = {"ms_heron": (None, None), "MetaSchedule default": ("post-order-apply", "
 
 def _tune_and_export(name: str, trials: int, out: pathlib.Path, seed: int) -> dict:
     # pylint: disable-next=import-outside-toplevel
-    from ms_heron.relax import compile_model, extract_tasks, from_onnx, lower_for_tuning, task_times, tune_model
+    from ms_heron.relax import compile_model, extract_tasks, from_onnx, lower_for_tuning, task_times
+    from ms_heron.tune import tune_model
 
     model, target = MODELS[name](), host_target()
     onnx.save(model.proto, out / f"{name}.onnx")

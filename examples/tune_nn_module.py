@@ -14,7 +14,8 @@ import tempfile
 import numpy as np
 from tvm.relax.frontend import nn
 
-from ms_heron.relax import compile_model, run_model, time_model, tune_model
+from ms_heron.relax import compile_model, run_model, time_model
+from ms_heron.tune import tune_model
 from ms_heron.targets import host_target
 
 

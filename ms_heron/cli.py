@@ -208,16 +208,17 @@ def _input_shapes(items: list[str] | None) -> dict[str, tuple[int, ...]]:
 class _ModelProgressLine:
     """One line per measured round of model tuning: trials, the task just measured, model estimate."""
 
-    def __init__(self, tasks: list[str]):
-        self.tasks = tasks
+    def __init__(self, tasks: list[str], trials: int, budget_s: float | None):
+        self.tasks, self.trials, self.budget_s = tasks, trials, budget_s
+        self.started = time.monotonic()
 
-    def __call__(self, r) -> None:
-        best = r.best_seconds[r.task]
-        model = r.model_seconds()
+    def __call__(self, p) -> None:
+        spent = time.monotonic() - self.started
+        model = f"{p.best_seconds * 1e3:.3f} ms" if p.best_seconds < math.inf else "? (tasks untried)"
+        budget = f" of {_clock(self.budget_s)}" if self.budget_s is not None else ""
         print(
-            f"  {r.trials:4d}/{r.max_trials} trials | task {self.tasks.index(r.task) + 1}/{len(self.tasks)} {r.task}: "
-            f"best {best * 1e3:.4f} ms | model ~{f'{model * 1e3:.3f} ms' if model < math.inf else '? (tasks untried)'} "
-            f"| {_clock(r.elapsed_s)}",
+            f"  {p.trials:4d}/{self.trials} trials | task {self.tasks.index(p.task) + 1}/{len(self.tasks)} {p.task}: "
+            f"best {p.task_seconds * 1e3:.4f} ms | model ~{model} | {_clock(spent)}{budget}",
             flush=True,
         )
 
@@ -228,18 +229,8 @@ def _tune_model(args: argparse.Namespace) -> int:
 
     import numpy as np
 
+    from .relax import compile_model, run_model, task_table, time_model
     from .testing.baselines import BaselineUnavailable, onnxruntime_model
-    from .relax import (
-        compile_model,
-        extract_tasks,
-        from_onnx,
-        lower_for_tuning,
-        run_model,
-        task_table,
-        task_times,
-        time_model,
-        tune_model,
-    )
 
     path = Path(args.model)
     if not path.is_file():
@@ -248,36 +239,38 @@ def _tune_model(args: argparse.Namespace) -> int:
         raise UsageError("--trials and --round-size must be at least 1")
     budget_s = parse_duration(args.time_budget) if args.time_budget else None
     target = parse_target(args.target)
-    mod = from_onnx(path, _input_shapes(args.input_shape))
     work_dir = Path(args.work_dir or f"ms_heron_models/{path.stem}")
+    run = TuningRun.create(work_dir, RunSpec.of_model(path, _input_shapes(args.input_shape), target, args.seed))
     output = Path(args.output or work_dir / f"{path.stem}_tuned.so")
-    try:
-        work_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise UsageError(f"cannot create the work dir {work_dir}: {err.strerror}; pass a writable --work-dir") from err
-    lowered = lower_for_tuning(mod, None, target)
-    tasks = [t.task_name for t in extract_tasks(lowered, target)]
-    print(f"ms-heron tune-model: {path.name}, {len(tasks)} tasks, {args.trials} trials on {cpu_name(target)}; records in {work_dir}")
+    tasks = [t.name for t in run.task_times()]
+    print(f"ms-heron tune-model: {path.name}, {len(tasks)} tasks, {args.trials} trials on {cpu_name(run.target)}; "
+          f"records in {work_dir}")
     _quiet_metaschedule(args.verbose)
-    start = time.perf_counter()
-    db = tune_model(mod, None, target, str(work_dir), args.trials, num_trials_per_iter=args.round_size,
-                    seed=args.seed, on_round=_ModelProgressLine(tasks), time_budget_s=budget_s)
-    tuning_s = time.perf_counter() - start
+    start = run.state()
+    if start.trials >= args.trials:
+        print(f"{start.trials} records already in {work_dir}; nothing to tune (raise --trials to go on)")
+    else:
+        if start.trials:
+            print(f"resuming from {start.trials} records in {work_dir}")
+        run.tune(args.trials, budget_s, on_round=_ModelProgressLine(tasks, args.trials, budget_s), per_round=args.round_size)
     print("\nper task (best kernel measured while tuning, calls per model run, share of the model estimate):")
-    print("\n".join(task_table({"ms_heron": task_times(db, lowered, target)})))
-    executable = compile_model(db, mod, None, target)
+    print("\n".join(task_table({"ms_heron": run.task_times()})))
+    db = run.database()
+    executable = compile_model(db, run.model, None, run.target)
     output.parent.mkdir(parents=True, exist_ok=True)
     executable.export_library(str(output))
     rng = np.random.default_rng(args.seed)
-    inputs = {p.name: _random_input(rng, p) for p in mod["main"].params}
+    inputs = {p.name: _random_input(rng, p) for p in run.model["main"].params}
     outputs, tuned_s = run_model(executable, inputs), time_model(executable, inputs)
-    print(f"tuned in {tuning_s:.0f} s; compiled model: {output} (load with tvm.runtime.load_module, run with relax.VirtualMachine)")
+    print(f"tuned in {run.state().elapsed_s:.0f} s; compiled model: {output} "
+          "(load with tvm.runtime.load_module, run with relax.VirtualMachine)")
+    print(f"report with plots: ms-heron report {work_dir}; a task's best schedule: ms-heron show {work_dir} TASK")
     print(f"{'ms_heron (tuned)':28s}{tuned_s * 1e3:10.3f} ms")
     try:
         import onnx
 
         ort_outputs, ort_s = onnxruntime_model(onnx.load(str(path)), dict(zip(_onnx_input_names(path), inputs.values())),
-                                               threads=num_cores(target))
+                                               threads=num_cores(run.target))
     except BaselineUnavailable as err:
         print(f"note: {err}")
         return 0
@@ -312,8 +305,8 @@ def _print_table(workload: Workload, arms: list) -> None:
 
 def _report(args: argparse.Namespace) -> int:
     # pylint: disable=import-outside-toplevel
-    from .testing.peak import vnni_peak_gops
     from .report import write
+    from .testing.peak import vnni_peak_gops
 
     run = TuningRun.open(args.work_dir)
     peak = vnni_peak_gops(run.target) if run.spec.dtype == "int8" else None
@@ -324,11 +317,12 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from .tune import best_schedule  # pylint: disable=import-outside-toplevel
-
     run = TuningRun.open(args.work_dir)
-    sch = best_schedule(run.database(), run.workload, run.target)
-    print(f"# best schedule of {run.spec.describe()} in {run.work_dir}\n")
+    if args.task and not run.is_model:
+        raise UsageError(f"{run.work_dir} tunes one kernel ({run.spec.describe()}); drop the task name")
+    sch = run.best_schedule(args.task or "")
+    what = f"task {args.task} of {run.spec.describe()}" if args.task else run.spec.describe()
+    print(f"# best schedule of {what} in {run.work_dir}\n")
     print(sch.mod.script())
     print("\n# its trace\n")
     print(sch.trace)
@@ -367,10 +361,10 @@ def _parser() -> argparse.ArgumentParser:
     model = sub.add_parser("tune-model", help="tune every kernel of an ONNX model, compile it, compare with ONNX Runtime")
     model.add_argument("model", help="an .onnx file")
     model.add_argument("--input-shape", nargs="+", metavar="NAME:DIMS", help="static shapes for symbolic inputs, e.g. x:1,128")
-    model.add_argument("--trials", type=int, default=200, help="measured candidates over all tasks (default 200)")
+    model.add_argument("--trials", type=int, default=200, help="records over all tasks the work dir should hold in the end (default 200)")
     model.add_argument("--time-budget", help="wall-clock limit such as 30m; rounds in flight finish first")
     model.add_argument("--target", default="host", help='"host" (default), a tag, or a JSON target dict')
-    model.add_argument("--work-dir", help="database and logs (default: ms_heron_models/<model>); re-run to add trials")
+    model.add_argument("--work-dir", help="database and logs (default: ms_heron_models/<model>); re-run to resume")
     model.add_argument("--output", help="compiled model library (default: <work-dir>/<model>_tuned.so)")
     model.add_argument("--round-size", type=int, default=16, help="candidates measured per task round (default 16)")
     model.add_argument("--seed", type=int, default=0)
@@ -381,8 +375,9 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("work_dir")
     report.set_defaults(run=_report)
 
-    show = sub.add_parser("show", help="the best schedule of a work dir as TVMScript and as its trace")
+    show = sub.add_parser("show", help="the best schedule of a work dir (of one task of a model) as TVMScript and trace")
     show.add_argument("work_dir")
+    show.add_argument("task", nargs="?", help="a model run's task (the names `report` and `tune-model` list)")
     show.set_defaults(run=_show)
     return parser
 

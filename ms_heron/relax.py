@@ -1,9 +1,8 @@
 """Whole-model tuning through Relax: bind weights, lower and fuse, tune every task, compile.
 
-Relax is how models reach MetaSchedule in TVM 0.27 (Relay is gone). ``tune_model`` tunes every fused
-TIR function of a model with :class:`HeronSpace` + :class:`HeronSearch` through MetaSchedule's task
-scheduler; ``compile_model`` applies the database and returns an executable for
-``relax.VirtualMachine``. Weights are bound as constants, so layout-free weights (e.g. int8 weights
+Relax is how models reach MetaSchedule in TVM 0.27 (Relay is gone). The fused TIR functions of a
+lowered model are its tuning tasks (``ms_heron.tune.tune_model`` tunes them); ``compile_model``
+applies the database and returns an executable for ``relax.VirtualMachine``. Weights are bound as constants, so layout-free weights (e.g. int8 weights
 the VNNI intrinsic reads packed) are re-laid out once at compile time, not on every call.
 """
 
@@ -11,29 +10,21 @@ from __future__ import annotations
 
 import math
 import os
-import time
 import warnings
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 import numpy as np
 import tvm
 from tvm import IRModule, relax
-from tvm.ir.utils import derived_object
 from tvm.relax import pipeline as relax_pipeline
-from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 from tvm.s_tir import meta_schedule as ms
 from tvm.target import Target
 
-from .builder import local_builder
 from .intrinsics import ensure_registered
 from .quantized import keep_int8_matmuls
 from .annotations import is_metaschedule_space
-from .search import HeronSearch, WatchedSearch
-from .space import HeronSpace
-from .targets import is_cpu, num_cores
-from .records import open_database, record_seconds
-from .tune import drop_unnamed_log_handlers
+from .records import record_seconds
 
 
 class ModelError(ValueError):
@@ -130,97 +121,6 @@ def lower_for_tuning(mod: IRModule, params: Mapping[str, Any] | None, target: Ta
 def extract_tasks(lowered: IRModule, target: Target) -> list[ms.ExtractedTask]:
     """The tuning tasks of a lowered model (one per distinct fused TIR function)."""
     return list(ms.relax_integration.extract_tasks(lowered, target))
-
-
-@dataclass
-class ModelRound:
-    """Where model tuning stands after one measured round of one task."""
-
-    task: str
-    trials: int  # measured so far, all tasks
-    max_trials: int
-    best_seconds: dict[str, float]  # per task, inf until one candidate ran
-    weights: dict[str, float]  # how often the model calls each task
-    elapsed_s: float
-
-    def model_seconds(self) -> float:
-        """Estimated model latency: tasks' best kernels times their call counts (inf if any is missing)."""
-        return sum(self.weights[t] * s for t, s in self.best_seconds.items())
-
-
-@derived_object
-class _ReportRounds(PyMeasureCallback):
-    """Measure callback that turns MetaSchedule's per-task rounds into :class:`ModelRound` reports."""
-
-    def __init__(self, on_round: Callable[[ModelRound], None], max_trials: int):
-        self.on_round, self.max_trials = on_round, max_trials
-        self.started, self.trials = time.monotonic(), 0
-        self.best: dict[str, float] = {}
-        self.weights: dict[str, float] = {}
-
-    def apply(self, task_scheduler, task_id, _candidates, _builder_results, runner_results) -> None:
-        if not self.best:
-            for record in task_scheduler.tasks_:
-                self.best[record.ctx.task_name] = float("inf")
-                self.weights[record.ctx.task_name] = float(record.task_weight)
-        name = task_scheduler.tasks_[task_id].ctx.task_name
-        self.trials += len(runner_results)
-        for result in runner_results:
-            self.best[name] = min(self.best[name], record_seconds(result.run_secs))
-        self.on_round(ModelRound(name, self.trials, self.max_trials, dict(self.best), self.weights,
-                                 time.monotonic() - self.started))
-
-
-def tune_model(
-    mod: IRModule,
-    params: Mapping[str, Any] | None,
-    target: Target,
-    work_dir: str,
-    max_trials: int,
-    *,
-    max_trials_per_task: int | None = None,
-    num_trials_per_iter: int = 16,
-    space: Any = None,
-    strategy: Any = None,
-    seed: int | None = None,
-    on_round: Callable[[ModelRound], None] | None = None,
-    time_budget_s: float | None = None,
-    **tune_kwargs: Any,
-) -> ms.Database:
-    """Tune every task of the model; ``max_trials`` in total, shared by MetaSchedule's gradient task
-    scheduler. ``space``/``strategy`` default to HeronSpace/HeronSearch; pass "post-order-apply" /
-    "evolutionary" for MetaSchedule's defaults. Records go to a JSONDatabase in ``work_dir``; running
-    again on the same ``work_dir`` adds trials, and HeronSearch starts from the records there.
-
-    ``on_round`` is called after every measured round; ``time_budget_s`` stops starting new rounds
-    once that much wall-clock time has passed (each task still gets its first round).
-    """
-    ensure_registered()
-    if is_cpu(target):
-        num_cores(target)  # raises early with the fix when num-cores is missing
-        tune_kwargs.setdefault("builder", local_builder())
-    strategy = HeronSearch() if strategy is None else strategy
-    if time_budget_s is not None:
-        strategy = WatchedSearch(strategy, deadline=time.monotonic() + time_budget_s)
-    if on_round is not None:
-        tune_kwargs["measure_callbacks"] = [*ms.MeasureCallback.create("default"), _ReportRounds(on_round, max_trials)]
-    os.makedirs(work_dir, exist_ok=True)
-    tune_kwargs.setdefault("database", open_database(work_dir))
-    lowered = lower_for_tuning(mod, params, target)
-    drop_unnamed_log_handlers()
-    return ms.relax_integration.tune_relax(
-        lowered,
-        params={},
-        target=target,
-        work_dir=work_dir,
-        max_trials_global=max_trials,
-        max_trials_per_task=max_trials_per_task,
-        num_trials_per_iter=num_trials_per_iter,
-        space=HeronSpace() if space is None else space,
-        strategy=strategy,
-        seed=seed,
-        **tune_kwargs,
-    )
 
 
 def _lowering_passes(target: Target) -> list:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from .constraints import derive
 from .intrinsics import ensure_registered
+from .relax import task_table
 from .session import Progress, TuningRun, summary_rows
 from .space import design_spaces
 
@@ -52,26 +53,36 @@ def constraint_summaries(run: TuningRun) -> list[dict]:
 
 
 def write(run: TuningRun, peak_gops: float | None = None) -> tuple[Path, Path]:
-    """``report.md`` and ``tuning_curve.png`` in the work dir; returns their paths."""
+    """``report.md`` and ``tuning_curve.png`` in the work dir; returns their paths.
+
+    A kernel's report shows its GOPS curve and its design spaces' constraint models; a model's shows
+    the estimated model latency (tasks' best kernels times their calls) and a row per task.
+    """
     found = arms(run)
-    ops = run.workload.ops
+    ops = None if run.is_model else run.workload.ops
     curve = plot(found, ops, run.work_dir / CURVE_FILE, title=run.spec.describe())
     lines = [f"# ms-heron report: {run.spec.describe()}", "", f"Target: `{run.target}`", ""]
     lines += ["| | " + " | ".join(a.label for a in found) + " |", "|---" * (len(found) + 1) + "|"]
     rows = summary_rows([a.run.state() for a in found], ops, peak_gops)
     lines += [f"| {name} | " + " | ".join(cells) + " |" for name, cells in rows.items()]
-    lines += ["", f"![tuning curve]({CURVE_FILE})", "", "## Constraint model of each design space", ""]
-    lines += ["| space | variables | CP-SAT variables | constraints | unconstrained size |", "|---|---|---|---|---|"]
-    for i, s in enumerate(constraint_summaries(run)):
-        kinds = ", ".join(f"{k} {v}" for k, v in sorted(s["constraints"].items()))
-        lines.append(f"| {i} | {s['variables']} | {s['cp_sat_variables']} | {kinds} | {s['unconstrained_space_size']:.3g} |")
+    lines += ["", f"![tuning curve]({CURVE_FILE})", ""]
+    if run.is_model:
+        lines += ["## Tasks", "", "Best kernel per task, the model's calls of it and its share of the estimated latency "
+                  "(`ms-heron show WORK_DIR TASK` prints a task's best schedule).", ""]
+        lines += task_table({a.label.split(" (")[0]: a.run.task_times() for a in found})
+    else:
+        lines += ["## Constraint model of each design space", ""]
+        lines += ["| space | variables | CP-SAT variables | constraints | unconstrained size |", "|---|---|---|---|---|"]
+        for i, s in enumerate(constraint_summaries(run)):
+            kinds = ", ".join(f"{k} {v}" for k, v in sorted(s["constraints"].items()))
+            lines.append(f"| {i} | {s['variables']} | {s['cp_sat_variables']} | {kinds} | {s['unconstrained_space_size']:.3g} |")
     report = run.work_dir / REPORT_FILE
     report.write_text("\n".join(lines) + "\n")
     return report, curve
 
 
-def plot(found: list[Arm], ops: float, path: Path, title: str) -> Path:
-    """Best-so-far GOPS against trials and against tuning time."""
+def plot(found: list[Arm], ops: float | None, path: Path, title: str) -> Path:
+    """Best-so-far GOPS (a kernel) or estimated latency (a model, ``ops`` None) against trials and time."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -79,6 +90,11 @@ def plot(found: list[Arm], ops: float, path: Path, title: str) -> Path:
 
     fig, (by_trial, by_time) = plt.subplots(1, 2, figsize=(10, 4), constrained_layout=True)
     for arm in found:
+        if ops is None:  # a model: the estimate exists per round only (a record alone has no model latency)
+            latency_ms = [r.best_seconds * 1e3 if r.best_seconds < math.inf else math.nan for r in arm.rounds]
+            by_trial.step([r.trials for r in arm.rounds], latency_ms, where="post", marker="o", label=arm.label)
+            by_time.step([r.elapsed_s for r in arm.rounds], latency_ms, where="post", marker="o", label=arm.label)
+            continue
         gops = arm.best_so_far_gops(ops)
         by_trial.plot(range(1, len(gops) + 1), gops, label=arm.label)
         if arm.rounds:
@@ -88,12 +104,13 @@ def plot(found: list[Arm], ops: float, path: Path, title: str) -> Path:
                 where="post",
                 label=arm.label,
             )
-    by_trial.set(xlabel="trials", ylabel="best GOPS so far", title=title)
-    by_time.set(xlabel="tuning time (s)", ylabel="best GOPS so far", title="against wall-clock time")
+    what = "best GOPS so far" if ops is not None else "estimated model latency (ms)"
+    by_trial.set(xlabel="trials", ylabel=what, title=title)
+    by_time.set(xlabel="tuning time (s)", ylabel=what, title="against wall-clock time")
     for ax in (by_trial, by_time):
         ax.grid(alpha=0.3)
         ax.set_ylim(bottom=0)
-        ax.legend(loc="lower right")
+        ax.legend(loc="lower right" if ops is not None else "upper right")
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path

@@ -1,11 +1,14 @@
 """A tuning run in a work directory: what it tunes, its records and its progress, resumable.
 
+What it tunes is one task source: a suite workload, a user's kernel (its TVMScript is kept in the
+run file) or an ONNX model (its path and SHA-256; every fused kernel of the model is a task).
 Layout of a work dir (MetaSchedule's own files plus two of ours)::
 
-    ms_heron_run.json              what is tuned: workload, dtype, target, seed
+    ms_heron_run.json              what is tuned: workload, kernel or model; dtype, target, seed
     database_workload.json         MetaSchedule's JSONDatabase, one record per line,
     database_tuning_record.json      appended as each round ends
-    progress.jsonl                 one line per measured round: trials, best, valid, elapsed
+    progress.jsonl                 one line per measured round: trials, best, valid, elapsed (a
+                                     model's best is its estimated latency; the round's task is named)
     logs/                          MetaSchedule's per-task logs (HeronSearch's round statistics)
     baseline/                      the same layout for MetaSchedule's default search, if asked for
 
@@ -16,25 +19,32 @@ models from them and never measures them again, and ``trials`` counts the record
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import math
 import time
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import tvm
+from tvm import IRModule
+from tvm.s_tir import Schedule
 from tvm.s_tir import meta_schedule as ms
 from tvm.target import Target
 
 from .records import DATABASE_FILES, cut_torn_line, measured_seconds, open_database, record_seconds
+from .relax import TaskTime, extract_tasks, from_onnx, lower_for_tuning, task_times
 from .search import HeronSearch, WatchedSearch
 from .space import HeronSpace
 from .targets import target_json
 from .testing import workloads
-from .tune import tune_workload
+from .tune import ModelRound, NoValidRecord, best_schedule, tune_model, tune_workload
 from .workload import KERNEL, Workload, from_func
 
+#: The family of a model run (its tasks are the model's fused kernels).
+MODEL = "model"
 RUN_FILE = "ms_heron_run.json"
 PROGRESS_FILE = "progress.jsonl"
 BASELINE_DIR = "baseline"
@@ -57,11 +67,22 @@ class RunSpec:
     #: A user's kernel: its TVMScript (the work dir then needs no other file) and its name.
     kernel: str = ""
     label: str = ""
+    #: An ONNX model: its path, the SHA-256 of its bytes, and static shapes for symbolic inputs.
+    model: str = ""
+    model_sha256: str = ""
+    input_shapes: dict = field(default_factory=dict)
 
     @staticmethod
     def of(workload: Workload, target: Target, seed: int) -> RunSpec:
         kernel = workload.func.script() if workload.family == KERNEL else ""
         return RunSpec(workload.family, dict(workload.shape), workload.dtype, target_json(target), seed, kernel, workload.label)
+
+    @staticmethod
+    def of_model(path: str | Path, input_shapes: Mapping[str, Sequence[int]], target: Target, seed: int) -> RunSpec:
+        path = Path(path).resolve()
+        shapes = {name: [int(d) for d in dims] for name, dims in input_shapes.items()}
+        return RunSpec(MODEL, {}, "", target_json(target), seed, label=path.stem, model=str(path),
+                       model_sha256=_sha256(path), input_shapes=shapes)
 
     def workload(self) -> Workload:
         if self.kernel:
@@ -69,9 +90,14 @@ class RunSpec:
         return workloads.make(self.family, self.dtype, **self.shape)
 
     def same_task(self, other: RunSpec) -> bool:
-        return (self.family, self.shape, self.dtype, self.kernel) == (other.family, other.shape, other.dtype, other.kernel)
+        def key(spec: RunSpec) -> tuple:
+            return spec.family, spec.shape, spec.dtype, spec.kernel, spec.model_sha256, spec.input_shapes
+
+        return key(self) == key(other)
 
     def describe(self) -> str:
+        if self.model:
+            return f"model {Path(self.model).name}"
         if self.kernel:
             return f"kernel {self.label} ({self.dtype})"
         dims = " ".join(f"{k}={v}" for k, v in self.shape.items())
@@ -84,21 +110,27 @@ class Progress:
 
     trials: int
     valid: int
-    best_seconds: float  # inf until a candidate is valid
+    best_seconds: float  # inf until a candidate is valid; a model's estimated latency (inf until every task ran)
     elapsed_s: float  # wall-clock tuning time, summed over resumed runs
+    #: A model run: the task this round measured, and that task's best kernel so far.
+    task: str = ""
+    task_seconds: float = math.inf
 
     def best_gops(self, ops: float) -> float:
         return ops / self.best_seconds / 1e9 if self.best_seconds < math.inf else 0.0
 
 
-def summary_rows(states: list[Progress], ops: float, peak_gops: float | None = None) -> dict[str, list[str]]:
-    """The comparison the console table and report.md both show: row name -> one cell per search."""
+def summary_rows(states: list[Progress], ops: float | None, peak_gops: float | None = None) -> dict[str, list[str]]:
+    """The comparison the console table and report.md both show: row name -> one cell per search.
+    ``ops`` None: a model run, whose best is the estimated model latency."""
     found = [s.best_seconds < math.inf for s in states]
     rows = {
-        "best latency": [f"{s.best_seconds * 1e3:.4f} ms" if ok else "no valid record" for s, ok in zip(states, found)],
-        "GOPS": [f"{s.best_gops(ops):.1f}" if ok else "-" for s, ok in zip(states, found)],
+        "best latency" if ops is not None else "estimated model latency":
+            [f"{s.best_seconds * 1e3:.4f} ms" if ok else "no valid record" for s, ok in zip(states, found)],
     }
-    if peak_gops:
+    if ops is not None:
+        rows["GOPS"] = [f"{s.best_gops(ops):.1f}" if ok else "-" for s, ok in zip(states, found)]
+    if peak_gops and ops is not None:
         rows["% of measured VNNI peak"] = [f"{s.best_gops(ops) / peak_gops:.0%}" if ok else "-" for s, ok in zip(states, found)]
     rows["trials"] = [str(s.trials) for s in states]
     rows["valid share"] = [f"{s.valid / max(s.trials, 1):.0%}" for s in states]
@@ -114,8 +146,13 @@ class TuningRun:
     def __init__(self, work_dir: Path, spec: RunSpec):
         self.work_dir = Path(work_dir)
         self.spec = spec
-        self.workload = spec.workload()
+        #: The kernel tuned; None for a model run (its tasks come from :meth:`tasks`).
+        self.workload = None if spec.model else spec.workload()
         self.target = Target(spec.target)
+
+    @property
+    def is_model(self) -> bool:
+        return bool(self.spec.model)
 
     # -- opening ----------------------------------------------------------------------------
 
@@ -165,6 +202,39 @@ class TuningRun:
     def database(self) -> ms.database.JSONDatabase:
         return open_database(self.work_dir)
 
+    @functools.cached_property
+    def model(self) -> IRModule:
+        """A model run's model, imported through Relax; refused when the file changed since the run began."""
+        path = Path(self.spec.model)
+        if not path.is_file():
+            raise RunError(f"{self.work_dir} tunes the model {path}, which is gone; put it back or tune into another --work-dir")
+        if _sha256(path) != self.spec.model_sha256:
+            raise RunError(f"{path} changed since {self.work_dir} began tuning it; tune the new model into another --work-dir")
+        return from_onnx(path, {name: tuple(dims) for name, dims in self.spec.input_shapes.items()})
+
+    @functools.cached_property
+    def lowered(self) -> IRModule:
+        """The model bound, legalized and fused: its fused TIR functions are the tasks."""
+        return lower_for_tuning(self.model, None, self.target)
+
+    def task_times(self) -> list[TaskTime]:
+        """A model run's tasks with their call counts and best kernels so far."""
+        return task_times(self.database(), self.lowered, self.target)
+
+    def best_schedule(self, task: str = "") -> Schedule:
+        """The fastest valid schedule of the kernel, or of the model task named ``task``."""
+        if not self.is_model:
+            return best_schedule(self.database(), self.workload, self.target)
+        tasks = {t.task_name: t for t in extract_tasks(self.lowered, self.target)}
+        if task not in tasks:
+            raise RunError(f"name a task of {self.spec.describe()}: {', '.join(tasks)}" if not task else
+                           f"{self.spec.describe()} has no task {task!r}; its tasks: {', '.join(tasks)}")
+        func = tasks[task].dispatched[0]["main"]
+        sch = ms.tir_integration.compile_tir(self.database(), func, self.target)
+        if sch is None:
+            raise NoValidRecord(f"no valid tuning record for task {task} yet; tune longer (more --trials)")
+        return sch
+
     def seconds(self) -> list[float]:
         """Mean seconds of every record in the order measured (inf: failed)."""
         return measured_seconds(self.work_dir)
@@ -175,14 +245,19 @@ class TuningRun:
             return []
         cut_torn_line(path)
         rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-        return [Progress(r["trials"], r["valid"], float(r["best_seconds"]), r["elapsed_s"]) for r in rows]
+        return [Progress(r["trials"], r["valid"], float(r["best_seconds"]), r["elapsed_s"], r.get("task", ""),
+                         float(r.get("task_seconds", math.inf))) for r in rows]
 
     def state(self) -> Progress:
         """Trials, valid count and best from the database itself (the progress log may lag it)."""
         secs = self.seconds()
         valid = [s for s in secs if s < math.inf]
         rows = self.progress()
-        return Progress(len(secs), len(valid), min(valid, default=math.inf), rows[-1].elapsed_s if rows else 0.0)
+        elapsed = rows[-1].elapsed_s if rows else 0.0
+        if self.is_model:
+            best = sum(t.calls * t.seconds for t in self.task_times()) if secs else math.inf
+            return Progress(len(secs), len(valid), best, elapsed)
+        return Progress(len(secs), len(valid), min(valid, default=math.inf), elapsed)
 
     # -- tuning -------------------------------------------------------------------------------
 
@@ -205,31 +280,47 @@ class TuningRun:
         deadline = started + time_budget_s if time_budget_s is not None else None
         current = Progress(before.trials, before.valid, before.best_seconds, before.elapsed_s)
 
-        def record_round(_candidates, results) -> None:
-            for result in results:
-                secs = record_seconds(result.run_secs) if result.error_msg is None else math.inf
-                current.trials += 1
-                current.valid += secs < math.inf
-                current.best_seconds = min(current.best_seconds, secs)
+        def round_ended() -> None:  # the one round event: progress file, caller's hook
             current.elapsed_s = before.elapsed_s + time.monotonic() - started
             with open(self.work_dir / PROGRESS_FILE, "a") as log:
                 log.write(json.dumps(asdict(current)) + "\n")
             if on_round is not None:
                 on_round(current)
 
+        def kernel_round(_candidates, results) -> None:
+            for result in results:
+                secs = record_seconds(result.run_secs) if result.error_msg is None else math.inf
+                current.trials += 1
+                current.valid += secs < math.inf
+                current.best_seconds = min(current.best_seconds, secs)
+            round_ended()
+
+        def model_round(r: ModelRound) -> None:
+            current.trials += r.measured
+            current.valid += r.valid
+            current.best_seconds = r.model_seconds()
+            current.task, current.task_seconds = r.task, r.best_seconds[r.task]
+            round_ended()
+
         space, strategy = ("post-order-apply", "evolutionary") if metaschedule_default else (self.space(), HeronSearch())
         self.database()  # cuts torn lines before MetaSchedule loads the files
-        tune_workload(
-            self.workload,
-            self.target,
-            str(self.work_dir),
-            todo,
-            num_trials_per_iter=min(per_round, todo),
-            space=space,
-            strategy=WatchedSearch(strategy, deadline=deadline, on_round=record_round),
-            seed=self.spec.seed,
-        )
+        if self.is_model:
+            tune_model(self.model, None, self.target, str(self.work_dir), todo, num_trials_per_iter=per_round,
+                       space=space, strategy=WatchedSearch(strategy, deadline=deadline), seed=self.spec.seed,
+                       on_round=model_round)
+        else:
+            tune_workload(self.workload, self.target, str(self.work_dir), todo, num_trials_per_iter=min(per_round, todo),
+                          space=space, strategy=WatchedSearch(strategy, deadline=deadline, on_round=kernel_round),
+                          seed=self.spec.seed)
         return self.state()
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def _read_spec(run_file: Path) -> RunSpec:

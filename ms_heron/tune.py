@@ -1,23 +1,36 @@
-"""Tune a workload with MetaSchedule and fetch the best schedule, with ms_heron's set-up.
+"""Tune a kernel or a whole model with MetaSchedule, with ms_heron's set-up, and fetch the best.
 
-The set-up every tuning run on this stack needs: repaired VNNI intrinsic, a VNNI check for int8,
-the fast builder, and a clear error when the database holds no valid record.
+The set-up every tuning run on this stack needs, in one place (:func:`_prepare`): the repaired VNNI
+intrinsic registered, ``num-cores`` checked on CPU, the fast builder, MetaSchedule's logger made
+safe; a VNNI check for int8 kernels; and a clear error when the database holds no valid record.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import tvm
+from tvm import IRModule
+from tvm.ir.utils import derived_object
 from tvm.s_tir import Schedule
 from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 from tvm.target import Target
 
 from .builder import local_builder
 from .intrinsics import ensure_registered
+from .records import open_database, record_seconds
+from .relax import lower_for_tuning
+from .search import HeronSearch, WatchedSearch
+from .space import HeronSpace
 from .targets import is_cpu, num_cores, require_vnni
 from .workload import Workload
+
 
 class NoValidRecord(RuntimeError):
     """Tuning produced no candidate that built and ran."""
@@ -49,11 +62,7 @@ def tune_func(
     **tune_tir_kwargs: Any,
 ) -> ms.Database:
     """``ms.tune_tir`` on any PrimFunc into a JSONDatabase under ``work_dir``, with the set-up above."""
-    ensure_registered()
-    if is_cpu(target):
-        num_cores(target)  # raises early with the fix when num-cores is missing
-    tune_tir_kwargs.setdefault("builder", local_builder())
-    drop_unnamed_log_handlers()
+    _prepare(target, tune_tir_kwargs)
     return ms.tune_tir(
         func,
         target,
@@ -64,6 +73,114 @@ def tune_func(
         strategy=strategy,
         seed=seed,
         **tune_tir_kwargs,
+    )
+
+
+def _prepare(target: Target, tune_kwargs: dict) -> None:
+    """What every tuning call needs before MetaSchedule starts (see the module docstring)."""
+    ensure_registered()
+    if is_cpu(target):
+        num_cores(target)  # raises early with the fix when num-cores is missing
+    tune_kwargs.setdefault("builder", local_builder())
+    drop_unnamed_log_handlers()
+
+
+@dataclass
+class ModelRound:
+    """Where model tuning stands after one measured round of one task."""
+
+    task: str
+    trials: int  # measured by this call so far, all tasks
+    max_trials: int
+    measured: int  # candidates in this round
+    valid: int  # of them, the ones that built and ran
+    best_seconds: dict[str, float]  # per task, from the database's records too; inf until one ran
+    weights: dict[str, float]  # how often the model calls each task
+    elapsed_s: float
+
+    def model_seconds(self) -> float:
+        """Estimated model latency: tasks' best kernels times their call counts (inf if any is missing)."""
+        return sum(self.weights[t] * s for t, s in self.best_seconds.items())
+
+
+@derived_object
+class _ReportRounds(PyMeasureCallback):
+    """Measure callback that turns MetaSchedule's per-task rounds into :class:`ModelRound` reports.
+
+    Each task's best starts from the records already in the database, so a resumed run's model
+    estimate counts what earlier runs found.
+    """
+
+    def __init__(self, on_round: Callable[[ModelRound], None], max_trials: int, database: ms.Database):
+        self.on_round, self.max_trials, self.database = on_round, max_trials, database
+        self.started, self.trials = time.monotonic(), 0
+        self.best: dict[str, float] = {}
+        self.weights: dict[str, float] = {}
+
+    def _first_round(self, task_scheduler) -> None:
+        for record in task_scheduler.tasks_:
+            mod = record.ctx.mod
+            top = self.database.get_top_k(self.database.commit_workload(mod), 1) if self.database.has_workload(mod) else []
+            self.best[record.ctx.task_name] = record_seconds(top[0].run_secs) if top else float("inf")
+            self.weights[record.ctx.task_name] = float(record.task_weight)
+
+    def apply(self, task_scheduler, task_id, _candidates, _builder_results, runner_results) -> None:
+        if not self.best:
+            self._first_round(task_scheduler)
+        name = task_scheduler.tasks_[task_id].ctx.task_name
+        self.trials += len(runner_results)
+        seconds = [record_seconds(r.run_secs) if r.error_msg is None else float("inf") for r in runner_results]
+        self.best[name] = min([self.best[name], *seconds])
+        self.on_round(ModelRound(name, self.trials, self.max_trials, len(seconds), sum(s < float("inf") for s in seconds),
+                                 dict(self.best), self.weights, time.monotonic() - self.started))
+
+
+def tune_model(
+    mod: IRModule,
+    params: Mapping[str, Any] | None,
+    target: Target,
+    work_dir: str,
+    max_trials: int,
+    *,
+    max_trials_per_task: int | None = None,
+    num_trials_per_iter: int = 16,
+    space: Any = None,
+    strategy: Any = None,
+    seed: int | None = None,
+    on_round: Callable[[ModelRound], None] | None = None,
+    time_budget_s: float | None = None,
+    **tune_kwargs: Any,
+) -> ms.Database:
+    """Tune every task of the model; ``max_trials`` in total, shared by MetaSchedule's gradient task
+    scheduler. ``space``/``strategy`` default to HeronSpace/HeronSearch; pass "post-order-apply" /
+    "evolutionary" for MetaSchedule's defaults. Records go to a JSONDatabase in ``work_dir``; running
+    again on the same ``work_dir`` adds trials, and HeronSearch starts from the records there.
+
+    ``on_round`` is called after every measured round; ``time_budget_s`` stops starting new rounds
+    once that much wall-clock time has passed (each task still gets its first round).
+    """
+    strategy = HeronSearch() if strategy is None else strategy
+    if time_budget_s is not None:
+        strategy = WatchedSearch(strategy, deadline=time.monotonic() + time_budget_s)
+    os.makedirs(work_dir, exist_ok=True)
+    tune_kwargs.setdefault("database", open_database(work_dir))
+    if on_round is not None:
+        report = _ReportRounds(on_round, max_trials, tune_kwargs["database"])
+        tune_kwargs["measure_callbacks"] = [*ms.MeasureCallback.create("default"), report]
+    lowered = lower_for_tuning(mod, params, target)
+    _prepare(target, tune_kwargs)
+    return ms.relax_integration.tune_relax(
+        lowered,
+        params={},
+        target=target,
+        work_dir=work_dir,
+        max_trials_global=max_trials,
+        max_trials_per_task=max_trials_per_task,
+        num_trials_per_iter=num_trials_per_iter,
+        space=HeronSpace() if space is None else space,
+        strategy=strategy,
+        seed=seed,
+        **tune_kwargs,
     )
 
 

@@ -1,5 +1,8 @@
 """Shared fixtures: the CPU target and small instances of every workload family."""
 
+import subprocess
+import sys
+
 import pytest
 from tvm.s_tir import meta_schedule as ms
 
@@ -35,3 +38,9 @@ def timing_out_runner():
     runner.timeout_sec = 1e-4
     runner.pool._timeout = 1e-4  # pylint: disable=protected-access  # PopenPoolExecutor's per-call limit
     return runner
+
+
+def ms_heron_cli(*args, timeout=600, cwd=None) -> subprocess.CompletedProcess:
+    """The ``ms-heron`` command as a user runs it: a subprocess, output captured."""
+    return subprocess.run([sys.executable, "-m", "ms_heron.cli", *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, cwd=cwd)

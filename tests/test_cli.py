@@ -9,15 +9,11 @@ import sys
 
 import pytest
 
-
-def _ms_heron(*args, timeout=600):
-    return subprocess.run(
-        [sys.executable, "-m", "ms_heron.cli", *args], capture_output=True, text=True, timeout=timeout
-    )
+from conftest import ms_heron_cli
 
 
 def test_demo_tunes_checks_and_compares(tmp_path):
-    proc = _ms_heron("demo", "--shape", "64", "64", "64", "--trials", "4", "--work-dir", str(tmp_path))
+    proc = ms_heron_cli("demo", "--shape", "64", "64", "64", "--trials", "4", "--work-dir", str(tmp_path))
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout
     assert "checked bit-exact against numpy" in out
@@ -30,7 +26,7 @@ def test_demo_tunes_checks_and_compares(tmp_path):
 
 
 def test_demo_rejects_old_target_string():
-    proc = _ms_heron("demo", "--target", "llvm -mcpu=znver4")
+    proc = ms_heron_cli("demo", "--target", "llvm -mcpu=znver4")
     assert proc.returncode == 2
     assert "old CLI form" in proc.stderr and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
@@ -38,13 +34,13 @@ def test_demo_rejects_old_target_string():
 
 def test_demo_rejects_cpu_without_vnni():
     target = json.dumps({"kind": "llvm", "mcpu": "haswell", "num-cores": 2})
-    proc = _ms_heron("demo", "--target", target, "--trials", "2")
+    proc = ms_heron_cli("demo", "--target", target, "--trials", "2")
     assert proc.returncode == 2
     assert "'haswell' has none" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_demo_rejects_shape_vnni_cannot_take():
-    proc = _ms_heron("demo", "--shape", "64", "60", "64")
+    proc = ms_heron_cli("demo", "--shape", "64", "60", "64")
     assert proc.returncode == 2
     assert "nearest valid N is 64" in proc.stderr
 
@@ -62,13 +58,13 @@ def _trace_lines(work_dir):
 
 def test_tune_resume_report_show(tmp_path):
     work = tmp_path / "run"
-    proc = _ms_heron("tune", *SMALL_GEMM, "--trials", "8", "--round-size", "4", "--work-dir", str(work), "--baseline", "metaschedule")
+    proc = ms_heron_cli("tune", *SMALL_GEMM, "--trials", "8", "--round-size", "4", "--work-dir", str(work), "--baseline", "metaschedule")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert re.search(r"ms_heron:\s+8/8 trials \| best [\d.]+ ms = [\d.]+ GOPS \| valid 100%", proc.stdout), proc.stdout
     assert re.search(r"speed-up\s+[\d.]+x", proc.stdout) and "MetaSchedule default:    8/8 trials" in proc.stdout
     assert len(_trace_lines(work)) == 8 and len(_trace_lines(work / "baseline")) == 8
 
-    again = _ms_heron("tune", *SMALL_GEMM, "--trials", "12", "--round-size", "4", "--work-dir", str(work))
+    again = ms_heron_cli("tune", *SMALL_GEMM, "--trials", "12", "--round-size", "4", "--work-dir", str(work))
     assert again.returncode == 0, again.stderr[-3000:]
     assert "resuming from 8 records" in again.stdout and "12/12 trials" in again.stdout
     traces = _trace_lines(work)
@@ -76,20 +72,20 @@ def test_tune_resume_report_show(tmp_path):
     log = "".join(p.read_text() for p in (work / "logs").glob("*task*"))
     assert "warm start: 8 of 8 earlier records" in log
 
-    report = _ms_heron("report", str(work))
+    report = ms_heron_cli("report", str(work))
     assert report.returncode == 0, report.stderr[-3000:]
     png = (work / "tuning_curve.png").read_bytes()
     assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 10_000
     text = (work / "report.md").read_text()
     assert "| trials | 12 | 8 |" in text and "% of measured VNNI peak" in text and "unconstrained size" in text
 
-    show = _ms_heron("show", str(work))
+    show = ms_heron_cli("show", str(work))
     assert show.returncode == 0, show.stderr[-3000:]
     assert "T.call_llvm_pure_intrin" in show.stdout and "sch.sample_perfect_tile" in show.stdout
 
 
 def test_time_budget_stops_after_the_round_in_flight(tmp_path):
-    proc = _ms_heron("tune", *SMALL_GEMM, "--trials", "40", "--round-size", "4", "--time-budget", "1s", "--work-dir", str(tmp_path))
+    proc = ms_heron_cli("tune", *SMALL_GEMM, "--trials", "40", "--round-size", "4", "--time-budget", "1s", "--work-dir", str(tmp_path))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert len(_trace_lines(tmp_path)) == 4
 
@@ -104,7 +100,7 @@ def test_killed_run_loses_at_most_the_round_in_flight_and_resumes(tmp_path):
     proc.wait()
     kept = len(_trace_lines(tmp_path))
     assert 4 <= kept < 40  # the round just reported may still have been on its way to the database
-    again = _ms_heron("tune", *SMALL_GEMM, "--trials", "16", "--round-size", "4", "--work-dir", str(tmp_path))
+    again = ms_heron_cli("tune", *SMALL_GEMM, "--trials", "16", "--round-size", "4", "--work-dir", str(tmp_path))
     assert again.returncode == 0, again.stderr[-3000:]
     assert f"resuming from {kept} records" in again.stdout or kept >= 16
     assert len(_trace_lines(tmp_path)) == max(kept, 16)
@@ -112,10 +108,10 @@ def test_killed_run_loses_at_most_the_round_in_flight_and_resumes(tmp_path):
 
 def test_torn_last_record_is_cut_on_resume(tmp_path):
     """A kill inside a write leaves half a line: the run still loads, minus that record."""
-    assert _ms_heron("tune", *SMALL_GEMM, "--trials", "4", "--work-dir", str(tmp_path)).returncode == 0
+    assert ms_heron_cli("tune", *SMALL_GEMM, "--trials", "4", "--work-dir", str(tmp_path)).returncode == 0
     records = tmp_path / "database_tuning_record.json"
     records.write_text(records.read_text() + '[0, [[["GetSBlock", [], ["C"')
-    show = _ms_heron("show", str(tmp_path))
+    show = ms_heron_cli("show", str(tmp_path))
     assert show.returncode == 0, show.stderr[-3000:]
     assert len(_trace_lines(tmp_path)) == 4
 
@@ -132,19 +128,19 @@ def test_torn_last_record_is_cut_on_resume(tmp_path):
     ],
 )
 def test_bad_input_gets_one_line_naming_the_fix(args, message):
-    proc = _ms_heron(*args)
+    proc = ms_heron_cli(*args)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert message in proc.stderr and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
 
 
 def test_work_dir_of_another_workload_or_unwritable_is_refused(tmp_path):
-    assert _ms_heron("tune", *SMALL_GEMM, "--trials", "2", "--work-dir", str(tmp_path)).returncode == 0
-    other = _ms_heron("tune", "bmm", "--shape", "B=2", "M=8", "N=16", "K=8", "--trials", "2", "--work-dir", str(tmp_path))
+    assert ms_heron_cli("tune", *SMALL_GEMM, "--trials", "2", "--work-dir", str(tmp_path)).returncode == 0
+    other = ms_heron_cli("tune", "bmm", "--shape", "B=2", "M=8", "N=16", "K=8", "--trials", "2", "--work-dir", str(tmp_path))
     assert other.returncode == 2 and "holds a run of gemm M=64 N=64 K=64 int8" in other.stderr
     blocker = tmp_path / "a_file"
     blocker.write_text("")
-    unwritable = _ms_heron("tune", *SMALL_GEMM, "--work-dir", str(blocker / "run"))
+    unwritable = ms_heron_cli("tune", *SMALL_GEMM, "--work-dir", str(blocker / "run"))
     assert unwritable.returncode == 2 and "choose a writable --work-dir" in unwritable.stderr
     assert "Traceback" not in other.stderr + unwritable.stderr
 
@@ -158,22 +154,22 @@ def test_a_users_tvmscript_kernel_is_a_run_with_resume_and_show(tmp_path):
     source = tmp_path / "kernel.py"
     source.write_text(KERNEL)
     work = tmp_path / "run"
-    proc = _ms_heron("tune", f"{source}:row_scale", "--trials", "3", "--round-size", "3", "--work-dir", str(work))
+    proc = ms_heron_cli("tune", f"{source}:row_scale", "--trials", "3", "--round-size", "3", "--work-dir", str(work))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "kernel row_scale (fp32)" in proc.stdout and re.search(r"ms_heron:\s+3/3 trials", proc.stdout), proc.stdout
     assert "row_scale" in json.loads((work / "ms_heron_run.json").read_text())["kernel"]
     source.unlink()  # the work dir alone carries the run from here
-    show = _ms_heron("show", str(work))
+    show = ms_heron_cli("show", str(work))
     assert show.returncode == 0, show.stderr[-2000:]
     assert 'T.sblock("scale")' in show.stdout and "sch.get_sblock" in show.stdout
-    other = _ms_heron("tune", *SMALL_GEMM, "--trials", "2", "--work-dir", str(work))
+    other = ms_heron_cli("tune", *SMALL_GEMM, "--trials", "2", "--work-dir", str(work))
     assert other.returncode == 2 and "holds a run of kernel row_scale (fp32)" in other.stderr
 
 
 def test_kernel_file_errors_name_the_fix(tmp_path):
     source = tmp_path / "kernel.py"
     source.write_text(KERNEL)
-    missing = _ms_heron("tune", f"{source}:nope")
+    missing = ms_heron_cli("tune", f"{source}:nope")
     assert missing.returncode == 2 and "defines no PrimFunc named 'nope'; it defines: row_scale" in missing.stderr
-    absent = _ms_heron("tune", str(tmp_path / "absent.py"))
+    absent = ms_heron_cli("tune", str(tmp_path / "absent.py"))
     assert absent.returncode == 2 and "no such file" in absent.stderr and "Traceback" not in absent.stderr

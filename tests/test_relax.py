@@ -1,8 +1,8 @@
 """Whole models through Relax: nn.Module and ONNX import, tuning, compilation, fallback, bad input."""
 
+import json
+import math
 import re
-import subprocess
-import sys
 import warnings
 
 import numpy as np
@@ -13,11 +13,12 @@ from onnx import TensorProto, helper
 from tvm.relax.frontend import nn
 
 from ms_heron.records import open_database
-from ms_heron.relax import ModelError, compile_model, from_onnx, run_model, tune_model
+from ms_heron.relax import ModelError, compile_model, from_onnx, run_model
+from ms_heron.tune import tune_model
 from ms_heron.testing import models
 from ms_heron.testing.baselines import onnxruntime_model
 
-from conftest import timing_out_runner
+from conftest import ms_heron_cli, timing_out_runner
 
 
 class _TwoLayer(nn.Module):
@@ -68,11 +69,7 @@ def test_int8_onnx_model_through_the_cli_reaches_vnni_and_matches_onnxruntime(tm
     model = models.mlp(int8=True)
     path = tmp_path / "mlp.onnx"
     onnx.save(model.proto, path)
-    proc = subprocess.run(
-        [sys.executable, "-m", "ms_heron.cli", "tune-model", str(path), "--trials", "12", "--round-size", "4",
-         "--work-dir", str(tmp_path / "wd")],
-        capture_output=True, text=True, timeout=600,
-    )
+    proc = ms_heron_cli("tune-model", path, "--trials", 12, "--round-size", 4, "--work-dir", tmp_path / "wd")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert re.search(r"task 3/3 .*: best [\d.]+ ms", proc.stdout), proc.stdout
     match = re.search(r"max abs difference of the outputs: ([\d.e+-]+)", proc.stdout)
@@ -88,6 +85,36 @@ def test_int8_onnx_model_through_the_cli_reaches_vnni_and_matches_onnxruntime(tm
     executable = compile_model(open_database(tmp_path / "wd"), mod, None, cpu_target)
     assert "vpdpbusd" in executable.mod.imports[0].inspect_source("asm")
     assert "layout_rewrite" not in executable.as_text()  # weights were re-laid out once, at compile time
+    _model_work_dir_reports_shows_and_resumes(tmp_path / "wd", path)
+
+
+def _model_work_dir_reports_shows_and_resumes(work_dir, path):
+    """A model's work dir is a run like an operator's: report, show TASK, resume, refuse another model."""
+    report = ms_heron_cli("report", work_dir)
+    assert report.returncode == 0, report.stderr[-3000:]
+    text = (work_dir / "report.md").read_text()
+    assert re.search(r"\| estimated model latency \| [\d.]+ ms \|", text), text
+    tasks = re.findall(r"^\| (fused_\w+) \| 1 \|", text, flags=re.M)
+    assert len(tasks) == 3 and (work_dir / "tuning_curve.png").stat().st_size > 0
+
+    unnamed = ms_heron_cli("show", work_dir)
+    assert unnamed.returncode == 2 and f"name a task of model {path.name}: " in unnamed.stderr
+    shown = ms_heron_cli("show", work_dir, tasks[0])
+    assert shown.returncode == 0, shown.stderr[-3000:]
+    assert f"# best schedule of task {tasks[0]} of model {path.name}" in shown.stdout and "T.prim_func" in shown.stdout
+
+    held = len((work_dir / "database_tuning_record.json").read_text().splitlines())
+    again = ms_heron_cli("tune-model", path, "--trials", held + 4, "--round-size", 4, "--work-dir", work_dir)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"resuming from {held} records" in again.stdout
+    assert len((work_dir / "database_tuning_record.json").read_text().splitlines()) >= held + 4
+    rounds = [json.loads(line) for line in (work_dir / "progress.jsonl").read_text().splitlines()]
+    assert rounds[-1]["trials"] >= held + 4 and rounds[-1]["task"] in tasks and rounds[-1]["best_seconds"] < math.inf
+
+    other = path.with_name("other.onnx")
+    onnx.save(models.mlp(int8=False).proto, other)
+    refused = ms_heron_cli("tune-model", other, "--work-dir", work_dir)
+    assert refused.returncode == 2 and f"holds a run of model {path.name}, not model other.onnx" in refused.stderr
 
 
 def _matmul_model(nodes, x_shape, extra_inputs=()):
@@ -126,8 +153,7 @@ def test_onnx_operator_relax_cannot_import_is_named():
 def test_tune_model_rejects_bad_input_in_one_line(tmp_path, args, message):
     path = tmp_path / "m.onnx"
     onnx.save(_matmul_model([helper.make_node("MatMul", ["x", "w"], ["y"])], ["batch", 4]), path)
-    proc = subprocess.run([sys.executable, "-m", "ms_heron.cli", "tune-model", *[a.format(model=path) for a in args]],
-                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    proc = ms_heron_cli("tune-model", *[a.format(model=path) for a in args], timeout=120, cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr
     assert message in proc.stderr and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
