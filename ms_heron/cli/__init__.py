@@ -1,0 +1,42 @@
+"""The ``ms-heron`` command, one module per command.
+
+* ``demo``: tune an int8 VNNI GEMM on this CPU and compare it with ONNX Runtime's
+  ``MatMulInteger`` in the same run;
+* ``tune``: tune a workload or your kernel into a work dir with live progress, a wall-clock budget
+  and an optional MetaSchedule baseline; re-running it on the same work dir resumes;
+* ``tune-model``: tune every kernel of an ONNX model through Relax (resumable), save the compiled
+  model and compare it with ONNX Runtime on the same file;
+* ``report`` / ``show``: what a work dir found, as markdown + PNG, or as TVMScript + trace.
+
+Errors a user can fix are printed as one line, exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from . import demo, report, tune, tune_model
+from .common import USER_ERRORS, shared_options
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ms-heron",
+        description="Heron's constraint-aware auto-scheduling on TVM MetaSchedule: tune kernels and whole models.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    shared = shared_options()
+    for command in (demo, tune, tune_model):
+        command.add_parser(sub, shared)
+    report.add_parsers(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except USER_ERRORS as err:
+        print(f"ms-heron: error: {err}", file=sys.stderr)
+        return 2

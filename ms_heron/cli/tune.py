@@ -1,0 +1,124 @@
+"""``ms-heron tune``: tune a suite workload or a user's kernel into a work dir with live progress, a
+wall-clock budget and an optional MetaSchedule baseline; re-running it on the same work dir resumes."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import sys
+import time
+
+from ..session import TRIALS_PER_ROUND, RunSpec, TuningRun, summary_rows
+from ..targets import cpu_name, parse_target, require_vnni
+from ..testing import workloads
+from ..workload import Workload, load_kernel
+from .common import UsageError, clock, parse_duration, quiet_metaschedule
+
+
+def add_parser(sub, shared: argparse.ArgumentParser) -> None:
+    tune = sub.add_parser("tune", parents=[shared], help="tune a workload into a work dir (re-run to resume)")
+    tune.add_argument("workload", help=f"a case such as gemm.G1, a family ({', '.join(workloads.FAMILIES)}) with --shape, "
+                      "or your TVMScript kernel as kernel.py[:name]")
+    tune.add_argument("--shape", nargs="+", metavar="NAME=INT", help="the family's dimensions, e.g. M=512 N=512 K=512")
+    tune.add_argument("--dtype", default="int8", choices=list(workloads.DTYPES), help="a case's or family's form (a kernel has its own)")
+    tune.add_argument("--trials", type=int, default=200, help="records the work dir should hold in the end (default 200)")
+    tune.add_argument("--time-budget", help="wall-clock limit such as 10m; the round in flight finishes first")
+    tune.add_argument("--work-dir", help="database, logs and progress (default: ms_heron_runs/<workload>)")
+    tune.add_argument("--round-size", type=int, default=TRIALS_PER_ROUND, help=f"candidates measured per round (default {TRIALS_PER_ROUND})")
+    tune.add_argument(
+        "--baseline", choices=["metaschedule"], help="also tune with MetaSchedule's default search, same trials, in <work-dir>/baseline"
+    )
+    tune.set_defaults(run=run)
+
+
+def _workload(args: argparse.Namespace) -> Workload:
+    """A case name (``gemm.G1``), a family with ``--shape NAME=INT ...``, or ``kernel.py[:name]``."""
+    if re.fullmatch(r".+\.py(:\w+)?", args.workload):
+        if args.shape:
+            raise UsageError(f"{args.workload} is a kernel with its own shapes; drop --shape")
+        return load_kernel(args.workload)
+    if "." in args.workload:
+        if args.shape:
+            raise UsageError(f"{args.workload} is a named case with a fixed shape; drop --shape or name a family")
+        return workloads.case(args.workload, args.dtype)
+    shape = {}
+    for item in args.shape or []:
+        match = re.fullmatch(r"(\w+)=(\d+)", item)
+        if not match:
+            raise UsageError(f"--shape takes NAME=INT items such as M=1024, got {item!r}")
+        shape[match.group(1)] = int(match.group(2))
+    if args.workload in workloads.FAMILIES and not shape:
+        cases = [c for c in workloads.CASES if c.startswith(args.workload + ".")]
+        raise UsageError(f"{args.workload} needs --shape (e.g. M=1024 N=1024 K=1024) or a named case such as {cases[0]}")
+    return workloads.make(args.workload, args.dtype, **shape)
+
+
+class _ProgressLine:
+    """One status line per measured round; redrawn in place on a terminal."""
+
+    def __init__(self, label: str, ops: float, trials: int, start_trials: int, budget_s: float | None):
+        self.label, self.ops, self.trials, self.budget_s = label, ops, trials, budget_s
+        self.start_trials, self.started = start_trials, time.monotonic()
+        self.tty = sys.stdout.isatty()
+
+    def __call__(self, p) -> None:
+        spent = time.monotonic() - self.started
+        done_here = p.trials - self.start_trials
+        left = spent / done_here * (self.trials - p.trials) if done_here else math.inf
+        if self.budget_s is not None:
+            left = min(left, max(0.0, self.budget_s - spent))
+        best = f"{p.best_seconds * 1e3:.4f} ms = {p.best_gops(self.ops):.1f} GOPS" if p.best_seconds < math.inf else "none yet"
+        line = (
+            f"{self.label}: {p.trials:4d}/{self.trials} trials | best {best} | valid {p.valid / max(p.trials, 1):.0%} "
+            f"| {clock(spent)} elapsed, ~{clock(left) if left < math.inf else '?'} left"
+        )
+        print(("\r" + line.ljust(110)) if self.tty else line, end="" if self.tty else "\n", flush=True)
+
+    def close(self) -> None:
+        if self.tty:
+            print(flush=True)
+
+
+def _tune_arm(run: TuningRun, label: str, args: argparse.Namespace, trials: int, budget_s: float | None, default: bool):
+    start = run.state()
+    if start.trials >= trials:
+        print(f"{label}: {start.trials} records already in {run.work_dir}; nothing to tune (raise --trials to go on)")
+        return
+    if start.trials:
+        print(f"{label}: resuming from {start.trials} records in {run.work_dir}")
+    show = _ProgressLine(label, run.workload.ops, trials, start.trials, budget_s)
+    try:
+        run.tune(trials, budget_s, on_round=show, metaschedule_default=default, per_round=args.round_size)
+    finally:
+        show.close()
+
+
+def run(args: argparse.Namespace) -> int:
+    workload = _workload(args)
+    target = parse_target(args.target)
+    if workload.dtype == "int8":
+        require_vnni(target)
+    if args.trials < 1 or args.round_size < 1:
+        raise UsageError("--trials and --round-size must be at least 1")
+    budget_s = parse_duration(args.time_budget) if args.time_budget else None
+    work_dir = args.work_dir or f"ms_heron_runs/{workload.name}"
+    quiet_metaschedule(args.verbose)
+    run = TuningRun.create(work_dir, RunSpec.of(workload, target, args.seed))
+    print(f"ms-heron tune: {run.spec.describe()} on {cpu_name(run.target)}; records in {run.work_dir}")
+    _tune_arm(run, "ms_heron", args, args.trials, budget_s, default=False)
+    arms = [("ms_heron", run)]
+    if args.baseline == "metaschedule":
+        baseline = run.baseline()
+        _tune_arm(baseline, "MetaSchedule default", args, run.state().trials, None, default=True)
+        arms.append(("MetaSchedule default", baseline))
+    _print_table(workload, arms)
+    print(f"report with plots: ms-heron report {run.work_dir}; best schedule: ms-heron show {run.work_dir}")
+    return 0
+
+
+def _print_table(workload: Workload, arms: list) -> None:
+    rows = summary_rows([r.state() for _, r in arms], workload.ops)
+    print(f"\n{'':22s}" + "".join(f"{label:>24s}" for label, _ in arms))
+    for name, cells in rows.items():
+        print(f"{name:22s}" + "".join(f"{c:>24s}" for c in cells))

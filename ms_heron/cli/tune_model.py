@@ -1,0 +1,126 @@
+"""``ms-heron tune-model``: tune every kernel of an ONNX model into a work dir (resumable), save the
+compiled model and compare it with ONNX Runtime on the same file."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import time
+
+from ..session import RunSpec, TuningRun
+from ..targets import cpu_name, num_cores, parse_target
+from .common import UsageError, clock, parse_duration, quiet_metaschedule
+
+
+def add_parser(sub, shared: argparse.ArgumentParser) -> None:
+    model = sub.add_parser("tune-model", parents=[shared], help="tune every kernel of an ONNX model, compile it, compare with ONNX Runtime")
+    model.add_argument("model", help="an .onnx file")
+    model.add_argument("--input-shape", nargs="+", metavar="NAME:DIMS", help="static shapes for symbolic inputs, e.g. x:1,128")
+    model.add_argument("--trials", type=int, default=200, help="records over all tasks the work dir should hold in the end (default 200)")
+    model.add_argument("--time-budget", help="wall-clock limit such as 30m; rounds in flight finish first")
+    model.add_argument("--work-dir", help="database and logs (default: ms_heron_models/<model>); re-run to resume")
+    model.add_argument("--output", help="compiled model library (default: <work-dir>/<model>_tuned.so)")
+    model.add_argument("--round-size", type=int, default=16, help="candidates measured per task round (default 16)")
+    model.set_defaults(run=run)
+
+
+def _input_shapes(items: list[str] | None) -> dict[str, tuple[int, ...]]:
+    shapes = {}
+    for item in items or []:
+        match = re.fullmatch(r"([^:]+):(\d+(?:,\d+)*)", item)
+        if not match:
+            raise UsageError(f"--input-shape takes NAME:DIMS items such as x:1,128, got {item!r}")
+        shapes[match.group(1)] = tuple(int(d) for d in match.group(2).split(","))
+    return shapes
+
+
+class _ModelProgressLine:
+    """One line per measured round of model tuning: trials, the task just measured, model estimate."""
+
+    def __init__(self, tasks: list[str], trials: int, budget_s: float | None):
+        self.tasks, self.trials, self.budget_s = tasks, trials, budget_s
+        self.started = time.monotonic()
+
+    def __call__(self, p) -> None:
+        spent = time.monotonic() - self.started
+        model = f"{p.best_seconds * 1e3:.3f} ms" if p.best_seconds < math.inf else "? (tasks untried)"
+        budget = f" of {clock(self.budget_s)}" if self.budget_s is not None else ""
+        print(
+            f"  {p.trials:4d}/{self.trials} trials | task {self.tasks.index(p.task) + 1}/{len(self.tasks)} {p.task}: "
+            f"best {p.task_seconds * 1e3:.4f} ms | model ~{model} | {clock(spent)}{budget}",
+            flush=True,
+        )
+
+
+def run(args: argparse.Namespace) -> int:
+    # pylint: disable=import-outside-toplevel
+    from pathlib import Path
+
+    import numpy as np
+
+    from ..relax import compile_model, run_model, task_table, time_model
+    from ..testing.baselines import BaselineUnavailable, onnxruntime_model
+
+    path = Path(args.model)
+    if not path.is_file():
+        raise UsageError(f"no ONNX model at {path}")
+    if args.trials < 1 or args.round_size < 1:
+        raise UsageError("--trials and --round-size must be at least 1")
+    budget_s = parse_duration(args.time_budget) if args.time_budget else None
+    target = parse_target(args.target)
+    work_dir = Path(args.work_dir or f"ms_heron_models/{path.stem}")
+    run = TuningRun.create(work_dir, RunSpec.of_model(path, _input_shapes(args.input_shape), target, args.seed))
+    output = Path(args.output or work_dir / f"{path.stem}_tuned.so")
+    tasks = [t.name for t in run.task_times()]
+    print(f"ms-heron tune-model: {path.name}, {len(tasks)} tasks, {args.trials} trials on {cpu_name(run.target)}; "
+          f"records in {work_dir}")
+    quiet_metaschedule(args.verbose)
+    start = run.state()
+    if start.trials >= args.trials:
+        print(f"{start.trials} records already in {work_dir}; nothing to tune (raise --trials to go on)")
+    else:
+        if start.trials:
+            print(f"resuming from {start.trials} records in {work_dir}")
+        run.tune(args.trials, budget_s, on_round=_ModelProgressLine(tasks, args.trials, budget_s), per_round=args.round_size)
+    print("\nper task (best kernel measured while tuning, calls per model run, share of the model estimate):")
+    print("\n".join(task_table({"ms_heron": run.task_times()})))
+    db = run.database()
+    executable = compile_model(db, run.model, None, run.target)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    executable.export_library(str(output))
+    rng = np.random.default_rng(args.seed)
+    inputs = {p.name: _random_input(rng, p) for p in run.model["main"].params}
+    outputs, tuned_s = run_model(executable, inputs), time_model(executable, inputs)
+    print(f"tuned in {run.state().elapsed_s:.0f} s; compiled model: {output} "
+          "(load with tvm.runtime.load_module, run with relax.VirtualMachine)")
+    print(f"report with plots: ms-heron report {work_dir}; a task's best schedule: ms-heron show {work_dir} TASK")
+    print(f"{'ms_heron (tuned)':28s}{tuned_s * 1e3:10.3f} ms")
+    try:
+        import onnx
+
+        ort_outputs, ort_s = onnxruntime_model(onnx.load(str(path)), dict(zip(_onnx_input_names(path), inputs.values())),
+                                               threads=num_cores(run.target))
+    except BaselineUnavailable as err:
+        print(f"note: {err}")
+        return 0
+    diff = max(float(np.abs(a - b).max()) for a, b in zip(outputs, ort_outputs))
+    print(f"{'ONNX Runtime':28s}{ort_s * 1e3:10.3f} ms")
+    print(f"speed-up over ONNX Runtime: {ort_s / tuned_s:.2f}x; max abs difference of the outputs: {diff:.3g}")
+    return 0
+
+
+def _random_input(rng, param):
+    """A deterministic input for a Relax parameter: normal floats, small non-negative integers."""
+    shape, dtype = [int(d) for d in param.ty.shape.values], str(param.ty.dtype)
+    if dtype.startswith("float"):
+        return rng.standard_normal(shape).astype(dtype)
+    return rng.integers(0, 8, size=shape).astype(dtype)
+
+
+def _onnx_input_names(path) -> list[str]:
+    import onnx  # pylint: disable=import-outside-toplevel
+
+    graph = onnx.load(str(path)).graph
+    weights = {i.name for i in graph.initializer}
+    return [i.name for i in graph.input if i.name not in weights]
