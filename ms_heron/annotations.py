@@ -1,8 +1,8 @@
 """The contract between the rules and the constraint model: block annotations and how to read them.
 
 Rules record the role of every loop level as block annotations, so that later rules, and the
-constraint model, recover them from the trace alone (DESIGN.md: the trace is the single source of
-truth). The keys live here, with the few readers both sides need, so that ``constraints/`` never
+constraint model, recover them from the trace alone (the trace is the single source of truth: a
+design space's trace and the target rebuild its constraint model). The keys live here, with the few readers both sides need, so that ``constraints/`` never
 imports ``rules/``.
 """
 

@@ -21,6 +21,8 @@ class WrongResult(AssertionError):
 
 @dataclass(frozen=True)
 class Timing:
+    """A kernel's measured seconds per call and its operation count."""
+
     seconds: float
     ops: int
 

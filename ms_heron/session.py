@@ -59,6 +59,8 @@ class RunError(ValueError):
 
 @dataclass(frozen=True)
 class RunSpec:
+    """What a work dir tunes, as stored in its run file: enough to rebuild the task(s) alone."""
+
     family: str
     shape: dict
     dtype: str

@@ -12,7 +12,7 @@ import math
 
 from tvm import tirx
 
-from .model import MAX_BOUND, Constraint, ConstraintModel, Footprint
+from .model import MAX_BOUND, Constraint, ConstraintKind, ConstraintModel, Footprint
 from .walk import Walk, block_name
 
 #: Suffix of a padded buffer's element count without the padding.
@@ -218,7 +218,8 @@ def dtype_bytes(dtype) -> int:
     return max(1, bits // 8)
 
 
-def add_summed_bytes(model: ConstraintModel, footprints, limit: int, label: str, performance: bool, kind: str = "memory") -> None:
+def add_summed_bytes(model: ConstraintModel, footprints, limit: int, label: str, performance: bool,
+                     kind: ConstraintKind = "memory") -> None:
     """Per tiled block, the bytes of its ``footprints`` summed within ``limit``."""
     by_block: dict[str, list] = {}
     for fp in footprints:

@@ -17,6 +17,9 @@ from tvm.s_tir.schedule import Instruction
 
 Values = dict  # variable name -> int
 DecisionKind = Literal["tile", "categorical", "location"]
+#: What a constraint limits: tiles multiplying to the extent, a categorical's range, parallel jobs
+#: covering the cores, vector lanes, registers of the micro-kernel, bytes in a memory level, threads.
+ConstraintKind = Literal["split", "candidates", "parallel", "vector", "register", "memory", "L1", "L2", "threads"]
 #: CP-SAT's integer domain is int64; bounds of derived products are capped here (they stay sound:
 #: a product of loop factors never comes near it).
 MAX_BOUND = (1 << 62) - 1
@@ -56,8 +59,11 @@ class Decision:
 
 @dataclass(frozen=True)
 class Constraint:
+    """One condition on a design space's values, named for messages and checkable in Python
+    (the soundness tests and replay's repair check evaluate ``holds``; CP-SAT gets its own form)."""
+
     name: str
-    kind: str  # split, candidates, parallel, vector, memory, register, L1, L2, threads
+    kind: ConstraintKind
     holds: Callable[[Values], bool] = field(repr=False)
     #: Performance constraints can be switched off; validity constraints cannot.
     performance: bool = False

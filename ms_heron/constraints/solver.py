@@ -21,6 +21,9 @@ class Infeasible(RuntimeError):
 
 
 class Solver:
+    """CP-SAT over one ConstraintModel: random solutions, completions of partly fixed values, and the
+    solution nearest to a hint (how a draw that breaks a constraint is repaired)."""
+
     def __init__(self, model: ConstraintModel, seed: int = 0, time_limit_s: float = 5.0):
         self.model = model
         self.rng = random.Random(seed)

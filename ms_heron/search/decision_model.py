@@ -17,6 +17,9 @@ MIN_SAMPLES = 8
 
 
 class DecisionModel:
+    """Heron's cost model: gradient-boosted trees on one design space's decision values, whose
+    split gains also pick the key variables crossover keeps."""
+
     def __init__(self, variables: list[str], seed: int = 0):
         self.variables = list(variables)
         self.seed = seed

@@ -18,6 +18,8 @@ from ..constraints import Infeasible, Solver
 
 @dataclass(eq=False)
 class Program:
+    """One point of the search: a design space and a CP-SAT solution of its constraint model."""
+
     space: int
     values: dict
     score: float = 0.0

@@ -9,24 +9,31 @@ round both predict the batch before it is measured; whichever ordered the last r
 from __future__ import annotations
 
 import math
+from typing import Literal
+
 import numpy as np
 
 from .decision_model import DecisionModel, rank_correlation
 from .genetic import Program
 
-FEATURES, DECISIONS = "program-features", "decision-vector"
+#: The two cost models: MetaSchedule's XGBoost on program features, Heron's on decision values.
+CostModelName = Literal["program-features", "decision-vector"]
+FEATURES: CostModelName = "program-features"
+DECISIONS: CostModelName = "decision-vector"
 #: Rounds of ranking quality that decide which cost model ranks the next round.
 QUALITY_WINDOW = 3
 
 
 class Ranking:
+    """Both cost models of a task and the record of how well each ordered the measured rounds."""
+
     def __init__(self, variables_per_space: list[list[str]], seed: int, cost_model=None):
         #: MetaSchedule's cost model on program features (None: not given by the task scheduler).
         self.cost_model = cost_model
         self.decision_models = [DecisionModel(v, seed=seed) for v in variables_per_space]
         self.quality: dict[str, list[float]] = {FEATURES: [], DECISIONS: []}
 
-    def ranking_model(self) -> str:
+    def ranking_model(self) -> CostModelName:
         """The model whose recent predictions ordered measured batches best; Heron's by default."""
         recent = {name: np.mean(q[-QUALITY_WINDOW:]) for name, q in self.quality.items() if q}
         if len(recent) == 2:

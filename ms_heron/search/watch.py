@@ -21,6 +21,8 @@ RoundHook = Callable[[list, list], None]
 
 @derived_object
 class WatchedSearch(PySearchStrategy):
+    """``inner`` (a strategy or its MetaSchedule name) with a deadline, a stopwatch and a round hook."""
+
     def __init__(
         self,
         inner,

@@ -432,7 +432,7 @@ FAMILIES: dict[str, Callable[..., Workload]] = {
 
 _RESNET_3X3 = [(56, 64, 64), (28, 128, 128), (14, 256, 256)]
 
-#: Heron's configs (research/heron.md §6); 1000 is 1008 as in Heron's CPU configs (VNNI needs 16 | N).
+#: Heron's benchmark configs (the paper's §6 CPU and GPU operator tables); 1000 is 1008 as in Heron's CPU configs (VNNI needs 16 | N).
 CASES: dict[str, tuple[str, dict]] = {
     "gemm.G1": ("gemm", dict(M=1024, K=1024, N=1024)),
     "gemm.G2": ("gemm", dict(M=4096, K=4096, N=4096)),
