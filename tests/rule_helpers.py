@@ -1,5 +1,10 @@
-"""Helpers for the rule tests: design spaces through MetaSchedule's stock PostOrderApply."""
+"""Helpers the tests share: design spaces through stock PostOrderApply, schedule inspection, allocations in lowered TIR."""
 
+import math
+import re
+
+import tvm
+import tvm.s_tir.transform as s_tir_transform
 from tvm.s_tir import Schedule, Trace
 from tvm.s_tir import meta_schedule as ms
 
@@ -45,3 +50,27 @@ _LOOKUPS = {"GetSBlock", "GetChildBlocks", "GetLoops", "GetConsumers", "GetProdu
 def schedule_steps(sch):
     """Names of the trace's instructions that change or sample something (lookups left out)."""
     return [inst.kind.name for inst in sch.trace.insts if inst.kind.name not in _LOOKUPS]
+
+
+_COMPACT = tvm.transform.Sequential(
+    [
+        s_tir_transform.LowerInitBlock(),
+        s_tir_transform.PlanAndUpdateBufferAllocationLocation(),
+        s_tir_transform.ConvertBlocksToOpaque(),
+        s_tir_transform.CompactBufferAllocation(),
+    ]
+)
+
+
+def allocations(mod, scope: str | None = None) -> dict[str, int]:
+    """Buffers the compacted TIR allocates (in ``scope`` if given): name -> elements, storage_align
+    row padding included (what the constraint model's footprints must equal)."""
+    out = {}
+    for name, shape, rest in re.findall(r"(\w+) = T\.(?:sblock_alloc_buffer|alloc_buffer)\(\(([^)]*)\)([^\n]*)", _COMPACT(mod).script()):
+        found = re.search(r'scope="([\w.]+)"', rest)
+        if scope is not None and (found.group(1) if found else "global") != scope:
+            continue
+        dims = [int(x) for x in shape.split(",") if x.strip()]
+        strides = re.search(r"strides=\(([^)]*)\)", rest)
+        out[name] = dims[0] * int(strides.group(1).split(",")[0]) if strides else math.prod(dims)
+    return out

@@ -1,11 +1,7 @@
 """The constraint model derived from HeronSpace's design spaces, solved with CP-SAT."""
 
-import math
-import re
 
 import pytest
-import tvm
-import tvm.s_tir.transform as s_tir_transform
 
 from conftest import SMALL_SHAPES
 from ms_heron import HeronSpace
@@ -16,6 +12,7 @@ from ms_heron.rules import default_rules
 from ms_heron.space import default_postprocs, design_spaces
 from ms_heron.targets import vector_bytes, vector_registers
 from ms_heron.testing import workloads
+from rule_helpers import allocations
 
 SAMPLES = 500
 
@@ -98,21 +95,10 @@ def test_summary_reports_kinds_and_size(cpu_target):
     assert any(s["constraints"].get("memory") for s in summaries)
 
 
-_LOWER = tvm.transform.Sequential(
-    [
-        s_tir_transform.LowerInitBlock(),
-        s_tir_transform.PlanAndUpdateBufferAllocationLocation(),
-        s_tir_transform.ConvertBlocksToOpaque(),
-        s_tir_transform.CompactBufferAllocation(),
-    ]
-)
-
-
 def _allocated_elements(mod, buffer):
-    text = _LOWER(mod).script()
-    found = re.search(rf"\b{buffer} = T\.(?:sblock_alloc_buffer|alloc_buffer)\(\(([^)]*)\)", text)
-    assert found, f"{buffer} not allocated in the lowered TIR"
-    return math.prod(int(x) for x in found.group(1).split(",") if x.strip())
+    found = allocations(mod)
+    assert buffer in found, f"{buffer} not allocated in the lowered TIR"
+    return found[buffer]
 
 
 @pytest.mark.parametrize("family", ["gemm", "c1d", "c2d", "dil", "t2d", "scan"])

@@ -2,13 +2,10 @@
 constrained sample passes VerifyGPUCode, builds, and compiles with nvcc for the Target's arch.
 Nothing here runs on a GPU."""
 
-import math
 import re
 import shutil
 
 import pytest
-import tvm
-import tvm.s_tir.transform as s_tir_transform
 from tvm import te
 from tvm.s_tir import meta_schedule as ms
 from tvm.target import Target
@@ -19,6 +16,7 @@ from ms_heron.constraints.geometry import UNPADDED
 from ms_heron.intrinsics.wmma import SHAPES
 from ms_heron.space import default_postprocs, design_spaces
 from ms_heron.testing import workloads
+from rule_helpers import allocations
 
 TARGETS = ["nvidia/nvidia-h100", "nvidia/nvidia-a100"]  # sm_90a, sm_80
 
@@ -70,27 +68,6 @@ def test_constrained_wmma_samples_verify_and_compile_with_nvcc(tag, in_dtype, ou
             assert len(compile_cuda(lib, target)) > 0
 
 
-_LOWER = tvm.transform.Sequential(
-    [
-        s_tir_transform.LowerInitBlock(),
-        s_tir_transform.PlanAndUpdateBufferAllocationLocation(),
-        s_tir_transform.ConvertBlocksToOpaque(),
-        s_tir_transform.CompactBufferAllocation(),
-    ]
-)
-
-
-def _allocations(mod) -> dict:
-    """Shared buffers after compaction: name -> elements including storage_align row padding."""
-    out = {}
-    pattern = r"(\w+) = T\.(?:sblock_alloc_buffer|alloc_buffer)\(\(([^)]*)\)(?:, \"\w+\")?(?:, strides=\(([^)]*)\))?, scope=\"shared"
-    for name, shape, strides in re.findall(pattern, _LOWER(mod).script()):
-        dims = [int(x) for x in shape.split(",") if x.strip()]
-        out[name] = dims[0] * int(strides.split(",")[0]) if strides else math.prod(dims)
-    return out
-
-
-@pytest.mark.parametrize("family,shape", [("gemm", dict(M=64, N=128, K=64)), ("c2d", dict(N=1, H=8, W=8, CI=32, CO=32, KH=3, KW=3, pad=1))])
 def test_shared_memory_model_matches_lowered_allocations(family, shape):
     """Tile buffers A/B: exactly their padded allocation; the write-back stage: an upper bound
     (MetaSchedule's rule stores the output tile in slices), so the summed limit is safe."""
@@ -104,7 +81,7 @@ def test_shared_memory_model_matches_lowered_allocations(family, shape):
         for values in Solver(model, seed=index).samples(3):
             sch = replay(model, trace, workload.func, values)
             assert all(p.apply(sch) for p in postprocs)
-            allocated = _allocations(sch.mod)
+            allocated = allocations(sch.mod, "shared")
             full = model.evaluate(values)
             for fp in model.footprints:
                 if not fp.scope.startswith("shared"):
