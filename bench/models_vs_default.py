@@ -4,7 +4,9 @@ Each model is one ONNX graph (``ms_heron.testing.models``): both tuning arms imp
 ONNX Runtime runs the same bytes. Per model and arm: tuning wall time, the compiled model's latency
 and its largest output difference from ONNX Runtime; per fused task: each arm's best kernel, the
 task's calls per model run, its share of the model's estimated latency, and which kind of design
-space (Heron's or MetaSchedule's inside HeronSpace) ms_heron's best kernel came from. Tuning runs in this process; the compiled
+space (Heron's or MetaSchedule's inside HeronSpace) ms_heron's best kernel came from. Each model is
+one model run (``ms_heron.session.TuningRun``; the default arm in its ``baseline/``), so a rerun with
+the same ``--work-root`` resumes. Tuning runs in this process; the compiled
 models are exported and timed afterwards in one fresh process, together with ONNX Runtime, so that
 no arm is timed in a process warmed (or disturbed) by tuning. Usage (repository root, nothing else
 running):
@@ -25,7 +27,6 @@ import pathlib
 import subprocess
 import sys
 import tempfile
-import time
 
 import numpy as np
 import onnx
@@ -40,31 +41,33 @@ MODELS = {
     "bert-int8": lambda: models.bert_layer(int8=True),
     "resnet": lambda: models.resnet_bottleneck(),
 }
-ARMS = {"ms_heron": (None, None), "MetaSchedule default": ("post-order-apply", "evolutionary")}
+ARMS = ("ms_heron", "MetaSchedule default")
+#: Candidates per task round (MetaSchedule's num_trials_per_iter), as in the earlier result files.
+PER_ROUND = 16
 
 
-def _tune_and_export(name: str, trials: int, out: pathlib.Path, seed: int) -> dict:
+def _tune_and_export(name: str, trials: int, out: pathlib.Path, work_root: pathlib.Path, seed: int) -> dict:
+    """Both arms as one model run (ms_heron in the work dir, MetaSchedule's default in its baseline/)."""
     # pylint: disable-next=import-outside-toplevel
-    from ms_heron.relax import compile_model, extract_tasks, from_onnx, lower_for_tuning, task_times
-    from ms_heron.tune import tune_model
+    from ms_heron.relax import compile_model
+    from ms_heron.session import RunSpec, TuningRun  # pylint: disable=import-outside-toplevel
 
-    model, target = MODELS[name](), host_target()
+    model = MODELS[name]()
+    work_root.mkdir(parents=True, exist_ok=True)
+    onnx.save(model.proto, work_root / f"{name}.onnx")  # beside the run, which names it
     onnx.save(model.proto, out / f"{name}.onnx")
     np.savez(out / f"{name}_inputs.npz", **model.inputs)
-    mod = from_onnx(model.proto, model.input_shapes())
-    lowered = lower_for_tuning(mod, None, target)
-    row = {"tasks": len(extract_tasks(lowered, target)), "per task": {}}
-    for arm, (space, strategy) in ARMS.items():
-        with tempfile.TemporaryDirectory() as work_dir:
-            start = time.perf_counter()
-            db = tune_model(mod, None, target, work_dir, trials, num_trials_per_iter=16, seed=seed,
-                            space=space, strategy=strategy)
-            row[f"{arm} tuning s"] = time.perf_counter() - start
-            times = task_times(db, lowered, target)
-            if space is not None:  # MetaSchedule's own tuning: the kind of HeronSpace space does not apply
-                times = [dataclasses.replace(t, space="") for t in times]
-            row["per task"][arm] = [dataclasses.asdict(t) for t in times]
-            compile_model(db, mod, None, target).export_library(str(out / f"{name}_{arm.replace(' ', '_')}.so"))
+    run = TuningRun.create(work_root / name, RunSpec.of_model(work_root / f"{name}.onnx", model.input_shapes(), host_target(), seed))
+    row = {"per task": {}}
+    for arm, arm_run in zip(ARMS, (run, run.baseline())):
+        arm_run.tune(trials, per_round=PER_ROUND, metaschedule_default=arm_run is not run)
+        row[f"{arm} tuning s"] = arm_run.state().elapsed_s
+        times = arm_run.task_times()
+        if arm_run is not run:  # MetaSchedule's own tuning: the kind of HeronSpace space does not apply
+            times = [dataclasses.replace(t, space="") for t in times]
+        row["tasks"] = len(times)
+        row["per task"][arm] = [dataclasses.asdict(t) for t in times]
+        compile_model(arm_run.database(), run.model, None, run.target).export_library(str(out / f"{name}_{arm.replace(' ', '_')}.so"))
     return row
 
 
@@ -95,6 +98,7 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", choices=list(MODELS), default=list(MODELS))
     parser.add_argument("--trials", type=int, default=192, help="total trials per model and arm")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--work-root", help="where the model runs stay (default: a new temporary dir); a rerun resumes")
     parser.add_argument("--out", default=str(results_io.DEFAULT_DIR))
     parser.add_argument("--time-exported", metavar="DIR", help=argparse.SUPPRESS)  # the fresh timing process
     args = parser.parse_args()
@@ -103,9 +107,11 @@ def main() -> None:
         print(json.dumps(_time_exported(pathlib.Path(args.time_exported), args.models)))
         return
 
+    work_root = pathlib.Path(args.work_root or tempfile.mkdtemp(prefix="ms_heron_models_"))
+    print(f"model runs under {work_root} (ms-heron report / show work on them)", flush=True)
     with tempfile.TemporaryDirectory(prefix="ms_heron_models_") as tmp:
         out = pathlib.Path(tmp)
-        tuned = {name: _tune_and_export(name, args.trials, out, args.seed) for name in args.models}
+        tuned = {name: _tune_and_export(name, args.trials, out, work_root, args.seed) for name in args.models}
         timing = subprocess.run(
             [sys.executable, __file__, "--time-exported", tmp, "--models", *args.models],
             check=True, capture_output=True, text=True,
