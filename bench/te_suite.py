@@ -7,8 +7,10 @@ HeronSpace + HeronSearch, and MetaSchedule's post-order-apply space + evolutiona
 
 The best kernel of every arm and count is then rebuilt, checked against the unscheduled kernel on
 the same random inputs, and timed (median of 10 repeats of >= 100 ms) in one fresh process, so no
-arm is timed in a process warmed or disturbed by tuning. Work dirs are kept under ``--work-root``;
-a rerun with the same root skips what is already tuned. Usage (repository root, nothing else
+arm is timed in a process warmed or disturbed by tuning. Each key and configuration is one tuning run
+(``ms_heron.session.TuningRun``: ms_heron in its work dir, the default arm in its ``baseline/``;
+``ms-heron report`` and ``show`` read them), kept under ``--work-root``; a rerun with the same root
+skips what is already tuned. Usage (repository root, nothing else
 running):
 
     .venv/bin/python bench/te_suite.py --trials 64 200
@@ -23,75 +25,68 @@ import argparse
 import json
 import math
 import pathlib
-import shutil
 import subprocess
 import sys
 import tempfile
-import time
 
 import results_io
 from tvm import te
 from tvm.s_tir.meta_schedule.testing.te_workload import CONFIGS
 
-from ms_heron import HeronSearch, HeronSpace
 from ms_heron.evaluate import build, run_and_check, time_lib
-from ms_heron.records import first_records, measured_seconds
-from ms_heron.search import WatchedSearch
+from ms_heron.records import DATABASE_FILES, first_records
+from ms_heron.session import PROGRESS_FILE, RunSpec, TuningRun
 from ms_heron.targets import host_target
 from ms_heron.testing.peak import fma_peak_gops
-from ms_heron.tune import best_schedule, tune_func
+from ms_heron.tune import best_schedule
 from ms_heron.workload import from_func
 
 #: Every key of the suite (C2D_WIN_NHWC, a Winograd variant with one configuration, left out).
 KEYS = ["C1D", "C2D", "C3D", "GMM", "GRP", "DIL", "DEP", "T2D", "CAP", "NRM", "SFM", "CBR", "TBG"]
-ARMS = {"ms_heron": None, "default": ("post-order-apply", "evolutionary")}
+ARMS = ("ms_heron", "default")
 ROUND = 64
-TUNED = "tuned.json"
 
 
 def _func(key: str, config: int):
     return te.create_prim_func(CONFIGS[key][0](*CONFIGS[key][1][config]))
 
 
-def _tune(key: str, config: int, arm: str, trials: list[int], work_dir: pathlib.Path, seed: int) -> None:
-    """Tune one arm for max(trials) into ``work_dir``; note when each round ended."""
-    if (work_dir / TUNED).exists():
-        return
-    shutil.rmtree(work_dir, ignore_errors=True)  # a run killed mid-arm: start that arm again
-    work_dir.mkdir(parents=True)
-    space, strategy = ARMS[arm] or (HeronSpace(), HeronSearch())
-    ends: list[tuple[int, float]] = []
-    start = time.perf_counter()
-    measured = [0]
-
-    def round_ended(_candidates, results) -> None:
-        measured[0] += len(results)
-        ends.append((measured[0], time.perf_counter() - start))
-
-    watched = WatchedSearch(strategy, on_round=round_ended)
-    tune_func(_func(key, config), host_target(), str(work_dir), max(trials), num_trials_per_iter=ROUND,
-              space=space, strategy=watched, seed=seed)
-    secs = measured_seconds(work_dir)
-    (work_dir / TUNED).write_text(json.dumps({
-        str(n): {
-            "tuning_s": next((t for m, t in ends if m >= min(n, len(secs))), time.perf_counter() - start),
-            "valid_share": sum(s < math.inf for s in secs[:n]) / max(1, len(secs[:n])),
-        } for n in trials
-    }))
-
-
-def _time_row(key: str, config: int, trials: list[int], root: pathlib.Path, peak_gops: float) -> dict:
-    """Rebuild, check and time every arm's best kernel after each trial count (fresh process)."""
+def _run(key: str, config: int, root: pathlib.Path, seed: int) -> TuningRun:
+    """The run of one key and configuration: ms_heron in its work dir, MetaSchedule's default in baseline/."""
     workload = from_func(_func(key, config), f"{key}_{config}")
-    target = host_target()
+    return TuningRun.create(root / f"{key}_{config}", RunSpec.of(workload, host_target(), seed))
+
+
+def _arm(run: TuningRun, arm: str) -> TuningRun:
+    return run if arm == "ms_heron" else run.baseline()
+
+
+def _tune(run: TuningRun, arm: str, trials: list[int]) -> None:
+    """Tune one arm for max(trials); an arm killed before it got there starts again from nothing,
+    so that its first n records are what an n-trial run holds."""
+    arm_run = _arm(run, arm)
+    if arm_run.state().trials >= max(trials):
+        return
+    for name in (*DATABASE_FILES, PROGRESS_FILE):
+        (arm_run.work_dir / name).unlink(missing_ok=True)
+    arm_run.tune(max(trials), per_round=ROUND, metaschedule_default=arm != "ms_heron")
+
+
+def _time_row(run: TuningRun, key: str, config: int, trials: list[int], peak_gops: float) -> dict:
+    """Rebuild, check and time every arm's best kernel after each trial count (fresh process)."""
+    workload, target = run.workload, run.target
     row = {"key": key, "config": config, "shape": list(CONFIGS[key][1][config]), "flops": workload.ops,
            "fma_peak_gops": peak_gops}
     for arm in ARMS:
-        tuned = json.loads((root / f"{key}_{config}" / arm / TUNED).read_text())
+        arm_run = _arm(run, arm)
+        secs, rounds = arm_run.seconds(), arm_run.progress()
         for n in trials:
-            entry = dict(tuned[str(n)])
+            entry = {
+                "tuning_s": next(r.elapsed_s for r in rounds if r.trials >= min(n, len(secs))),
+                "valid_share": sum(s < math.inf for s in secs[:n]) / max(1, len(secs[:n])),
+            }
             try:
-                lib = build(best_schedule(first_records(root / f"{key}_{config}" / arm, n), workload, target).mod, target)
+                lib = build(best_schedule(first_records(arm_run.work_dir, n), workload, target).mod, target)
                 run_and_check(lib, workload)
                 seconds = time_lib(lib, workload).seconds
                 entry.update(correct=True, seconds=seconds, peak_share=workload.ops / seconds / 1e9 / peak_gops)
@@ -160,13 +155,14 @@ def main() -> None:
     pairs = [(key, config) for config in args.configs for key in args.keys]  # config 0 of every key first
     if args.time_rows:
         peak = fma_peak_gops(host_target())
-        rows = [_time_row(key, config, args.trials, root, peak) for key, config in pairs]
+        rows = [_time_row(TuningRun.open(root / f"{key}_{config}"), key, config, args.trials, peak) for key, config in pairs]
         pathlib.Path(args.time_rows).write_text(json.dumps(rows))
         return
     print(f"work dirs under {root}", flush=True)
     for key, config in pairs:
+        run = _run(key, config, root, args.seed)
         for arm in ARMS:
-            _tune(key, config, arm, args.trials, root / f"{key}_{config}" / arm, args.seed)
+            _tune(run, arm, args.trials)
             print(f"tuned {key}[{config}] {arm}", flush=True)
     rows_file = root / "timed.json"
     subprocess.run(
