@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from pathlib import Path
 
 from tvm.s_tir import meta_schedule as ms
@@ -49,28 +50,42 @@ def open_database(work_dir: str | Path) -> ms.database.JSONDatabase:
     return ms.database.JSONDatabase(work_dir=str(work_dir))
 
 
-def _lines(path: Path) -> list:
+def json_lines(path: Path) -> list:
+    """The JSON lines of ``path``, read without writing it: a torn last line (a killed writer) is left
+    out silently, any other line that does not parse is left out with a warning naming it."""
     if not path.exists():
         return []
-    cut_torn_line(path)
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    text = path.read_text()
+    lines = text.split("\n")
+    if not text.endswith("\n"):
+        lines = lines[:-1]  # torn: no newline yet
+    out = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            warnings.warn(f"{path}:{number} is not a JSON record and is skipped; the other records are kept", stacklevel=2)
+    return out
 
 
 def measured_seconds(work_dir: str | Path) -> list[float]:
     """Mean seconds of every record in the order measured (inf: failed)."""
     # A record line is [workload index, [trace, run_secs, target, arg info]].
-    return [record_seconds(line[1][1]) for line in _lines(Path(work_dir) / DATABASE_FILES[1])]
+    return [record_seconds(line[1][1]) for line in json_lines(Path(work_dir) / DATABASE_FILES[1])]
 
 
-def first_records(work_dir: str | Path, count: int) -> ms.database.MemoryDatabase:
-    """The work dir's database as it stood after its first ``count`` measured records, so one long
-    run also answers "what had tuning found after ``count`` trials"."""
+def first_records(work_dir: str | Path, count: int | None = None) -> ms.database.MemoryDatabase:
+    """The work dir's database as it stood after its first ``count`` measured records (all when
+    None), read without writing a file: what reports use beside a live run, and how one long run
+    also answers "what had tuning found after ``count`` trials"."""
     ensure_registered()
     work_dir = Path(work_dir)
-    workloads = [ms.database.Workload.from_json(line) for line in _lines(work_dir / DATABASE_FILES[0])]
+    workloads = [ms.database.Workload.from_json(line) for line in json_lines(work_dir / DATABASE_FILES[0])]
     database = ms.database.MemoryDatabase()
     for workload in workloads:
         database.commit_workload(workload.mod)
-    for index, record in _lines(work_dir / DATABASE_FILES[1])[:count]:
+    for index, record in json_lines(work_dir / DATABASE_FILES[1])[:count]:
         database.commit_tuning_record(ms.database.TuningRecord.from_json(record, workloads[index]))
     return database

@@ -2,14 +2,16 @@
 
 What it tunes is one task source: a suite workload, a user's kernel (its TVMScript is kept in the
 run file) or an ONNX model (its path and SHA-256; every fused kernel of the model is a task).
-Layout of a work dir (MetaSchedule's own files plus two of ours)::
+Layout of a work dir (MetaSchedule's own files plus ours)::
 
-    ms_heron_run.json              what is tuned: workload, kernel or model; dtype, target, seed
+    ms_heron_run.json              what is tuned: workload, kernel or model; dtype, target, seed,
+                                     the TVM and ms_heron versions
     database_workload.json         MetaSchedule's JSONDatabase, one record per line,
     database_tuning_record.json      appended as each round ends
     progress.jsonl                 one line per measured round: trials, best, valid, elapsed (a
                                      model's best is its estimated latency; the round's task is named)
     logs/                          MetaSchedule's per-task logs (HeronSearch's round statistics)
+    ms_heron.lock                  held by the tuning process (its pid inside); a second one is refused
     baseline/                      the same layout for MetaSchedule's default search, if asked for
 
 Everything is appended line by line, so a run killed at any point loses at most the round in
@@ -19,10 +21,13 @@ models from them and never measures them again, and ``trials`` counts the record
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
 import hashlib
 import json
 import math
+import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -34,7 +39,8 @@ from tvm.s_tir import Schedule
 from tvm.s_tir import meta_schedule as ms
 from tvm.target import Target
 
-from .records import DATABASE_FILES, cut_torn_line, measured_seconds, open_database, record_seconds
+from . import __version__
+from .records import DATABASE_FILES, cut_torn_line, first_records, json_lines, measured_seconds, open_database, record_seconds
 from .relax import TaskTime, extract_tasks, from_onnx, lower_for_tuning, task_times
 from .search import HeronSearch, WatchedSearch
 from .space import HeronSpace
@@ -46,6 +52,8 @@ from .workload import KERNEL, Workload, from_func
 #: The family of a model run (its tasks are the model's fused kernels).
 MODEL = "model"
 RUN_FILE = "ms_heron_run.json"
+#: Held by the process that tunes the work dir.
+LOCK_FILE = "ms_heron.lock"
 PROGRESS_FILE = "progress.jsonl"
 BASELINE_DIR = "baseline"
 #: Candidates measured per round (MetaSchedule's num_trials_per_iter): enough for the cost models
@@ -73,6 +81,8 @@ class RunSpec:
     model: str = ""
     model_sha256: str = ""
     input_shapes: dict = field(default_factory=dict)
+    #: Which TVM and ms_heron wrote the run (records of other versions may replay differently).
+    versions: dict = field(default_factory=lambda: {"tvm": tvm.__version__, "ms_heron": __version__})
 
     @staticmethod
     def of(workload: Workload, target: Target, seed: int) -> RunSpec:
@@ -176,7 +186,13 @@ class TuningRun:
                     f"work dir {work_dir} holds a run of {held.describe()}, not {spec.describe()}; "
                     "use another --work-dir, or the same workload to resume it"
                 )
-            spec = held  # resume as started (target, seed)
+            if held.target != spec.target:
+                raise RunError(
+                    f"work dir {work_dir} holds records measured for target {json.dumps(held.target)}, not "
+                    f"{json.dumps(spec.target)}; timings on one target do not rank kernels for another: tune "
+                    "into another --work-dir (or resume with the run's own target)"
+                )
+            spec = held  # resume as started (seed, model path)
         elif any((work_dir / f).exists() for f in DATABASE_FILES):
             raise RunError(f"work dir {work_dir} holds a MetaSchedule database not made by ms-heron; use another --work-dir")
         else:
@@ -201,8 +217,10 @@ class TuningRun:
         """The space generator this run tunes with (the report rebuilds its design spaces from it)."""
         return HeronSpace()
 
-    def database(self) -> ms.database.JSONDatabase:
-        return open_database(self.work_dir)
+    def database(self) -> ms.database.Database:
+        """The records, read without writing a file (so reports and ``show`` beside a live run
+        leave its database byte-identical)."""
+        return first_records(self.work_dir)
 
     @functools.cached_property
     def model(self) -> IRModule:
@@ -242,11 +260,7 @@ class TuningRun:
         return measured_seconds(self.work_dir)
 
     def progress(self) -> list[Progress]:
-        path = self.work_dir / PROGRESS_FILE
-        if not path.exists():
-            return []
-        cut_torn_line(path)
-        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        rows = json_lines(self.work_dir / PROGRESS_FILE)
         return [Progress(r["trials"], r["valid"], float(r["best_seconds"]), r["elapsed_s"], r.get("task", ""),
                          float(r.get("task_seconds", math.inf))) for r in rows]
 
@@ -272,12 +286,17 @@ class TuningRun:
         per_round: int = TRIALS_PER_ROUND,
     ) -> Progress:
         """Tune until the work dir holds ``trials`` records or the time budget is spent (the round
-        in flight finishes first). HeronSpace + HeronSearch, or MetaSchedule's default search."""
+        in flight finishes first). HeronSpace + HeronSearch, or MetaSchedule's default search.
+        One process at a time: the work dir's lock refuses a second one (:class:`RunError`)."""
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        with _work_dir_lock(self.work_dir):
+            return self._tune(trials, time_budget_s, on_round, metaschedule_default, per_round)
+
+    def _tune(self, trials, time_budget_s, on_round, metaschedule_default, per_round) -> Progress:
         before = self.state()
         todo = trials - before.trials
         if todo <= 0:
             return before
-        self.work_dir.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
         deadline = started + time_budget_s if time_budget_s is not None else None
         current = Progress(before.trials, before.valid, before.best_seconds, before.elapsed_s)
@@ -305,7 +324,8 @@ class TuningRun:
             round_ended()
 
         space, strategy = ("post-order-apply", "evolutionary") if metaschedule_default else (self.space(), HeronSearch())
-        self.database()  # cuts torn lines before MetaSchedule loads the files
+        open_database(self.work_dir)  # cuts torn lines before MetaSchedule loads the files
+        cut_torn_line(self.work_dir / PROGRESS_FILE)  # before this run appends to it
         if self.is_model:
             tune_model(self.model, None, self.target, str(self.work_dir), todo, num_trials_per_iter=per_round,
                        space=space, strategy=WatchedSearch(strategy, deadline=deadline), seed=self.spec.seed,
@@ -315,6 +335,29 @@ class TuningRun:
                           space=space, strategy=WatchedSearch(strategy, deadline=deadline, on_round=kernel_round),
                           seed=self.spec.seed)
         return self.state()
+
+
+@contextlib.contextmanager
+def _work_dir_lock(work_dir: Path):
+    """Hold ``work_dir``'s lock (an OS file lock with the holder's pid in the file). The OS drops it
+    when the holder exits, however it dies, so a killed run never leaves a stale lock behind."""
+    with open(work_dir / LOCK_FILE, "a+", encoding="utf-8") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.seek(0)
+            holder = lock.read().strip() or "?"
+            raise RunError(
+                f"work dir {work_dir} is being tuned by process {holder}; wait for it to finish, or tune into "
+                "another --work-dir (report and show may read it meanwhile)"
+            ) from None
+        lock.truncate(0)
+        lock.write(str(os.getpid()))
+        lock.flush()
+        try:
+            yield
+        finally:
+            lock.truncate(0)
 
 
 def _sha256(path: Path) -> str:

@@ -1,6 +1,7 @@
 """The ``ms-heron`` command as a user runs it (subprocess)."""
 
 import json
+import os
 import pathlib
 import re
 import signal
@@ -8,8 +9,14 @@ import subprocess
 import sys
 
 import pytest
+import tvm
 
+import ms_heron
 from conftest import ms_heron_cli
+from ms_heron import session
+from ms_heron.records import measured_seconds
+from ms_heron.targets import host_target, num_cores
+from ms_heron.testing import workloads
 
 
 def test_demo_tunes_checks_and_compares(tmp_path):
@@ -106,14 +113,51 @@ def test_killed_run_loses_at_most_the_round_in_flight_and_resumes(tmp_path):
     assert len(_trace_lines(tmp_path)) == max(kept, 16)
 
 
-def test_torn_last_record_is_cut_on_resume(tmp_path):
-    """A kill inside a write leaves half a line: the run still loads, minus that record."""
+def test_torn_last_record_is_left_by_show_and_cut_on_resume(tmp_path):
+    """A kill inside a write leaves half a line: show and report read around it without writing the
+    database (byte-identical beside a live run); the next tune cuts it and goes on."""
     assert ms_heron_cli("tune", *SMALL_GEMM, "--trials", "4", "--work-dir", str(tmp_path)).returncode == 0
     records = tmp_path / "database_tuning_record.json"
     records.write_text(records.read_text() + '[0, [[["GetSBlock", [], ["C"')
-    show = ms_heron_cli("show", str(tmp_path))
-    assert show.returncode == 0, show.stderr[-3000:]
+    before = records.read_bytes()
+    for command in ("show", "report"):
+        proc = ms_heron_cli(command, str(tmp_path))
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    assert records.read_bytes() == before
+    again = ms_heron_cli("tune", *SMALL_GEMM, "--trials", "8", "--round-size", "4", "--work-dir", str(tmp_path))
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "resuming from 4 records" in again.stdout and len(_trace_lines(tmp_path)) == 8
+
+
+def test_second_process_on_a_live_work_dir_is_refused_naming_the_holder(tmp_path):
+    assert ms_heron_cli("tune", *SMALL_GEMM, "--trials", "4", "--work-dir", str(tmp_path)).returncode == 0
+    with session._work_dir_lock(tmp_path):  # pylint: disable=protected-access  # this process is the live run
+        proc = ms_heron_cli("tune", *SMALL_GEMM, "--trials", "8", "--work-dir", str(tmp_path))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert f"work dir {tmp_path} is being tuned by process {os.getpid()}; wait for it to finish" in proc.stderr
     assert len(_trace_lines(tmp_path)) == 4
+
+
+def test_resume_with_another_target_is_refused_naming_both(tmp_path):
+    workload = workloads.make("gemm", "fp32", M=8, N=16, K=8)
+    session.TuningRun.create(tmp_path, session.RunSpec.of(workload, host_target(), seed=0))
+    cores = num_cores(host_target())
+    other = host_target(num_cores=cores + 1)
+    with pytest.raises(session.RunError, match=rf'records measured for target \{{.*"num-cores": {cores}.*\}}, not '
+                       rf'\{{.*"num-cores": {cores + 1}.*\}}; timings on one target do not rank kernels for another'):
+        session.TuningRun.create(tmp_path, session.RunSpec.of(workload, other, seed=0))
+    run_file = json.loads((tmp_path / session.RUN_FILE).read_text())
+    assert run_file["versions"]["tvm"] == tvm.__version__ and run_file["versions"]["ms_heron"] == ms_heron.__version__
+
+
+def test_corrupt_middle_record_is_skipped_with_a_warning_naming_its_line(tmp_path):
+    assert ms_heron_cli("tune", *SMALL_GEMM, "--trials", "4", "--work-dir", str(tmp_path)).returncode == 0
+    records = tmp_path / "database_tuning_record.json"
+    lines = records.read_text().splitlines(keepends=True)
+    records.write_text("".join([*lines[:2], "{not json\n", *lines[2:]]))
+    with pytest.warns(UserWarning, match=r"database_tuning_record.json:3 is not a JSON record and is skipped"):
+        seconds = measured_seconds(tmp_path)
+    assert len(seconds) == 4 and all(s < float("inf") for s in seconds)
 
 
 @pytest.mark.parametrize(
