@@ -70,6 +70,7 @@ def test_tune_resume_report_show(tmp_path):
     assert re.search(r"ms_heron:\s+8/8 trials \| best [\d.]+ ms = [\d.]+ GOPS \| valid 100%", proc.stdout), proc.stdout
     assert re.search(r"speed-up\s+[\d.]+x", proc.stdout) and "MetaSchedule default:    8/8 trials" in proc.stdout
     assert len(_trace_lines(work)) == 8 and len(_trace_lines(work / "baseline")) == 8
+    assert "best kernel of ms_heron and MetaSchedule default checked against the reference: correct" in proc.stdout
 
     again = ms_heron_cli("tune", *SMALL_GEMM, "--trials", "12", "--round-size", "4", "--work-dir", str(work))
     assert again.returncode == 0, again.stderr[-3000:]

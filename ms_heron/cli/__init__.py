@@ -8,7 +8,8 @@
   model and compare it with ONNX Runtime on the same file;
 * ``report`` / ``show``: what a work dir found, as markdown + PNG, or as TVMScript + trace.
 
-Errors a user can fix are printed as one line, exit code 2.
+Errors a user can fix are printed as one line, exit code 2; a tuned kernel whose output is wrong
+exits with 1.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import argparse
 import sys
 
 from . import demo, report, tune, tune_model
+from ..evaluate import WrongResult
 from .common import USER_ERRORS, shared_options
 
 
@@ -40,3 +42,6 @@ def main(argv: list[str] | None = None) -> int:
     except USER_ERRORS as err:
         print(f"ms-heron: error: {err}", file=sys.stderr)
         return 2
+    except WrongResult as err:  # a tuned kernel that computes the wrong thing: a bug to report, not a usage error
+        print(f"ms-heron: WRONG RESULT: {err}; please report it with the work dir", file=sys.stderr)
+        return 1

@@ -10,7 +10,7 @@ import sys
 import time
 
 from ..session import TRIALS_PER_ROUND, RunSpec, TuningRun, summary_rows
-from ..targets import cpu_name, parse_target, require_vnni
+from ..targets import cpu_name, host_target, is_cpu, parse_target, require_vnni
 from ..testing import workloads
 from ..workload import Workload, load_kernel
 from .common import UsageError, clock, parse_duration, quiet_metaschedule
@@ -113,8 +113,26 @@ def run(args: argparse.Namespace) -> int:
         _tune_arm(baseline, "MetaSchedule default", args, run.state().trials, None, default=True)
         arms.append(("MetaSchedule default", baseline))
     _print_table(workload, arms)
+    _check_best(workload, arms)
     print(f"report with plots: ms-heron report {run.work_dir}; best schedule: ms-heron show {run.work_dir}")
     return 0
+
+
+def _check_best(workload: Workload, arms: list) -> None:
+    """Run each arm's best kernel once against the workload's reference before anyone trusts its time."""
+    from ..evaluate import build, run_and_check  # pylint: disable=import-outside-toplevel
+
+    checked = []
+    for label, arm_run in arms:
+        if arm_run.state().best_seconds == math.inf:
+            continue
+        if not is_cpu(arm_run.target) or cpu_name(arm_run.target) != cpu_name(host_target()):
+            print(f"{label}: best kernel not checked (its target {cpu_name(arm_run.target)} does not run on this CPU)")
+            continue
+        run_and_check(build(arm_run.best_schedule().mod, arm_run.target), workload)  # WrongResult: exit 1
+        checked.append(label)
+    if checked:
+        print(f"best kernel of {' and '.join(checked)} checked against the reference: correct")
 
 
 def _print_table(workload: Workload, arms: list) -> None:
