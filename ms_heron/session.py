@@ -284,15 +284,17 @@ class TuningRun:
         on_round: Callable[[Progress], None] | None = None,
         metaschedule_default: bool = False,
         per_round: int = TRIALS_PER_ROUND,
+        stop: Callable[[], bool] | None = None,
     ) -> Progress:
         """Tune until the work dir holds ``trials`` records or the time budget is spent (the round
         in flight finishes first). HeronSpace + HeronSearch, or MetaSchedule's default search.
-        One process at a time: the work dir's lock refuses a second one (:class:`RunError`)."""
+        ``stop`` is asked before every round, like the budget (the CLI's CTRL-C). One process at a
+        time: the work dir's lock refuses a second one (:class:`RunError`)."""
         self.work_dir.mkdir(parents=True, exist_ok=True)
         with _work_dir_lock(self.work_dir):
-            return self._tune(trials, time_budget_s, on_round, metaschedule_default, per_round)
+            return self._tune(trials, time_budget_s, on_round, metaschedule_default, per_round, stop)
 
-    def _tune(self, trials, time_budget_s, on_round, metaschedule_default, per_round) -> Progress:
+    def _tune(self, trials, time_budget_s, on_round, metaschedule_default, per_round, stop) -> Progress:
         before = self.state()
         todo = trials - before.trials
         if todo <= 0:
@@ -328,11 +330,11 @@ class TuningRun:
         cut_torn_line(self.work_dir / PROGRESS_FILE)  # before this run appends to it
         if self.is_model:
             tune_model(self.model, None, self.target, str(self.work_dir), todo, num_trials_per_iter=per_round,
-                       space=space, strategy=WatchedSearch(strategy, deadline=deadline), seed=self.spec.seed,
+                       space=space, strategy=WatchedSearch(strategy, deadline=deadline, stop=stop), seed=self.spec.seed,
                        on_round=model_round)
         else:
             tune_workload(self.workload, self.target, str(self.work_dir), todo, num_trials_per_iter=min(per_round, todo),
-                          space=space, strategy=WatchedSearch(strategy, deadline=deadline, on_round=kernel_round),
+                          space=space, strategy=WatchedSearch(strategy, deadline=deadline, on_round=kernel_round, stop=stop),
                           seed=self.spec.seed)
         return self.state()
 

@@ -7,6 +7,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 import tvm
@@ -14,7 +15,7 @@ import tvm
 import ms_heron
 from conftest import ms_heron_cli
 from ms_heron import session
-from ms_heron.records import measured_seconds
+from ms_heron.records import json_lines, measured_seconds
 from ms_heron.targets import host_target, num_cores
 from ms_heron.testing import workloads
 
@@ -59,8 +60,7 @@ SMALL_GEMM = ("gemm", "--shape", "M=64", "N=64", "K=64")
 
 def _trace_lines(work_dir):
     """The trace part of every record, in the order stored."""
-    lines = (work_dir / "database_tuning_record.json").read_text().splitlines()
-    return [json.dumps(json.loads(line)[1][0]) for line in lines if line.strip()]
+    return [json.dumps(line[1][0]) for line in json_lines(work_dir / "database_tuning_record.json")]
 
 
 def test_tune_resume_report_show(tmp_path):
@@ -112,6 +112,40 @@ def test_killed_run_loses_at_most_the_round_in_flight_and_resumes(tmp_path):
     assert again.returncode == 0, again.stderr[-3000:]
     assert f"resuming from {kept} records" in again.stdout or kept >= 16
     assert len(_trace_lines(tmp_path)) == max(kept, 16)
+
+
+def _tune_until(tmp_path, trials_line):
+    """A ``tune`` of 40 trials in rounds of 4, returned once it printed ``trials_line``."""
+    cmd = [sys.executable, "-m", "ms_heron.cli", "tune", *SMALL_GEMM, "--trials", "40", "--round-size", "4", "--work-dir", str(tmp_path)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for line in proc.stdout:
+        if re.search(rf"\b{trials_line}/40 trials", line):
+            return proc
+    raise AssertionError(proc.stderr.read()[-3000:])
+
+
+def test_ctrl_c_stops_after_the_round_in_flight_and_a_second_one_at_once(tmp_path):
+    proc = _tune_until(tmp_path, 8)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130 and "Traceback" not in err, err[-3000:]
+    assert "stopping after the round in flight (CTRL-C again to stop now)" in err
+    assert "interrupted: every measured record is stored" in out
+    kept = len(_trace_lines(tmp_path))
+    assert 8 <= kept < 40 and kept % 4 == 0  # whole rounds: the one in flight finished and was stored
+    assert (tmp_path / "database_tuning_record.json").read_text().endswith("\n")
+
+    proc = _tune_until(tmp_path, kept + 4)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "stopped; the records stored in" in err and "Traceback" not in err
+    now = len(_trace_lines(tmp_path))
+    assert now >= kept + 4
+    again = ms_heron_cli("tune", *SMALL_GEMM, "--trials", now + 4, "--round-size", "4", "--work-dir", str(tmp_path))
+    assert again.returncode == 0 and f"resuming from {now} records" in again.stdout, again.stderr[-3000:]
+    assert len(_trace_lines(tmp_path)) == now + 4
 
 
 def test_torn_last_record_is_left_by_show_and_cut_on_resume(tmp_path):

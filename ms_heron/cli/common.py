@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import re
+import signal
+import sys
+import threading
 
 from ..relax import ModelError
 from ..session import RunError
@@ -47,3 +51,50 @@ def parse_duration(text: str) -> float:
 def clock(seconds: float) -> str:
     seconds = int(round(seconds))
     return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+
+
+class Interrupts:
+    """CTRL-C during tuning: the first stops after the round in flight (everything measured is
+    stored), the second exits at once (records already written stay; a torn last line is cut on
+    resume).
+
+    SIGINT is blocked in this thread before TVM starts its builder and runner workers, which inherit
+    the mask: a CTRL-C at the terminal reaches the whole process group and would otherwise kill the
+    workers and fail the round in flight. A thread here waits for it; a SIGINT that a thread
+    started earlier takes goes to the same count through Python's handler.
+    """
+
+    def __init__(self, work_dir) -> None:
+        self.work_dir = work_dir
+        self.asked = threading.Event()
+        self.count = 0
+        self.lock = threading.Lock()
+
+    def __enter__(self) -> "Interrupts":
+        signal.signal(signal.SIGINT, lambda *_: self._interrupted())
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        threading.Thread(target=self._wait, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass  # workers may still be alive: the mask and the waiting thread stay until the process ends
+
+    def stop_requested(self) -> bool:
+        return self.asked.is_set()
+
+    def _wait(self) -> None:
+        while True:
+            signal.sigwait({signal.SIGINT})
+            self._interrupted()
+
+    def _interrupted(self) -> None:
+        with self.lock:
+            self.count += 1
+            first = self.count == 1
+        if first:
+            self.asked.set()
+            print("\nms-heron: stopping after the round in flight (CTRL-C again to stop now)", file=sys.stderr, flush=True)
+            return
+        print(f"\nms-heron: stopped; the records stored in {self.work_dir} are kept: run the same command to resume",
+              file=sys.stderr, flush=True)
+        os._exit(130)  # pylint: disable=protected-access  # at once: no clean-up would be quick

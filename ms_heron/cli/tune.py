@@ -13,7 +13,7 @@ from ..session import TRIALS_PER_ROUND, RunSpec, TuningRun, summary_rows
 from ..targets import cpu_name, host_target, is_cpu, parse_target, require_vnni
 from ..testing import workloads
 from ..workload import Workload, load_kernel
-from .common import UsageError, clock, parse_duration, quiet_metaschedule
+from .common import Interrupts, UsageError, clock, parse_duration, quiet_metaschedule
 
 
 def add_parser(sub, shared: argparse.ArgumentParser) -> None:
@@ -80,7 +80,8 @@ class _ProgressLine:
             print(flush=True)
 
 
-def _tune_arm(run: TuningRun, label: str, args: argparse.Namespace, trials: int, budget_s: float | None, default: bool):
+def _tune_arm(run: TuningRun, label: str, args: argparse.Namespace, trials: int, budget_s: float | None, default: bool,
+              interrupts: Interrupts):
     start = run.state()
     if start.trials >= trials:
         print(f"{label}: {start.trials} records already in {run.work_dir}; nothing to tune (raise --trials to go on)")
@@ -89,7 +90,8 @@ def _tune_arm(run: TuningRun, label: str, args: argparse.Namespace, trials: int,
         print(f"{label}: resuming from {start.trials} records in {run.work_dir}")
     show = _ProgressLine(label, run.workload.ops, trials, start.trials, budget_s)
     try:
-        run.tune(trials, budget_s, on_round=show, metaschedule_default=default, per_round=args.round_size)
+        run.tune(trials, budget_s, on_round=show, metaschedule_default=default, per_round=args.round_size,
+                 stop=interrupts.stop_requested)
     finally:
         show.close()
 
@@ -106,13 +108,17 @@ def run(args: argparse.Namespace) -> int:
     quiet_metaschedule(args.verbose)
     run = TuningRun.create(work_dir, RunSpec.of(workload, target, args.seed))
     print(f"ms-heron tune: {run.spec.describe()} on {cpu_name(run.target)}; records in {run.work_dir}")
-    _tune_arm(run, "ms_heron", args, args.trials, budget_s, default=False)
-    arms = [("ms_heron", run)]
-    if args.baseline == "metaschedule":
-        baseline = run.baseline()
-        _tune_arm(baseline, "MetaSchedule default", args, run.state().trials, None, default=True)
-        arms.append(("MetaSchedule default", baseline))
+    with Interrupts(run.work_dir) as interrupts:
+        _tune_arm(run, "ms_heron", args, args.trials, budget_s, default=False, interrupts=interrupts)
+        arms = [("ms_heron", run)]
+        if args.baseline == "metaschedule" and not interrupts.stop_requested():
+            baseline = run.baseline()
+            _tune_arm(baseline, "MetaSchedule default", args, run.state().trials, None, default=True, interrupts=interrupts)
+            arms.append(("MetaSchedule default", baseline))
     _print_table(workload, arms)
+    if interrupts.stop_requested():
+        print(f"interrupted: every measured record is stored in {run.work_dir}; run the same command to resume")
+        return 130
     _check_best(workload, arms)
     print(f"report with plots: ms-heron report {run.work_dir}; best schedule: ms-heron show {run.work_dir}")
     return 0

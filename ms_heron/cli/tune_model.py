@@ -10,7 +10,7 @@ import time
 
 from ..session import RunSpec, TuningRun
 from ..targets import cpu_name, num_cores, parse_target
-from .common import UsageError, clock, parse_duration, quiet_metaschedule
+from .common import Interrupts, UsageError, clock, parse_duration, quiet_metaschedule
 
 
 def add_parser(sub, shared: argparse.ArgumentParser) -> None:
@@ -82,7 +82,12 @@ def run(args: argparse.Namespace) -> int:
     else:
         if start.trials:
             print(f"resuming from {start.trials} records in {work_dir}")
-        run.tune(args.trials, budget_s, on_round=_ModelProgressLine(tasks, args.trials, budget_s), per_round=args.round_size)
+        with Interrupts(work_dir) as interrupts:
+            run.tune(args.trials, budget_s, on_round=_ModelProgressLine(tasks, args.trials, budget_s),
+                     per_round=args.round_size, stop=interrupts.stop_requested)
+        if interrupts.stop_requested():
+            print(f"interrupted: every measured record is stored in {work_dir}; run the same command to resume")
+            return 130
     print("\nper task (best kernel measured while tuning, calls per model run, share of the model estimate):")
     print("\n".join(task_table({"ms_heron": run.task_times()})))
     db = run.database()

@@ -37,7 +37,7 @@ class Solver:
             cp.Add(variables[name] == int(value))
         for name, value in hints.items():
             cp.AddHint(variables[name], int(value))
-        solver = cp_model.CpSolver()
+        solver = _cp_solver()
         params = solver.parameters
         params.random_seed = self.rng.randrange(1 << 30)
         params.randomize_search = True
@@ -116,9 +116,18 @@ class _Counter(cp_model.CpSolverSolutionCallback):
             self.StopSearch()
 
 
+def _cp_solver() -> cp_model.CpSolver:
+    """A CP-SAT solver that leaves SIGINT alone: by default CP-SAT installs its own CTRL-C handler per
+    solve and resets SIGINT to the default action afterwards, so the next CTRL-C would kill the
+    tuning process instead of stopping it after the round in flight."""
+    solver = cp_model.CpSolver()
+    solver.parameters.catch_sigint_signal = False
+    return solver
+
+
 def count_solutions(model: ConstraintModel, limit: int = 100_000) -> int:
     """Distinct assignments of the primary variables that satisfy the model (up to ``limit``)."""
-    solver = cp_model.CpSolver()
+    solver = _cp_solver()
     solver.parameters.enumerate_all_solutions = True
     solver.parameters.cp_model_presolve = False
     solver.parameters.num_workers = 1

@@ -1,8 +1,8 @@
-"""Any search strategy with a wall-clock deadline, a stopwatch on its own work and a per-round hook.
+"""Any search strategy with a wall-clock deadline, a stop request, a stopwatch and a per-round hook.
 
-MetaSchedule budgets in trials only; a person budgets in minutes. Wrapping the strategy is the one
-place that can end tuning cleanly: it returns no candidates once the deadline has passed, so the
-round in flight finishes and is stored. The same wrapper times "search overhead" (generating
+MetaSchedule budgets in trials only; a person budgets in minutes, and presses CTRL-C. Wrapping the
+strategy is the one place that can end tuning cleanly: it returns no candidates once the deadline
+has passed or a stop was asked for, so the round in flight finishes and is stored. The same wrapper times "search overhead" (generating
 candidates and taking in results, not building or measuring) for HeronSearch and MetaSchedule's
 evolutionary search alike.
 """
@@ -29,11 +29,14 @@ class WatchedSearch(PySearchStrategy):
         deadline: float | None = None,
         on_round: RoundHook | None = None,
         search_seconds: list | None = None,
+        stop: Callable[[], bool] | None = None,
     ):
         self.inner = SearchStrategy.create(inner) if isinstance(inner, str) else inner
         #: ``time.monotonic()`` after which no new round starts.
         self.deadline = deadline
         self.on_round = on_round
+        #: Asked before every round; True ends tuning there (e.g. after a CTRL-C).
+        self.stop = stop
         #: Search work in seconds: set-up first, then one entry per round (shared with clones).
         self.search_seconds = [] if search_seconds is None else search_seconds
 
@@ -52,6 +55,8 @@ class WatchedSearch(PySearchStrategy):
         started = len(self.search_seconds) > 1  # the first round always runs, however long set-up took
         if started and self.deadline is not None and time.monotonic() >= self.deadline:
             return None
+        if self.stop is not None and self.stop():
+            return None
         start = time.perf_counter()
         got = self.inner.generate_measure_candidates()
         spent = time.perf_counter() - start
@@ -69,7 +74,7 @@ class WatchedSearch(PySearchStrategy):
             self.on_round(list(measure_candidates), list(results))
 
     def clone(self):
-        return WatchedSearch(self.inner.clone(), self.deadline, self.on_round, self.search_seconds)
+        return WatchedSearch(self.inner.clone(), self.deadline, self.on_round, self.search_seconds, self.stop)
 
     def per_round_seconds(self) -> float:
         """Mean search work per measured round (set-up excluded)."""
