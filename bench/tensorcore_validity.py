@@ -32,7 +32,7 @@ from ms_heron import HeronSpace
 from ms_heron.builder import build_cuda, cuda_source, require_nvcc
 from ms_heron.constraints import Solver, derive, replay
 from ms_heron.intrinsics import ensure_registered
-from ms_heron.space import default_postprocs, design_spaces
+from ms_heron.space import design_spaces_and_postprocs
 from ms_heron.testing import workloads
 
 CASES = ["gemm.G1", "gemm.G3", "bmm.B1", "c2d.C1", "c1d.C1"]
@@ -40,12 +40,9 @@ TARGETS = ["nvidia/nvidia-h100", "nvidia/nvidia-a100"]
 _KERNEL = 'extern "C" __global__'
 
 
-def _context(workload, target, space):
-    return design_spaces(workload.func, target, space), default_postprocs(target)
-
 
 def heron_schedules(workload, target, n):
-    spaces, postprocs = _context(workload, target, HeronSpace())
+    spaces, postprocs = design_spaces_and_postprocs(workload.func, target, HeronSpace())
     per_space = [(s, derive(s, target)) for s in spaces]
     samples = {i: Solver(m, seed=i).samples(-(-n // len(spaces))) for i, (_, m) in enumerate(per_space)}
     for k in range(n):
@@ -56,7 +53,7 @@ def heron_schedules(workload, target, n):
 
 
 def stock_schedules(workload, target, n):
-    spaces, postprocs = _context(workload, target, ms.space_generator.PostOrderApply(
+    spaces, postprocs = design_spaces_and_postprocs(workload.func, target, ms.space_generator.PostOrderApply(
         sch_rules="cuda-tensorcore", postprocs="cuda-tensorcore", mutator_probs="cuda-tensorcore"))
     for k in range(n):
         sch = Schedule(workload.func, seed=k + 1, debug_mask="none")

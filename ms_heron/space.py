@@ -159,16 +159,26 @@ class HeronSpace(PySpaceGenerator):
         return twin
 
 
-def design_spaces(func: PrimFunc | IRModule, target: Target, space: SpaceGenerator | None = None) -> list[Schedule]:
-    """The design spaces that tuning ``func`` on ``target`` searches, from ``space`` (``HeronSpace()``
-    when None): for reports, tests and benchmarks that look inside a space instead of tuning it.
-
-    The TuneContext is cloned as MetaSchedule's task scheduler clones it, so the spaces come from
-    the same (cloned) rules a tuning run applies.
-    """
+def tuning_context(func: PrimFunc | IRModule, target: Target, space: SpaceGenerator | None = None) -> ms.TuneContext:
+    """The TuneContext tuning ``func`` on ``target`` with ``space`` (``HeronSpace()`` when None) works
+    in, cloned as MetaSchedule's task scheduler clones it: its space generator's rules and postprocs
+    are initialized for the target, as in a tuning run."""
     mod = func if isinstance(func, IRModule) else IRModule({"main": func})
-    context = ms.TuneContext(mod=mod, target=target, space_generator=space or HeronSpace(), task_name="main")
-    return list(context.clone().generate_design_space())
+    return ms.TuneContext(mod=mod, target=target, space_generator=space or HeronSpace(), task_name="main").clone()
+
+
+def design_spaces(func: PrimFunc | IRModule, target: Target, space: SpaceGenerator | None = None) -> list[Schedule]:
+    """The design spaces that tuning ``func`` on ``target`` searches (see :func:`tuning_context`): for
+    reports, tests and benchmarks that look inside a space instead of tuning it."""
+    return list(tuning_context(func, target, space).generate_design_space())
+
+
+def design_spaces_and_postprocs(
+    func: PrimFunc | IRModule, target: Target, space: SpaceGenerator | None = None
+) -> tuple[list[Schedule], list[Postproc]]:
+    """:func:`design_spaces` and the postprocs, initialized for the target, that finish a sample of them."""
+    context = tuning_context(func, target, space)
+    return list(context.generate_design_space()), list(context.space_generator.postprocs)
 
 
 def _apply(rule, rule_name: str, sch: Schedule, name: str) -> list[Schedule]:

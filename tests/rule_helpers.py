@@ -63,12 +63,13 @@ _COMPACT = tvm.transform.Sequential(
 
 
 def allocations(mod, scope: str | None = None) -> dict[str, int]:
-    """Buffers the compacted TIR allocates (in ``scope`` if given): name -> elements, storage_align
+    """Buffers the compacted TIR allocates (in scopes starting with ``scope``, e.g. ``shared`` and
+    ``shared.dyn``, if given): name -> elements, storage_align
     row padding included (what the constraint model's footprints must equal)."""
     out = {}
     for name, shape, rest in re.findall(r"(\w+) = T\.(?:sblock_alloc_buffer|alloc_buffer)\(\(([^)]*)\)([^\n]*)", _COMPACT(mod).script()):
         found = re.search(r'scope="([\w.]+)"', rest)
-        if scope is not None and (found.group(1) if found else "global") != scope:
+        if scope is not None and not (found.group(1) if found else "global").startswith(scope):
             continue
         dims = [int(x) for x in shape.split(",") if x.strip()]
         strides = re.search(r"strides=\(([^)]*)\)", rest)

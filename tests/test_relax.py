@@ -94,7 +94,7 @@ def _model_work_dir_reports_shows_and_resumes(work_dir, path):
     assert report.returncode == 0, report.stderr[-3000:]
     text = (work_dir / "report.md").read_text()
     assert re.search(r"\| estimated model latency \| [\d.]+ ms \|", text), text
-    tasks = re.findall(r"^\| (fused_\w+) \| 1 \|", text, flags=re.M)
+    tasks = re.findall(r"^\| (\w+) \| [\d.]+ \|", text.split("## Tasks")[1], flags=re.M)
     assert len(tasks) == 3 and (work_dir / "tuning_curve.png").stat().st_size > 0
 
     unnamed = ms_heron_cli("show", work_dir)

@@ -14,7 +14,7 @@ from ms_heron.builder import build_cuda, compile_cuda, cuda_source, local_builde
 from ms_heron.constraints import Solver, derive, replay
 from ms_heron.constraints.geometry import UNPADDED
 from ms_heron.intrinsics.wmma import SHAPES
-from ms_heron.space import default_postprocs, design_spaces
+from ms_heron.space import design_spaces_and_postprocs
 from ms_heron.testing import workloads
 from rule_helpers import allocations
 
@@ -24,9 +24,6 @@ TARGETS = ["nvidia/nvidia-h100", "nvidia/nvidia-a100"]  # sm_90a, sm_80
 def _target(tag):
     return Target(tag, host={"kind": "llvm"})
 
-
-def _spaces(func, target):
-    return design_spaces(func, target), default_postprocs(target)
 
 
 def _wmma_shape(space):
@@ -52,7 +49,7 @@ def _matmul(in_dtype, out_dtype, n=64):
 def test_constrained_wmma_samples_verify_and_compile_with_nvcc(tag, in_dtype, out_dtype):
     target = _target(tag)
     func = _matmul(in_dtype, out_dtype)
-    spaces, postprocs = _spaces(func, target)
+    spaces, postprocs = design_spaces_and_postprocs(func, target)
     assert sorted(_wmma_shape(s) for s in spaces) == sorted(SHAPES)  # Heron's fragment-shape choice
     for index, space in enumerate(spaces):
         model = derive(space, target)
@@ -68,12 +65,13 @@ def test_constrained_wmma_samples_verify_and_compile_with_nvcc(tag, in_dtype, ou
             assert len(compile_cuda(lib, target)) > 0
 
 
+@pytest.mark.parametrize("family,shape", [("gemm", dict(M=64, N=128, K=64)), ("c2d", dict(N=1, H=8, W=8, CI=32, CO=32, KH=3, KW=3, pad=1))])
 def test_shared_memory_model_matches_lowered_allocations(family, shape):
     """Tile buffers A/B: exactly their padded allocation; the write-back stage: an upper bound
     (MetaSchedule's rule stores the output tile in slices), so the summed limit is safe."""
     target = _target(TARGETS[0])
     workload = workloads.make(family, "fp16", **shape)
-    spaces, postprocs = _spaces(workload.func, target)
+    spaces, postprocs = design_spaces_and_postprocs(workload.func, target)
     checked = 0
     for index, space in enumerate(spaces):
         model = derive(space, target)
@@ -99,7 +97,7 @@ def test_shared_memory_model_matches_lowered_allocations(family, shape):
 def test_tuning_builder_exports_an_nvcc_checked_tensor_core_candidate():
     target = _target(TARGETS[1])
     workload = workloads.gemm(64, 64, 64, "fp16")
-    spaces, postprocs = _spaces(workload.func, target)
+    spaces, postprocs = design_spaces_and_postprocs(workload.func, target)
     model = derive(spaces[0], target)
     sch = replay(model, spaces[0].trace.simplified(remove_postproc=True), workload.func, Solver(model).sample())
     assert all(p.apply(sch) for p in postprocs)
