@@ -9,7 +9,7 @@ from tvm.s_tir.meta_schedule.runner import RunnerResult
 
 from conftest import SMALL_SHAPES, timing_out_runner
 from ms_heron import HeronSearch, HeronSpace
-from ms_heron.evaluate import build, run_and_check
+from ms_heron.evaluate import build, run_and_check, time_lib
 from ms_heron.search.decision_model import DecisionModel, rank_correlation
 from ms_heron.testing import workloads
 from ms_heron.tune import best_schedule, tune_workload
@@ -30,12 +30,12 @@ def test_tunes_every_family_and_best_record_is_correct(family, cpu_target, tmp_p
     assert log.count("HeronSearch round") == 3 and "valid 4/4" in log
 
 
-def _strategy(workload, target, seed, trials=16, per_round=8):
+def _strategy(workload, target, seed, trials=16, per_round=8, cost_model=None):
     strategy = HeronSearch()
     ctx = ms.TuneContext(
         mod=workload.func, target=target, space_generator=HeronSpace(), search_strategy=strategy, task_name="t", rand_state=seed
     )
-    strategy.pre_tuning(trials, per_round, ctx.generate_design_space(), None, None)
+    strategy.pre_tuning(trials, per_round, ctx.generate_design_space(), None, cost_model)
     return strategy
 
 
@@ -50,6 +50,46 @@ def test_deterministic_with_fixed_seed(cpu_target):
     other = _hashes(_strategy(workload, cpu_target, 8).generate_measure_candidates())
     assert first == again and len(set(first)) == len(first) == 8
     assert first != other
+
+
+def test_round_zero_is_ranked_by_the_feature_model_other_tasks_trained(cpu_target):
+    """A model's tasks share MetaSchedule's feature model: once earlier tasks trained it, a new task's
+    first round is its top predictions (before: constrained-random, ignoring what was learned)."""
+    from ms_heron.search.ranking import FEATURES  # pylint: disable=import-outside-toplevel
+
+    cost_model = ms.cost_model.XGBModel(num_warmup_samples=1, num_tuning_cores=1)
+    first_task = workloads.make("gemm", "fp32", **SMALL_SHAPES["gemm"])
+    untrained = _strategy(first_task, cpu_target, 3, cost_model=cost_model)
+    batch = untrained.generate_measure_candidates()
+    assert not untrained.guided
+    seconds = [time_lib(build(c.sch.mod, cpu_target), first_task, repeat=3, min_repeat_ms=5).seconds for c in batch]
+    cost_model.update(untrained.context, batch, [RunnerResult(run_secs=[s], error_msg=None) for s in seconds])
+
+    other_task = _strategy(workloads.make("gemm", "fp32", M=64, N=32, K=64), cpu_target, 3, cost_model=cost_model)
+    picked = other_task.generate_measure_candidates()
+    assert other_task.guided and other_task.now.ranked_by == FEATURES
+    greedy = [p.predicted[FEATURES] for p in other_task.pending][: round(len(picked) * (1 - other_task.epsilon))]
+    assert len(greedy) >= 3 and greedy == sorted(greedy, reverse=True)
+
+
+def test_decision_model_ranks_only_once_it_can_score_every_design_space():
+    """Heron's model is one tree ensemble per space; while any space with decisions has too few
+    measurements to train its own, a population mixing spaces is ranked by the feature model."""
+    import random
+
+    from ms_heron.search.genetic import Program  # pylint: disable=import-outside-toplevel
+    from ms_heron.search.ranking import DECISIONS, FEATURES, Ranking  # pylint: disable=import-outside-toplevel
+
+    rng = random.Random(0)
+    ranking = Ranking([["a"], ["b"], []], seed=0, cost_model=ms.cost_model.XGBModel(num_tuning_cores=1))
+    rows = {name: [{name: rng.choice([1, 2, 4, 8])} for _ in range(12)] for name in "ab"}
+    ranking.decision_models[0].fit(rows["a"], [r["a"] / 8 for r in rows["a"]])
+    mixed = [Program(0, {"a": 8}), Program(1, {"b": 8}), Program(2, {})]
+    assert ranking.ranking_model() == FEATURES and ranking.predict(DECISIONS, mixed, None) is None
+
+    ranking.decision_models[1].fit(rows["b"], [1 / r["b"] for r in rows["b"]])
+    scores = ranking.predict(DECISIONS, mixed, None)
+    assert ranking.ranking_model() == DECISIONS and scores[0] > scores[1] and scores[2] == 0.0
 
 
 def test_survives_failed_candidates_and_stops_at_budget(cpu_target):

@@ -12,7 +12,8 @@ candidate is valid by construction. Per round (Heron §4):
 
 The genetic operators are in :mod:`.genetic`; the two cost models that rank programs, and the
 choice between them, in :mod:`.ranking`. Round 0 is constrained-random: no prediction means
-anything before measurements exist.
+anything before measurements exist, unless the feature model shared by a model's tasks has
+already learned from the tasks tuned before (then it ranks round 0, as in MetaSchedule's search).
 """
 
 from __future__ import annotations
@@ -130,6 +131,9 @@ class HeronSearch(PySearchStrategy):
         self.pool: list[Program] = []
         self.stats: list[RoundStats] = []
         self.now = RoundStats(round=-1)  # the warm start's time goes here, unlogged
+        #: Whether a cost model ranks programs yet: after the first measurements, or from round 0
+        #: when the feature model already learned from other tasks (see ``_features_transfer``).
+        self.guided = False
         if database is not None and database.has_workload(self.mod):
             self._warm_start(database)
 
@@ -174,6 +178,8 @@ class HeronSearch(PySearchStrategy):
             return None
         self.now = RoundStats(round=len(self.stats), ranked_by=self.ranking.ranking_model())
         want = min(self.per_round, self.max_trials - self.trials)
+        if not self.stats and not self.measured:
+            self.guided = self._features_transfer()
         picked = self._pick(self._evolve(), want)
         self._predict_all(picked)
         self.pending = picked
@@ -188,6 +194,7 @@ class HeronSearch(PySearchStrategy):
         for program, result in zip(self.pending, results):
             secs.append(record_seconds(result.run_secs) if result.error_msg is None else float("inf"))
             self.measured[program.key] = secs[-1]
+        self.guided = True
         stats.rank_correlation = self.ranking.note_batch(self.pending, secs)
         with self._timed("cost model"):
             self.ranking.fit(self.measured, {p.space for p in self.pending})
@@ -220,6 +227,7 @@ class HeronSearch(PySearchStrategy):
         if programs and self.ranking.cost_model is not None:
             self.ranking.cost_model.update(self.context, [p.candidate for p in programs], results)
         self.ranking.fit(self.measured, set(range(len(self.models))))
+        self.guided = bool(self.measured)
         self.logger.info(
             "HeronSearch warm start: %d of %d earlier records belong to these design spaces; they are not measured again",
             len(self.measured), len(records),
@@ -227,8 +235,21 @@ class HeronSearch(PySearchStrategy):
 
     # -- cost models ----------------------------------------------------------------------------
 
+    def _features_transfer(self) -> bool:
+        """Whether MetaSchedule's feature model can rank this task's first round: the task scheduler
+        shares one model among a model's tasks, so later tasks start from what earlier ones taught it
+        (as MetaSchedule's own search does). Otherwise round 0 stays constrained-random."""
+        with self._timed("cost model"):
+            probe = self._build(self._fresh(4))
+            trained = self.ranking.features_trained(probe, self.context)
+        self.pool = probe  # they join round 0's population
+        if trained:
+            self.now.ranked_by = FEATURES
+            self.logger.info("HeronSearch: the shared feature cost model ranks round 0 (trained on other tasks)")
+        return trained
+
     def _predict(self, name: str, programs: list[Program]) -> list[float] | None:
-        if not self.measured:
+        if not self.guided:
             return None
         if name == FEATURES:
             self._build(programs)  # callers pass programs that build
@@ -237,8 +258,8 @@ class HeronSearch(PySearchStrategy):
 
     def _rank(self, programs: list[Program]) -> list[Program]:
         """Programs (with candidates when the feature model ranks them), best predicted first."""
-        if not self.measured:
-            return programs  # round 0: constrained-random
+        if not self.guided:
+            return programs  # round 0 with nothing learned yet: constrained-random
         if self.now.ranked_by == FEATURES:
             programs = self._build(programs)
         scores = self._predict(self.now.ranked_by, programs)
@@ -310,7 +331,7 @@ class HeronSearch(PySearchStrategy):
 
     def _evolve(self) -> list[Program]:
         ranked = self._rank(unique(self.pool + self._elite() + self._fresh(self.population)))
-        for _ in range(self.generations if self.measured else 0):
+        for _ in range(self.generations if self.guided else 0):
             children = []
             for _ in range(self.population):
                 a, b = roulette(ranked, 2, self.rng)

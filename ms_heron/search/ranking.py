@@ -34,13 +34,31 @@ class Ranking:
         self.quality: dict[str, list[float]] = {FEATURES: [], DECISIONS: []}
 
     def ranking_model(self) -> CostModelName:
-        """The model whose recent predictions ordered measured batches best; Heron's by default."""
+        """The model whose recent predictions ordered measured batches best.
+
+        Heron's decision model ranks only once it can score every design space (one tree ensemble
+        per space, each needing its own measurements); until then a population mixing spaces would
+        be ranked by zeros, i.e. not at all, so the feature model, which reads any program, ranks.
+        """
+        if not self.decisions_cover_every_space():
+            return DECISIONS if self.cost_model is None else FEATURES
         recent = {name: np.mean(q[-QUALITY_WINDOW:]) for name, q in self.quality.items() if q}
         if len(recent) == 2:
             return max(recent, key=recent.get)
-        if any(m.trained for m in self.decision_models):
-            return DECISIONS
-        return FEATURES
+        if recent.get(FEATURES, 0.0) > 0:  # it ordered this task better than chance; the other is unjudged
+            return FEATURES
+        return DECISIONS
+
+    def decisions_cover_every_space(self) -> bool:
+        return all(m.trained or not m.variables for m in self.decision_models)
+
+    def features_trained(self, programs: list[Program], context) -> bool:
+        """Whether the feature model has learned anything: MetaSchedule's XGBModel predicts uniform
+        noise until it has seen enough measurements, so two predictions of the same built programs
+        then differ; a trained model repeats itself."""
+        if self.cost_model is None or len(programs) < 2:
+            return False
+        return self.predict(FEATURES, programs, context) == self.predict(FEATURES, programs, context)
 
     def fit(self, measured: dict[tuple, float], spaces: set[int]) -> None:
         """Refit the decision models of ``spaces`` on every measured program (key -> seconds)."""
@@ -62,6 +80,8 @@ class Ranking:
         out = [0.0] * len(programs)
         for space in {p.space for p in programs}:
             model = self.decision_models[space]
+            if not model.variables:
+                continue  # one program, nothing to rank it by
             if not model.trained:
                 return None
             members = [i for i, p in enumerate(programs) if p.space == space]
