@@ -67,7 +67,7 @@ def _tune_and_export(name: str, trials: int, out: pathlib.Path, work_root: pathl
             times = [dataclasses.replace(t, space="") for t in times]
         row["tasks"] = len(times)
         row["per task"][arm] = [dataclasses.asdict(t) for t in times]
-        compile_model(arm_run.database(), run.model, None, run.target).export_library(str(out / f"{name}_{arm.replace(' ', '_')}.so"))
+        compile_model(arm_run.database(), run.model, None, run.target, exact_math=run.spec.exact_math).export_library(str(out / f"{name}_{arm.replace(' ', '_')}.so"))
     return row
 
 

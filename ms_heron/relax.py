@@ -93,11 +93,17 @@ def bind_params(mod: IRModule, params: Mapping[str, Any] | None) -> IRModule:
     return mod
 
 
-def lower_for_tuning(mod: IRModule, params: Mapping[str, Any] | None, target: Target) -> IRModule:
+def lower_for_tuning(
+    mod: IRModule, params: Mapping[str, Any] | None, target: Target, *, exact_math: bool = False
+) -> IRModule:
     """Bind weights, legalize and fuse: the fused TIR functions are the tuning tasks.
 
     Weights that reach a TIR function as constants are marked layout-free, so schedules may store
-    them in whatever layout their kernels read best.
+    them in whatever layout their kernels read best. Unless ``exact_math``, ``exp``, ``erf``, ``tanh``
+    and softmax become TVM's polynomial approximations (``FastMathTransform``), as ONNX Runtime's
+    kernels use: on the CPU the exact ones are scalar libm calls whose time depends on the data
+    (GELU's erf made BERT's FFN kernel 2-3x slower on real activations than on the tuner's inputs),
+    while the approximations vectorize and cost the same on any input.
     """
     mod = bind_params(mod, params)
     require_static_shapes(mod)
@@ -106,6 +112,7 @@ def lower_for_tuning(mod: IRModule, params: Mapping[str, Any] | None, target: Ta
             [
                 *relax_pipeline.library_dispatch_passes(target),
                 relax.transform.DecomposeOpsForInference(),
+                *([] if exact_math else [relax.transform.FastMathTransform()]),
                 relax.transform.CanonicalizeBindings(),
                 keep_int8_matmuls,
                 relax.transform.LegalizeOps(),
@@ -194,14 +201,17 @@ def untuned_tasks(database: ms.Database, lowered: IRModule, target: Target) -> l
     return [t.name for t in task_times(database, lowered, target) if t.seconds == math.inf]
 
 
-def compile_model(database: ms.Database, mod: IRModule, params: Mapping[str, Any] | None, target: Target):
+def compile_model(
+    database: ms.Database, mod: IRModule, params: Mapping[str, Any] | None, target: Target, *, exact_math: bool = False
+):
     """Compile the model with the database's best schedules into a ``relax.VirtualMachine`` executable.
 
     Tasks the database has no valid record for keep their untuned kernel, with a warning. Weight
     re-layouts the schedules ask for are split out and folded into the constants here, once.
+    ``exact_math`` must be what the model was tuned with (see :func:`lower_for_tuning`).
     """
     ensure_registered()
-    lowered = lower_for_tuning(mod, params, target)
+    lowered = lower_for_tuning(mod, params, target, exact_math=exact_math)
     missing = untuned_tasks(database, lowered, target)
     if missing:
         warnings.warn(

@@ -81,6 +81,8 @@ class RunSpec:
     model: str = ""
     model_sha256: str = ""
     input_shapes: dict = field(default_factory=dict)
+    #: A model tuned with exact exp/erf/tanh instead of TVM's fast approximations (its tasks differ).
+    exact_math: bool = False
     #: Which TVM and ms_heron wrote the run (records of other versions may replay differently).
     versions: dict = field(default_factory=lambda: {"tvm": tvm.__version__, "ms_heron": __version__})
 
@@ -90,11 +92,13 @@ class RunSpec:
         return RunSpec(workload.family, dict(workload.shape), workload.dtype, target_json(target), seed, kernel, workload.label)
 
     @staticmethod
-    def of_model(path: str | Path, input_shapes: Mapping[str, Sequence[int]], target: Target, seed: int) -> RunSpec:
+    def of_model(
+        path: str | Path, input_shapes: Mapping[str, Sequence[int]], target: Target, seed: int, *, exact_math: bool = False
+    ) -> RunSpec:
         path = Path(path).resolve()
         shapes = {name: [int(d) for d in dims] for name, dims in input_shapes.items()}
         return RunSpec(MODEL, {}, "", target_json(target), seed, label=path.stem, model=str(path),
-                       model_sha256=_sha256(path), input_shapes=shapes)
+                       model_sha256=_sha256(path), input_shapes=shapes, exact_math=exact_math)
 
     def workload(self) -> Workload:
         if self.kernel:
@@ -103,13 +107,13 @@ class RunSpec:
 
     def same_task(self, other: RunSpec) -> bool:
         def key(spec: RunSpec) -> tuple:
-            return spec.family, spec.shape, spec.dtype, spec.kernel, spec.model_sha256, spec.input_shapes
+            return spec.family, spec.shape, spec.dtype, spec.kernel, spec.model_sha256, spec.input_shapes, spec.exact_math
 
         return key(self) == key(other)
 
     def describe(self) -> str:
         if self.model:
-            return f"model {Path(self.model).name}"
+            return f"model {Path(self.model).name}" + (" (exact math)" if self.exact_math else "")
         if self.kernel:
             return f"kernel {self.label} ({self.dtype})"
         dims = " ".join(f"{k}={v}" for k, v in self.shape.items())
@@ -235,7 +239,7 @@ class TuningRun:
     @functools.cached_property
     def lowered(self) -> IRModule:
         """The model bound, legalized and fused: its fused TIR functions are the tasks."""
-        return lower_for_tuning(self.model, None, self.target)
+        return lower_for_tuning(self.model, None, self.target, exact_math=self.spec.exact_math)
 
     def task_times(self) -> list[TaskTime]:
         """A model run's tasks with their call counts and best kernels so far."""
@@ -331,7 +335,7 @@ class TuningRun:
         if self.is_model:
             tune_model(self.model, None, self.target, str(self.work_dir), todo, num_trials_per_iter=per_round,
                        space=space, strategy=WatchedSearch(strategy, deadline=deadline, stop=stop), seed=self.spec.seed,
-                       on_round=model_round)
+                       on_round=model_round, exact_math=self.spec.exact_math)
         else:
             tune_workload(self.workload, self.target, str(self.work_dir), todo, num_trials_per_iter=min(per_round, todo),
                           space=space, strategy=WatchedSearch(strategy, deadline=deadline, on_round=kernel_round, stop=stop),
@@ -372,6 +376,9 @@ def _sha256(path: Path) -> str:
 
 def _read_spec(run_file: Path) -> RunSpec:
     try:
-        return RunSpec(**json.loads(run_file.read_text()))
-    except (ValueError, TypeError) as err:
+        fields = json.loads(run_file.read_text())
+        if fields.get("model") and "exact_math" not in fields:
+            fields["exact_math"] = True  # written before model lowering approximated exp/erf/tanh
+        return RunSpec(**fields)
+    except (ValueError, TypeError, AttributeError) as err:
         raise RunError(f"{run_file} is not an ms-heron run file ({err}); use another --work-dir") from err

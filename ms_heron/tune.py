@@ -149,6 +149,7 @@ def tune_model(
     seed: int | None = None,
     on_round: Callable[[ModelRound], None] | None = None,
     time_budget_s: float | None = None,
+    exact_math: bool = False,
     **tune_kwargs: Any,
 ) -> ms.Database:
     """Tune every task of the model; ``max_trials`` in total, shared by MetaSchedule's gradient task
@@ -158,6 +159,8 @@ def tune_model(
 
     ``on_round`` is called after every measured round; ``time_budget_s`` stops starting new rounds
     once that much wall-clock time has passed (each task still gets its first round).
+    ``exact_math`` keeps exact exp/erf/tanh (see :func:`ms_heron.relax.lower_for_tuning`); compile
+    with the same value.
     """
     strategy = HeronSearch() if strategy is None else strategy
     if time_budget_s is not None:
@@ -167,7 +170,7 @@ def tune_model(
     if on_round is not None:
         report = _ReportRounds(on_round, max_trials, tune_kwargs["database"])
         tune_kwargs["measure_callbacks"] = [*ms.MeasureCallback.create("default"), report]
-    lowered = lower_for_tuning(mod, params, target)
+    lowered = lower_for_tuning(mod, params, target, exact_math=exact_math)
     _prepare(target, tune_kwargs)
     return ms.relax_integration.tune_relax(
         lowered,

@@ -21,6 +21,8 @@ def add_parser(sub, shared: argparse.ArgumentParser) -> None:
     model.add_argument("--time-budget", help="wall-clock limit such as 30m; rounds in flight finish first")
     model.add_argument("--work-dir", help="database and logs (default: ms_heron_models/<model>); re-run to resume")
     model.add_argument("--output", help="compiled model library (default: <work-dir>/<model>_tuned.so)")
+    model.add_argument("--exact-math", action="store_true",
+                       help="keep exact exp/erf/tanh (scalar libm calls) instead of TVM's fast vectorized approximations")
     model.add_argument("--round-size", type=int, default=16, help="candidates measured per task round (default 16)")
     model.set_defaults(run=run)
 
@@ -70,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
     budget_s = parse_duration(args.time_budget) if args.time_budget else None
     target = parse_target(args.target)
     work_dir = Path(args.work_dir or f"ms_heron_models/{path.stem}")
-    run = TuningRun.create(work_dir, RunSpec.of_model(path, _input_shapes(args.input_shape), target, args.seed))
+    run = TuningRun.create(work_dir, RunSpec.of_model(path, _input_shapes(args.input_shape), target, args.seed, exact_math=args.exact_math))
     output = Path(args.output or work_dir / f"{path.stem}_tuned.so")
     tasks = [t.name for t in run.task_times()]
     print(f"ms-heron tune-model: {path.name}, {len(tasks)} tasks, {args.trials} trials on {cpu_name(run.target)}; "
@@ -91,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
     print("\nper task (best kernel measured while tuning, calls per model run, share of the model estimate):")
     print("\n".join(task_table({"ms_heron": run.task_times()})))
     db = run.database()
-    executable = compile_model(db, run.model, None, run.target)
+    executable = compile_model(db, run.model, None, run.target, exact_math=run.spec.exact_math)
     output.parent.mkdir(parents=True, exist_ok=True)
     executable.export_library(str(output))
     rng = np.random.default_rng(args.seed)
