@@ -11,6 +11,7 @@ import pytest
 import tvm
 from onnx import TensorProto, helper
 from tvm.relax.frontend import nn
+from tvm.s_tir import meta_schedule as ms
 
 from ms_heron.records import open_database
 from ms_heron.relax import ModelError, compile_model, from_onnx, run_model
@@ -157,3 +158,31 @@ def test_tune_model_rejects_bad_input_in_one_line(tmp_path, args, message):
     assert proc.returncode == 2, proc.stderr
     assert message in proc.stderr and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_model_lowering_approximates_exp_and_erf_unless_exact_math_is_asked(cpu_target, tmp_path):
+    """GELU's erf and softmax's exp become TVM's vectorizable approximations by default; the model
+    still matches ONNX Runtime closely, and ``exact_math`` keeps the libm calls (other tasks)."""
+    from ms_heron.relax import extract_tasks, lower_for_tuning  # pylint: disable=import-outside-toplevel
+    from ms_heron.session import RunSpec, TuningRun  # pylint: disable=import-outside-toplevel
+
+    model = models.bert_layer(seq=8, hidden=32, heads=2, ffn=64)
+    mod = from_onnx(model.proto, model.input_shapes())
+    names = {exact: " ".join(t.task_name for t in extract_tasks(lower_for_tuning(mod, None, cpu_target, exact_math=exact), cpu_target))
+             for exact in (False, True)}
+    assert "fast_erf" in names[False] and "fast_softmax" in names[False]
+    assert "fast_" not in names[True] and "_erf" in names[True] and "softmax" in names[True]
+
+    expected, _ = onnxruntime_model(model.proto, model.inputs, threads=1)
+    for exact in (False, True):
+        with pytest.warns(UserWarning, match="no tuned schedule"):
+            executable = compile_model(ms.database.MemoryDatabase(), mod, None, cpu_target, exact_math=exact)
+        got = run_model(executable, model.inputs)
+        np.testing.assert_allclose(got[0], expected[0], rtol=1e-4, atol=1e-4)
+
+    path = tmp_path / "bert.onnx"
+    onnx.save(model.proto, path)
+    run_file = TuningRun.create(tmp_path / "wd", RunSpec.of_model(path, {}, cpu_target, 0)).work_dir / "ms_heron_run.json"
+    old = {k: v for k, v in json.loads(run_file.read_text()).items() if k != "exact_math"}
+    run_file.write_text(json.dumps(old))  # a run file from before the option: tuned with exact math
+    assert TuningRun.open(tmp_path / "wd").spec.exact_math and "(exact math)" in TuningRun.open(tmp_path / "wd").spec.describe()
