@@ -82,7 +82,7 @@ def _prepare(target: Target, tune_kwargs: dict) -> None:
     if is_cpu(target):
         num_cores(target)  # raises early with the fix when num-cores is missing
     tune_kwargs.setdefault("builder", local_builder())
-    drop_unnamed_log_handlers()
+    _reset_metaschedule_logger()
 
 
 @dataclass
@@ -187,12 +187,21 @@ def tune_model(
     )
 
 
-def drop_unnamed_log_handlers() -> None:
-    """MetaSchedule re-configures its logger by handler *name* on every tune and crashes on a
-    handler without one (pytest's log capture leaves such handlers behind between tunes)."""
+def _reset_metaschedule_logger() -> None:
+    """Make MetaSchedule's logger ready for another tune in this process.
+
+    It re-configures its logger by handler *name* on every tune and crashes on a handler without
+    one (pytest's log capture leaves such handlers behind), so those go. Its console level is the
+    logger's level when a tune starts, but each tune leaves the logger at DEBUG: the level the user
+    chose (kept by the last tune's console handler) is restored, or a second tune in the same
+    process (the baseline arm) prints every round.
+    """
     logger = logging.getLogger("tvm.s_tir.meta_schedule")
     for handler in [h for h in logger.handlers if h.get_name() is None]:
         logger.removeHandler(handler)
+    for handler in logger.handlers:
+        if handler.get_name() == "tvm.s_tir.meta_schedule.console":
+            logger.setLevel(handler.level)
 
 
 def best_schedule(database: ms.Database, task: Workload | tvm.tirx.PrimFunc, target: Target) -> Schedule:

@@ -3,6 +3,7 @@ its design space builds and computes the right answer for randomly sampled decis
 
 import numpy as np
 import pytest
+import tvm
 from tvm import te
 from tvm.target import Target
 
@@ -224,7 +225,7 @@ def test_compute_location_puts_a_convolutions_padding_at_a_sampled_loop(cpu_targ
     (space,) = stock_design_spaces(workload.func, rules, cpu_target)
     steps = schedule_steps(space)
     assert steps.count("SampleComputeLocation") == 1 and steps.count("ComputeAt") == 1
-    (pad,) = [b for b in block_names(space) if "pad" in b.lower()]
+    (pad,) = [b for b in block_names(tvm.s_tir.Schedule(workload.func)) if "pad" in b.lower()]  # the space may inline it
     nested = 0
     for seed in range(1, 9):
         sch = finished(space, workload, seed=seed)
