@@ -25,12 +25,11 @@ from ms_heron import HeronSpace
 from ms_heron.constraints import Solver, count_solutions, derive, replay, uniformity
 from ms_heron.evaluate import build, run_and_check, time_lib
 from ms_heron.intrinsics import ensure_registered
-from ms_heron.space import design_spaces_and_postprocs
+from ms_heron.space import design_spaces, design_spaces_and_postprocs
 from ms_heron.targets import host_target
 from ms_heron.testing import workloads
 
 CASES = ["gemm.G1", "c2d.C3"]
-
 
 
 def _gops(sch, workload, target) -> float:
@@ -84,7 +83,7 @@ def default_samples(workload, target, n, rng):
 def sampler_uniformity(target, draws: int = 300) -> dict:
     """How close CP-SAT's hinted sampling comes to uniform, on a space small enough to enumerate."""
     workload = workloads.gemm(M=64, N=64, K=64)
-    space = design_spaces_and_postprocs(workload.func, target, HeronSpace())[0][0]
+    space = design_spaces(workload.func, target, HeronSpace())[0]
     model = derive(space, target)
     feasible = count_solutions(model)
     solver = Solver(model, seed=0)

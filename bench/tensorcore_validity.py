@@ -40,7 +40,6 @@ TARGETS = ["nvidia/nvidia-h100", "nvidia/nvidia-a100"]
 _KERNEL = 'extern "C" __global__'
 
 
-
 def heron_schedules(workload, target, n):
     spaces, postprocs = design_spaces_and_postprocs(workload.func, target, HeronSpace())
     per_space = [(s, derive(s, target)) for s in spaces]

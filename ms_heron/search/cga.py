@@ -131,9 +131,8 @@ class HeronSearch(PySearchStrategy):
         self.pool: list[Program] = []
         self.stats: list[RoundStats] = []
         self.now = RoundStats(round=-1)  # the warm start's time goes here, unlogged
-        #: Whether a cost model ranks programs yet: after the first measurements, or from round 0
-        #: when the feature model already learned from other tasks (see ``_features_transfer``).
-        self.guided = False
+        #: Whether the shared feature model had learned from other tasks before this one's round 0.
+        self.transferred = False
         if database is not None and database.has_workload(self.mod):
             self._warm_start(database)
 
@@ -179,7 +178,7 @@ class HeronSearch(PySearchStrategy):
         self.now = RoundStats(round=len(self.stats), ranked_by=self.ranking.ranking_model())
         want = min(self.per_round, self.max_trials - self.trials)
         if not self.stats and not self.measured:
-            self.guided = self._features_transfer()
+            self.transferred = self._features_transfer()
         picked = self._pick(self._evolve(), want)
         self._predict_all(picked)
         self.pending = picked
@@ -194,7 +193,6 @@ class HeronSearch(PySearchStrategy):
         for program, result in zip(self.pending, results):
             secs.append(record_seconds(result.run_secs) if result.error_msg is None else float("inf"))
             self.measured[program.key] = secs[-1]
-        self.guided = True
         stats.rank_correlation = self.ranking.note_batch(self.pending, secs)
         with self._timed("cost model"):
             self.ranking.fit(self.measured, {p.space for p in self.pending})
@@ -227,7 +225,6 @@ class HeronSearch(PySearchStrategy):
         if programs and self.ranking.cost_model is not None:
             self.ranking.cost_model.update(self.context, [p.candidate for p in programs], results)
         self.ranking.fit(self.measured, set(range(len(self.models))))
-        self.guided = bool(self.measured)
         self.logger.info(
             "HeronSearch warm start: %d of %d earlier records belong to these design spaces; they are not measured again",
             len(self.measured), len(records),
@@ -235,16 +232,21 @@ class HeronSearch(PySearchStrategy):
 
     # -- cost models ----------------------------------------------------------------------------
 
+    @property
+    def guided(self) -> bool:
+        """Whether a cost model ranks programs yet: once this task has measurements, or from round 0
+        when the feature model already learned from other tasks."""
+        return bool(self.measured) or self.transferred
+
     def _features_transfer(self) -> bool:
         """Whether MetaSchedule's feature model can rank this task's first round: the task scheduler
         shares one model among a model's tasks, so later tasks start from what earlier ones taught it
         (as MetaSchedule's own search does). Otherwise round 0 stays constrained-random."""
-        with self._timed("cost model"):
-            probe = self._build(self._fresh(4))
-            trained = self.ranking.features_trained(probe, self.context)
+        probe = self._build(self._fresh(4))
         self.pool = probe  # they join round 0's population
+        with self._timed("cost model"):
+            trained = self.ranking.features_trained(probe, self.context)
         if trained:
-            self.now.ranked_by = FEATURES
             self.logger.info("HeronSearch: the shared feature cost model ranks round 0 (trained on other tasks)")
         return trained
 
