@@ -10,6 +10,7 @@ from ms_heron.constraints import RepairedDecision, Solver, count_solutions, deci
 from ms_heron.evaluate import build, run_and_check
 from ms_heron.rules import default_rules
 from ms_heron.space import default_postprocs, design_spaces
+from ms_heron.probes import PEAK_CHAINS, fma_chains
 from ms_heron.targets import vector_bytes, vector_registers
 from ms_heron.testing import workloads
 from rule_helpers import allocations
@@ -93,6 +94,27 @@ def test_summary_reports_kinds_and_size(cpu_target):
         assert summary["constraints"]["split"] > 0 and summary["constraints"]["candidates"] == 1
         assert summary["unconstrained_space_size"] > 1
     assert any(s["constraints"].get("memory") for s in summaries)
+
+
+def test_register_tile_holds_enough_accumulators_to_hide_fma_latency(cpu_target):
+    """BLIS's ``MR x NR / lanes >= N_vfma x L_vfma`` with the FMAs in flight measured on this CPU:
+    every sample of a GEMM big enough for it has that many accumulators; a convolution with 3x3x16
+    outputs cannot reach it on every core and gets what it can hold (its model stays solvable)."""
+    chains = fma_chains(cpu_target)
+    assert 2 <= chains <= PEAK_CHAINS
+    width = vector_bytes(cpu_target)
+    workload = workloads.make("gemm", "fp32", M=64, N=64, K=32)
+    for index, space in enumerate(_spaces(workload, cpu_target)):
+        model = derive(space, cpu_target)
+        assert [c.name for c in model.constraints if "FMA latency" in c.name] == [
+            f"register_tile[C]: accumulators >= {chains} (FMA latency x FMA ports)"]
+        for values in Solver(model, seed=index).samples(20):
+            full = model.evaluate(values)
+            assert full["register_tile[C].rows"] * -(-full["register_tile[C].lane_bytes"] // width) >= chains, values
+    small = workloads.make("c2d", "fp32", **SMALL_SHAPES["c2d"])
+    for space in _spaces(small, cpu_target):
+        model = derive(space, cpu_target)
+        assert model.violations(Solver(model, seed=0).sample()) == []
 
 
 def _allocated_elements(mod, buffer):

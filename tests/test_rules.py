@@ -1,6 +1,8 @@
 """Each generation rule fires exactly when its condition holds, leaves other blocks alone, and
 its design space builds and computes the right answer for randomly sampled decisions."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import tvm
@@ -22,6 +24,7 @@ from ms_heron.rules import (
     ParallelVectorizeUnroll,
     Tensorize,
 )
+from ms_heron.rules.analysis import block_realize
 from ms_heron.annotations import AUTO_TENSORIZE, CACHE_LEVEL, LANE_REDUCTION, SPM_LEVEL, TILING_STRUCTURE
 from ms_heron.workload import Workload, from_func
 from rule_helpers import block_names, check_random_samples, finished, schedule_steps, stock_design_spaces
@@ -50,6 +53,33 @@ def _producer_gemm_relu(relu: bool) -> Workload:
     from ms_heron.testing.workloads import _workload  # the same packaging the suite uses
 
     return _workload("custom", "fp32", dict(M=M, N=N, K=K), tensors, 2 * M * N * K, inputs, reference)
+
+
+def _nchw_conv_bias_relu() -> Workload:
+    """fp32 ``relu(conv2d_nchw(x, w) + b)`` as a model lowers it: 6 output columns (no whole
+    vector), 16 output channels, the weight and bias layout-free constants."""
+    N, CI, H, W, CO = 1, 8, 6, 6, 16
+    x = te.placeholder((N, CI, H, W), "float32", name="x")
+    w = te.placeholder((CO, CI, 3, 3), "float32", name="w")
+    b = te.placeholder((CO,), "float32", name="b")
+    pad = te.compute((N, CI, H + 2, W + 2), lambda n, c, h, v: tvm.tirx.if_then_else(
+        tvm.tirx.all(h >= 1, h <= H, v >= 1, v <= W), x[n, c, h - 1, v - 1], 0.0), name="pad")
+    rc, ry, rx = te.reduce_axis((0, CI), "rc"), te.reduce_axis((0, 3), "ry"), te.reduce_axis((0, 3), "rx")
+    conv = te.compute((N, CO, H, W), lambda n, f, y, v: te.sum(pad[n, rc, y + ry, v + rx] * w[f, rc, ry, rx], axis=[rc, ry, rx]), name="C")
+    out = te.compute((N, CO, H, W), lambda n, f, y, v: te.max(conv[n, f, y, v] + b[f], 0.0), name="Relu")
+
+    def inputs(rng):
+        return [rng.uniform(-1, 1, s).astype("float32") for s in ((N, CI, H, W), (CO, CI, 3, 3), (CO,))]
+
+    def reference(xs, ws, bs):
+        padded = np.pad(xs.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+        windows = np.lib.stride_tricks.sliding_window_view(padded, (3, 3), axis=(2, 3))  # n c h w ry rx
+        return np.maximum(np.einsum("nchwyx,fcyx->nfhw", windows, ws) + bs[None, :, None, None], 0)
+
+    from ms_heron.testing.workloads import _workload  # the same packaging the suite uses
+
+    workload = _workload("custom", "fp32", dict(N=N, CI=CI, H=H, W=W, CO=CO), [x, w, b, out], 2 * N * CO * H * W * CI * 9, inputs, reference)
+    return dataclasses.replace(workload, func=workload.func.with_attr("layout_free_buffers", [1, 2]))
 
 
 def test_always_inline_fires_on_strictly_inlinable_producers_only(cpu_target):
@@ -116,6 +146,33 @@ def test_add_cache_stage_fuses_a_fusible_consumer_instead(cpu_target):
         assert "C_global" not in str(space.mod)
         assert CACHE_LEVEL in space.get(space.get_sblock("Relu")).annotations
         check_random_samples(space, workload, cpu_target, samples=2)
+
+
+def test_nchw_convolution_vectorizes_its_output_channels_through_a_transposed_accumulator(cpu_target):
+    """6 output columns fill no vector, 16 output channels fill one: the micro-kernel's lanes run
+    over the channels (the layout-free weight is re-laid out to match), the accumulator tile is
+    stored channels-last and the bias + ReLU follow it at the same level. A GEMM whose activation
+    would have to be read across rows keeps its lanes on the output's last axis."""
+    workload = _nchw_conv_bias_relu()
+    rules = [MultiLevelTiling(), AddCacheStage(), ParallelVectorizeUnroll()]
+    spaces = stock_design_spaces(workload.func, rules, cpu_target)
+    assert len(spaces) == 2
+    for space in spaces:
+        block = space.get_sblock("C")
+        lane_var = space.get(space.get_loops(block)[-1]).loop_var
+        channel = space.get(block).iter_vars[1].var
+        bindings = {iv.var.name: v for iv, v in zip(space.get(block).iter_vars, block_realize(space, block).iter_values)}
+        assert lane_var in tvm.tirx.analysis.undefined_vars(bindings[channel.name])
+        accumulator = space.get(block).writes[0]
+        assert accumulator.source.name == "C_global" and int(accumulator.source.shape[-1]) == 16  # channels last
+        assert CACHE_LEVEL in space.get(space.get_sblock("Relu")).annotations
+        check_random_samples(space, workload, cpu_target, samples=2)
+    gemm = workloads.make("gemm", "fp32", M=16, N=24, K=16)  # 24 lanes: 1.5 vectors, but A is read along k
+    for space in stock_design_spaces(gemm.func, rules, cpu_target):
+        block = space.get_sblock("C")
+        lane_var = space.get(space.get_loops(block)[-1]).loop_var
+        bindings = {iv.var.name: v for iv, v in zip(space.get(block).iter_vars, block_realize(space, block).iter_values)}
+        assert lane_var in tvm.tirx.analysis.undefined_vars(bindings[space.get(block).iter_vars[1].var.name])
 
 
 def test_add_cache_stage_needs_a_tiled_block(cpu_target):

@@ -6,7 +6,8 @@ import tvm
 from tvm.target import Target
 
 from ms_heron.targets import GpuLimits, has_vnni, num_cores, parse_target, vector_bytes, vector_registers
-from ms_heron.testing.peak import _fma_peak_kernel, fma_peak_gops, vnni_peak_gops
+from ms_heron.probes import fma_chains, fma_kernel
+from ms_heron.testing.peak import fma_peak_gops, vnni_peak_gops
 
 
 def test_host_target_is_complete(cpu_target):
@@ -52,8 +53,16 @@ def test_measured_vnni_peak(cpu_target):
 def test_fma_peak_kernel_issues_full_width_fmas(cpu_target):
     """The fp32 peak is measured with the target's widest vector FMA (a number, not a constant)."""
     lanes = vector_bytes(cpu_target) // 4
-    lib = tvm.compile(_fma_peak_kernel(2, 1000, lanes), target=cpu_target)  # too few iterations fold away
+    lib = tvm.compile(fma_kernel(2, 1000, lanes), target=cpu_target)  # too few iterations fold away
     asm = lib.mod.inspect_source("asm")
     register = {16: "zmm", 8: "ymm"}[lanes]
     assert re.search(rf"vfmadd\w+\s+%{register}", asm)
     assert fma_peak_gops(cpu_target, iters=100_000) > 0
+
+
+def test_fma_chains_are_measured_on_the_host_and_assumed_elsewhere(cpu_target):
+    """Independent FMA chains one core keeps in flight (latency x ports): measured here, where one
+    chain must be several times slower per FMA than many; 8 for a CPU that is not this one."""
+    assert 2 <= fma_chains(cpu_target) <= 12
+    other = Target({"kind": "llvm", "mcpu": "x86-64-v4", "num-cores": 2})
+    assert fma_chains(other) == 8

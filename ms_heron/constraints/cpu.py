@@ -1,16 +1,20 @@
 """CPU constraints: parallel jobs cover the cores, vector lanes, and BLIS's micro-kernel model.
 
-Every number comes from the Target or the host (cores, vector width and registers, L1/L2 sizes).
+Every number comes from the Target or the host (cores, vector width and registers, L1/L2 sizes,
+how many FMAs are in flight per core).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from ..annotations import TILING_STRUCTURE, block_annotations, iter_kinds, split_by_structure
+from ..probes import fma_chains
 from ..targets import cpu_cache_bytes, is_cpu, num_cores, vector_bytes, vector_registers
 from .geometry import add_summed_bytes, dtype_bytes, read_window_dims
 from .model import Constraint, ConstraintModel, Footprint
+from .solver import maximum
 from .walk import Loop, Walk
 
 
@@ -27,9 +31,11 @@ def add_cpu_constraints(walk: Walk) -> None:
     """What needs the whole walk: the micro-kernel model and the tile buffers within L2."""
     if not walk.options.cache_capacity or not is_cpu(walk.target):
         return
-    _add_micro_kernel(walk.model, walk.space, walk.nest, walk.target)
+    latency = _add_micro_kernel(walk.model, walk.space, walk.nest, walk.target)
     limit = cpu_cache_bytes(walk.target)["L2"]
     add_summed_bytes(walk.model, walk.model.footprints, limit, "memory[{block}]: tile buffers {buffers} <= L2 {limit} B", performance=True)
+    for pending in latency:  # last: how many accumulators are reachable depends on all the rest
+        pending.add(walk.model, fma_chains(walk.target))
 
 
 def _loop_extent(model: ConstraintModel, loop: Loop | None, name: str):
@@ -58,21 +64,22 @@ def _add_vector(model: ConstraintModel, loop: Loop | None, limit: int, name: str
     model.add(Constraint(f"{name}: vector lanes <= {limit}", "vector", lambda v, n=name, k=limit: v[n] <= k))
 
 
-def _add_micro_kernel(model, space, nest, target) -> None:
+def _add_micro_kernel(model, space, nest, target) -> list[_Latency]:
     """BLIS's analytical model (Low et al., TOMS 2016) over each CPU block tiled ``...R..S``.
 
     The spatial levels inside the last reduction level are the register micro-tile: ``MR`` rows
-    (every spatial iterator but the innermost) by ``NR`` lanes (the innermost, vectorized one);
+    (every spatial loop but the innermost) by ``NR`` lanes (the innermost, vectorized loop);
     the last reduction level is ``KC``; the first reduction level steps over cache blocks.
 
     * ``register``: ``MR x ceil(NR / lanes)`` accumulators, ``ceil(NR / lanes)`` vectors of the
-      streamed operand and one broadcast fit the target's vector registers;
+      streamed operand and one broadcast fit the target's vector registers, and (fp) there are at
+      least as many accumulators as FMAs the core keeps in flight (latency x ports, measured);
     * ``L1``: what one micro-tile reads during the last reduction level (the ``MR x KC`` sliver and
       the ``KC x NR`` panel for a GEMM; affine windows for convolutions) fits L1;
     * ``L2``: what the block reads during one step of the first reduction level (the ``MC x KC``
       and ``KC x NC`` blocks) fits L2.
     """
-    caches = cpu_cache_bytes(target)
+    caches, latency = cpu_cache_bytes(target), []
     for block_name, tiled in nest.items():
         if block_name is None:
             continue
@@ -82,16 +89,19 @@ def _add_micro_kernel(model, space, nest, target) -> None:
             continue
         levels = split_by_structure(structure, iter_kinds(space, rv), tiled)
         names = list(levels)
-        _add_registers(model, space.get(rv), block_name, [lp for n in names[structure.rfind("R") + 1 :] for lp in levels[n]], target)
+        micro = [lp for n in names[structure.rfind("R") + 1 :] for lp in levels[n]]
+        latency += _add_registers(model, space.get(rv), block_name, micro, target)
         for cache, first in (("L1", structure.rfind("R")), ("L2", structure.find("R"))):
             inside = [lp for n in names[first:] for lp in levels[n]]
             _add_working_set(model, space.get(rv), block_name, inside, cache, caches[cache])
+    return latency
 
 
-def _add_registers(model, block, block_name: str, micro: list, target) -> None:
+def _add_registers(model, block, block_name: str, micro: list, target) -> list[_Latency]:
+    """The ``register`` constraints; returns the accumulator count's latency bound, to be added last."""
     factors = [f for lp in micro for f in lp.factors]
     if not factors or all(isinstance(f, int) for f in factors):
-        return  # fixed by the trace (intrinsic-sized tiles): nothing to choose
+        return []  # fixed by the trace (intrinsic-sized tiles): nothing to choose
     out = block.writes[0]
     per_iteration = dtype_bytes(out.source.dtype) * math.prod(int(r.extent) for r in out.region)
     width, registers = vector_bytes(target), vector_registers(target)
@@ -121,6 +131,35 @@ def _add_registers(model, block, block_name: str, micro: list, target) -> None:
     model.derived[name] = used
     model.add(Constraint(f"{name}: accumulators + operand vectors <= {registers} vector registers", "register",
                          lambda v, n=name, k=registers: v[n] <= k, performance=True))
+    return [] if intrinsic else [_Latency(name, accumulators, tuple(rows), tuple(lanes), width)]
+
+
+@dataclass(frozen=True)
+class _Latency:
+    """BLIS's ``MR x NR / lanes >= N_vfma x L_vfma`` for one register tile: enough independent
+    accumulators that an FMA issues on every port every cycle (fewer leave the units waiting on the
+    previous FMA's result)."""
+
+    name: str
+    accumulators: object  # the CP-SAT variable
+    rows: tuple
+    lanes: tuple
+    width: int
+
+    def add(self, model: ConstraintModel, chains: int) -> None:
+        """Bound the accumulators by ``chains``, or by the most the rest of the model allows (a
+        small block keeps every core busy before it fills the pipelines)."""
+        reachable = maximum(model, self.accumulators)
+        need = min(chains, reachable or 0)
+        if need <= 1:
+            return
+        model.cp.Add(self.accumulators >= need)
+
+        def count(v, rows=self.rows, lanes=self.lanes, width=self.width):
+            return _value(v, rows) * -(-_value(v, lanes) // width)
+
+        model.add(Constraint(f"{self.name}: accumulators >= {need} (FMA latency x FMA ports)", "register",
+                             lambda v, c=count, k=need: c(v) >= k, performance=True))
 
 
 def _fills_vectors(model, factors, element_bytes: int, width: int) -> bool:

@@ -125,6 +125,19 @@ def _cp_solver() -> cp_model.CpSolver:
     return solver
 
 
+def maximum(model: ConstraintModel, variable, time_limit_s: float = 2.0) -> int | None:
+    """The largest value ``variable`` (a variable of ``model.cp``) takes in a solution of the model
+    (the best found within the time limit), or None if the model has no solution."""
+    cp = model.cp.clone()
+    cp.Maximize(cp.get_int_var_from_proto_index(variable.Index()))
+    solver = _cp_solver()
+    solver.parameters.num_workers = 1
+    solver.parameters.max_time_in_seconds = time_limit_s
+    if solver.Solve(cp) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return None
+    return int(solver.ObjectiveValue())
+
+
 def count_solutions(model: ConstraintModel, limit: int = 100_000) -> int:
     """Distinct assignments of the primary variables that satisfy the model (up to ``limit``)."""
     solver = _cp_solver()

@@ -5,7 +5,7 @@ from tvm.s_tir import Schedule
 from tvm.s_tir.schedule import SBlockRV
 
 from ..annotations import CACHE_LEVEL
-from .analysis import fusible_consumer, is_tiled, tile_levels, working_block
+from .analysis import fusible_consumer, is_tiled, tile_levels, transposed_lane_dim, working_block
 from .base import HeronRule
 
 
@@ -20,6 +20,11 @@ class AddCacheStage(HeronRule):
     write-back instead: it is ``reverse_compute_at`` the same levels (Heron's stage fusion).
     (The write-back's loops are left to LLVM's vectorizer: how many ``reverse_compute_at`` creates
     depends on the sampled tile sizes, so a trace cannot name its innermost loop.)
+
+    When the micro-kernel's lanes do not run along the output's last dimension (an NCHW
+    convolution vectorized over its channels), the accumulator is always a ``cache_write`` tile,
+    stored lanes-last so its vectors are contiguous, and a fusible consumer follows it at the same
+    level: accumulating in the output itself would gather and scatter every lane.
     """
 
     def __init__(self, levels: tuple = (0, 1), scope: str = "global"):
@@ -40,10 +45,26 @@ class AddCacheStage(HeronRule):
             key = f"S{level}"
             if key not in tile:
                 continue
-            stage = fusible_consumer(fork, block)
+            transposed = transposed_lane_dim(fork, block, self.target)
+            consumer = fusible_consumer(fork, block)
+            stage = consumer if transposed is None else None
             if stage is None:
                 stage = fork.cache_write(block, 0, self.scope)
+                if transposed is not None:
+                    fork.transform_layout(block, ("write", 0), _moved_last(transposed))
             fork.reverse_compute_at(stage, tile[key][-1])
             fork.annotate(stage, CACHE_LEVEL, level)
+            if consumer is not None and stage is not consumer:
+                fork.reverse_compute_at(consumer, tile[key][-1])
+                fork.annotate(consumer, CACHE_LEVEL, level)
             out.append(fork)
         return out or [sch]
+
+
+def _moved_last(dim: int):
+    """The index map that moves buffer dimension ``dim`` to the end."""
+
+    def index_map(*idx):
+        return [*idx[:dim], *idx[dim + 1 :], idx[dim]]
+
+    return index_map

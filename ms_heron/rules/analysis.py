@@ -7,7 +7,7 @@ rules, and the constraint model, can recover them from the trace alone.
 
 from __future__ import annotations
 
-from tvm import tirx
+from tvm import DataType, tirx
 from tvm.tirx.analysis import undefined_vars
 from tvm.s_tir import Schedule, SBlockRealize
 from tvm.s_tir.schedule import LoopRV, SBlockRV
@@ -22,6 +22,7 @@ from ..annotations import (
     iter_kinds,
     split_by_structure,
 )
+from ..targets import is_cpu, vector_bytes
 
 
 def working_block(sch: Schedule, block: SBlockRV) -> SBlockRV:
@@ -158,3 +159,67 @@ def needs_sampled_location(sch: Schedule, block: SBlockRV) -> bool:
     if not loops or len(sch.get_child_blocks(loops[0])) != 1:
         return False  # inside another block's loops already, or sharing its outer loop
     return any(is_tiled(sch, c) or placed_by_rule(sch, c) for c in sch.get_consumers(block))
+
+
+def is_layout_free(sch: Schedule, buffer: tirx.Buffer) -> bool:
+    """Whether ``buffer`` is a parameter the compiler may re-lay out (a constant weight; Relax's
+    ``AttachAttrLayoutFreeBuffers`` lists them in the ``layout_free_buffers`` function attribute)."""
+    func = sch.mod["main"]
+    indices = func.attrs.get("layout_free_buffers", []) if func.attrs is not None else []
+    # TVM 0.27: a parameter is a buffer-typed Var; its buffer's data is ``tirx.buffer_data(param)``.
+    data = buffer.data
+    param = data.args[0] if getattr(getattr(data, "op", None), "name", "") == "tirx.buffer_data" else data
+    return any(func.params[int(i)].same_as(param) for i in indices)
+
+
+def lane_iterator(sch: Schedule, block: SBlockRV, target) -> int | None:
+    """Index of the spatial iterator the vector lanes of a CPU block's micro-kernel run along.
+
+    The last spatial iterator, unless its extent is not a multiple of the target's vector lanes
+    (partly filled vectors) and an earlier one's is, along which every read that depends on it is
+    contiguous already (its last index is that iterator) or is a layout-free weight that
+    MetaSchedule's RewriteLayout stores in the order the loops read it. Reads that do not depend on
+    the lane iterator are broadcast; the output tile is written back transposed, once.
+    """
+    blk = sch.get(block)
+    kinds = iter_kinds(sch, block)
+    spatial = [i for i, k in enumerate(kinds) if k == "S"]
+    if not spatial or target is None or not is_cpu(target) or is_tensorized(sch, block):
+        return spatial[-1] if spatial else None
+    lanes = max(1, vector_bytes(target) * 8 // DataType(str(blk.writes[0].source.dtype)).bits)
+    extents = [int(iv.dom.extent) for iv in blk.iter_vars]
+    if extents[spatial[-1]] % lanes == 0:
+        return spatial[-1]
+    for index in reversed(spatial[:-1]):
+        if extents[index] % lanes == 0 and _streams_along(sch, blk, blk.iter_vars[index].var):
+            return index
+    return spatial[-1]
+
+
+def transposed_lane_dim(sch: Schedule, block: SBlockRV, target) -> int | None:
+    """The output dimension the micro-kernel's lanes run along (:func:`lane_iterator`) when it is
+    not the output's last one (then the accumulator tile is stored lanes-last and written back
+    transposed), else None."""
+    lane = lane_iterator(sch, block, target)
+    blk = sch.get(block)
+    if lane is None:
+        return None
+    var = blk.iter_vars[lane].var
+    indices = [rng.min for rng in blk.writes[0].region]
+    dims = [d for d, i in enumerate(indices) if any(v.same_as(var) for v in tirx.analysis.undefined_vars(i))]
+    return dims[0] if len(dims) == 1 and dims[0] != len(indices) - 1 else None
+
+
+def _streams_along(sch: Schedule, blk, var) -> bool:
+    written = {w.source for w in blk.writes}
+    for region in blk.reads:
+        if region.source in written:
+            continue
+        indices = [rng.min for rng in region.region]
+        used = [any(v.same_as(var) for v in tirx.analysis.undefined_vars(i)) for i in indices]
+        if not any(used):
+            continue  # broadcast along the lanes
+        contiguous = used.index(True) == len(indices) - 1 and isinstance(indices[-1], tirx.Var)
+        if not (contiguous or is_layout_free(sch, region.source)):
+            return False
+    return True

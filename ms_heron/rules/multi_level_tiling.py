@@ -1,11 +1,13 @@
 """Heron's Multi-Level-Tiling rule."""
 
+from __future__ import annotations
+
 from tvm.ir.utils import derived_object
 from tvm.s_tir import Schedule
 from tvm.s_tir.schedule import SBlockRV
 
 from ..annotations import TILING_STRUCTURE, iter_kinds
-from .analysis import has_data_reuse, is_tiled, working_block
+from .analysis import has_data_reuse, is_tiled, lane_iterator, working_block
 from .base import HeronRule
 
 
@@ -19,6 +21,12 @@ class MultiLevelTiling(HeronRule):
     (CPU default "SSRSRS": parallel tiles, cache tiles, outer reduction, register tiles, inner
     reduction, vector lanes) and record the structure on the block for the rules after it.
     For a tensorized block the outer (non-intrinsic) loops are tiled.
+
+    The innermost level is the register micro-tile, and its last loop the vector lanes. They run
+    along the block's last spatial iterator, unless that one cannot fill whole vectors while another
+    can and every operand read along it is stored, or may be re-laid out, with it contiguous (see
+    :func:`lane_iterator`): an NCHW convolution over 56 columns then vectorizes its 64 output
+    channels, with the weights re-laid out by MetaSchedule's RewriteLayout.
     """
 
     def __init__(self, structure: str = "SSRSRS", max_innermost_factor: int = 64):
@@ -38,16 +46,20 @@ class MultiLevelTiling(HeronRule):
         kinds = iter_kinds(sch, block)
         if len(loops) != len(kinds) or "O" in kinds:
             return [sch]  # loops not one-to-one with iterators: not a pattern this rule knows
+        lane = lane_iterator(sch, block, self.target) if self.structure.endswith("S") else None
         levels = {c: [[] for _ in range(self.structure.count(c))] for c in "SR"}
-        for loop, kind in zip(loops, kinds):
+        for index, (loop, kind) in enumerate(zip(loops, kinds)):
             n = len(levels[kind])
             factors = sch.sample_perfect_tile(loop, n=n, max_innermost_factor=self.max_innermost_factor)
             for level, part in zip(levels[kind], sch.split(loop, factors)):
-                level.append(part)
+                level.append((index == lane, part))
         order, seen = [], {"S": 0, "R": 0}
         for c in self.structure:
-            order += levels[c][seen[c]]
+            order += [part for _, part in levels[c][seen[c]]]
             seen[c] += 1
+        micro = len(levels["S"][-1])
+        # the lane iterator last in the micro-tile (a stable sort: the others keep their order)
+        order[-micro:] = [part for _, part in sorted(levels["S"][-1], key=lambda item: item[0])]
         sch.reorder(*order)
         sch.annotate(block, TILING_STRUCTURE, self.structure)
         return [sch]

@@ -20,7 +20,7 @@ from tvm import tirx
 from tvm.s_tir import Schedule, SBlockRealize
 from tvm.s_tir.schedule import SBlockRV
 
-from .analysis import block_realize
+from .analysis import block_realize, is_layout_free
 
 #: Block annotation of the copy that re-lays out a weight (MetaSchedule and Relax read this key).
 LAYOUT_REWRITE_PREPROC = "meta_schedule.layout_rewrite_preproc"
@@ -144,17 +144,6 @@ def _positions(variables, mapped: list) -> set[int]:
 
 def _used_vars(region) -> list:
     return [v for rng in region.region for v in tirx.analysis.undefined_vars(rng.min)]
-
-
-def is_layout_free(sch: Schedule, buffer: tirx.Buffer) -> bool:
-    """Whether ``buffer`` is a parameter the compiler may re-lay out (a constant weight; Relax's
-    ``AttachAttrLayoutFreeBuffers`` lists them in the ``layout_free_buffers`` function attribute)."""
-    func = sch.mod["main"]
-    indices = func.attrs.get("layout_free_buffers", []) if func.attrs is not None else []
-    # TVM 0.27: a parameter is a buffer-typed Var; its buffer's data is ``tirx.buffer_data(param)``.
-    data = buffer.data
-    param = data.args[0] if getattr(getattr(data, "op", None), "name", "") == "tirx.buffer_data" else data
-    return any(func.params[int(i)].same_as(param) for i in indices)
 
 
 def prepare_operands(sch: Schedule, block: SBlockRV, operands: list[Operand]) -> bool:

@@ -1,0 +1,101 @@
+"""Micro-benchmarks of the host CPU: what its vector units do per cycle, measured, not assumed.
+
+The kernels are TVM-built loops of independent accumulator chains (``vpdpbusd`` or vector FMAs)
+with loop-invariant operands read from memory, so the loop holds nothing else and nothing folds.
+``testing.peak`` turns them into peak GOPS for "% of peak" figures; the constraint model asks
+:func:`fma_chains` how many independent accumulators a micro-kernel needs to keep the FMA units busy.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import tvm
+from tvm.script import tirx as T
+from tvm.target import Target, codegen
+
+from .targets import is_cpu, vector_bytes
+
+#: Accumulator chains per core in the peak kernels: more than any core here needs (8 on Zen 4/5
+#: and Sapphire/Emerald Rapids: a 4-cycle FMA on 2 ports).
+PEAK_CHAINS = 12
+#: What :func:`fma_chains` answers for a CPU that is not this host (a 4-cycle FMA on 2 ports).
+_DEFAULT_FMA_CHAINS = 8
+
+
+def best_seconds(kernel: tvm.tirx.PrimFunc, target: Target, coef: np.ndarray, out_shape: tuple) -> float:
+    """Fastest of five runs of a probe kernel ``(coef, out)``; ``out`` has ``coef``'s dtype."""
+    lib = tvm.compile(kernel, target=target)
+    out = tvm.runtime.tensor(np.zeros(out_shape, coef.dtype))
+    return lib.mod.time_evaluator("main", tvm.cpu(), number=1, repeat=5)(tvm.runtime.tensor(coef), out).min
+
+
+def vnni_kernel(cores: int, iters: int, chains: int = PEAK_CHAINS) -> tvm.tirx.PrimFunc:
+    """``chains`` independent ``vpdpbusd`` accumulators per core, ``iters`` times."""
+
+    @T.prim_func(s_tir=True)
+    def probe(coef: T.Buffer((2,), "int32"), out: T.Buffer((cores, 16), "int32")):
+        T.func_attr({"global_symbol": "main", "tirx.noalias": True})
+        for c in T.parallel(cores):
+            with T.sblock("core"):
+                vc = T.axis.spatial(cores, c)
+                acc = T.sblock_alloc_buffer((chains * 16,), "int32", scope="local")
+                for a in T.unroll(chains):
+                    acc[T.ramp(a * 16, 1, 16)] = T.broadcast(a, 16)
+                for _t in range(iters):
+                    for a in T.unroll(chains):
+                        acc[T.ramp(a * 16, 1, 16)] = T.call_llvm_pure_intrin(
+                            T.llvm_lookup_intrinsic_id("llvm.x86.avx512.vpdpbusd.512"),
+                            acc[T.ramp(a * 16, 1, 16)],
+                            T.reinterpret(T.broadcast(coef[0], 16), dtype="int8x64"),
+                            T.reinterpret(T.broadcast(coef[1], 16), dtype="int8x64"),
+                            dtype="int32x16",
+                        )
+                out[vc, T.ramp(0, 1, 16)] = acc[T.ramp(0, 1, 16)]
+
+    return probe
+
+
+def fma_kernel(cores: int, iters: int, lanes: int, chains: int = PEAK_CHAINS) -> tvm.tirx.PrimFunc:
+    """``chains`` independent ``lanes``-wide fp32 FMA accumulators per core, ``iters`` times."""
+    fma = f"llvm.fma.v{lanes}f32"
+
+    @T.prim_func(s_tir=True)
+    def probe(coef: T.Buffer((2,), "float32"), out: T.Buffer((cores, lanes), "float32")):
+        T.func_attr({"global_symbol": "main", "tirx.noalias": True})
+        for c in T.parallel(cores):
+            with T.sblock("core"):
+                vc = T.axis.spatial(cores, c)
+                acc = T.sblock_alloc_buffer((chains * lanes,), "float32", scope="local")
+                for a in T.unroll(chains):
+                    acc[T.ramp(a * lanes, 1, lanes)] = T.broadcast(T.float32(a), lanes)
+                for _t in range(iters):
+                    for a in T.unroll(chains):
+                        acc[T.ramp(a * lanes, 1, lanes)] = T.call_llvm_pure_intrin(
+                            T.llvm_lookup_intrinsic_id(fma),
+                            acc[T.ramp(a * lanes, 1, lanes)],
+                            T.broadcast(coef[0], lanes),
+                            T.broadcast(coef[1], lanes),
+                            dtype=f"float32x{lanes}",
+                        )
+                out[vc, T.ramp(0, 1, lanes)] = acc[T.ramp(0, 1, lanes)]
+
+    return probe
+
+
+FMA_COEF = np.array([0.999999, 1e-7], "float32")  # keeps the accumulators finite and normal
+
+
+@functools.cache
+def fma_chains(target: Target, iters: int = 200_000) -> int:
+    """Independent vector-FMA accumulators one core needs to issue an FMA on every port every cycle:
+    FMA latency x FMA ports (BLIS's ``N_vfma x L_vfma``), measured on the host as the time of one
+    chain over the time per FMA of :data:`PEAK_CHAINS` chains (about 0.1 s, once per process).
+    Another CPU than the host gets 8 (a 4-cycle FMA on 2 ports)."""
+    if not is_cpu(target) or str(target.attrs.get("mcpu", "")) != codegen.llvm_get_system_cpu():
+        return _DEFAULT_FMA_CHAINS
+    lanes = vector_bytes(target) // 4
+    one = best_seconds(fma_kernel(1, iters, lanes, 1), target, FMA_COEF, (1, lanes))
+    many = best_seconds(fma_kernel(1, iters, lanes), target, FMA_COEF, (1, lanes)) / PEAK_CHAINS
+    return max(1, min(PEAK_CHAINS, round(one / many)))
