@@ -23,6 +23,9 @@ CACHE_LEVEL = "ms_heron.cache_level"
 SPM_LEVEL = "ms_heron.spm_level"
 #: On a row reduction: the partial results per row (vector lanes x accumulators) it was split into.
 LANE_REDUCTION = "ms_heron.lane_reduction"
+#: On a tiled block: whether (1) or not (0, a sampled choice) the PackPanels postproc packs the
+#: operand its micro-kernel streams into panels as wide as the sampled vector-lane tile.
+PACK_PANELS = "ms_heron.pack_panels"
 #: Block annotations of stages a rule already placed (inside another block's tiles, or parallel itself).
 PLACED = (CACHE_LEVEL, SPM_LEVEL, LANE_REDUCTION)
 #: On the root block of a design space HeronSpace took from MetaSchedule's own generator: its

@@ -17,6 +17,7 @@ from tvm.s_tir.meta_schedule.schedule_rule import ScheduleRule
 from tvm.s_tir.meta_schedule.space_generator import PySpaceGenerator, SpaceGenerator
 from tvm.s_tir.schedule.analysis import has_block
 
+from .postprocs import PackPanels
 from .rules import default_rules
 from .annotations import METASCHEDULE_SPACE, SPACE_ORIGIN
 from .targets import is_cuda
@@ -40,6 +41,7 @@ def default_postprocs(target=None) -> list:
         ]
     return [
         ms.postproc.DisallowDynamicLoop(),
+        PackPanels(),  # before the reduction is decomposed: it finds the streamed input on the block
         ms.postproc.RewriteParallelVectorizeUnroll(),
         ms.postproc.RewriteReductionBlock(),
         ms.postproc.RewriteTensorize(vectorize_init_loop=True),

@@ -21,11 +21,13 @@ from ms_heron.rules import (
     MultiLevelSPM,
     MultiLevelTiling,
     MultiScopeSPM,
+    PackOperand,
     ParallelVectorizeUnroll,
     Tensorize,
 )
 from ms_heron.rules.analysis import block_realize
-from ms_heron.annotations import AUTO_TENSORIZE, CACHE_LEVEL, LANE_REDUCTION, SPM_LEVEL, TILING_STRUCTURE
+from ms_heron.annotations import AUTO_TENSORIZE, CACHE_LEVEL, LANE_REDUCTION, PACK_PANELS, SPM_LEVEL, TILING_STRUCTURE
+from ms_heron.space import default_postprocs
 from ms_heron.workload import Workload, from_func
 from rule_helpers import block_names, check_random_samples, finished, schedule_steps, stock_design_spaces
 
@@ -173,6 +175,39 @@ def test_nchw_convolution_vectorizes_its_output_channels_through_a_transposed_ac
         lane_var = space.get(space.get_loops(block)[-1]).loop_var
         bindings = {iv.var.name: v for iv, v in zip(space.get(block).iter_vars, block_realize(space, block).iter_values)}
         assert lane_var in tvm.tirx.analysis.undefined_vars(bindings[space.get(block).iter_vars[1].var.name])
+
+
+def test_pack_operand_packs_the_streamed_input_into_panels_when_sampled(cpu_target):
+    """A GEMM's ``W[k, n]`` (an input, re-read by every row tile): whether to pack it is a sampled
+    choice; packed, PackPanels copies it into ``[n // NR, k, n % NR]`` with NR the sampled lane
+    tile, in a parallel loop of its own, and the result is unchanged. A layout-free weight is left
+    to RewriteLayout, and int8 (tensorized) blocks are not touched."""
+    workload = workloads.make("gemm", "fp32", M=32, N=64, K=16)
+    rules = [MultiLevelTiling(), AddCacheStage(levels=(1,)), PackOperand(), ParallelVectorizeUnroll()]
+    (space,) = stock_design_spaces(workload.func, rules, cpu_target)
+    trace = space.trace.simplified(remove_postproc=True)
+    (choice,) = [inst for inst in trace.insts if inst.kind.name == "SampleCategorical" and list(inst.attrs[0]) == [0, 1]]
+    for decision in (0, 1):
+        for seed in (1, 2):
+            sch = tvm.s_tir.Schedule(workload.func, seed=seed)
+            tvm.s_tir.Trace(trace.insts, {choice: decision}).apply_to_schedule(sch, remove_postproc=True)
+            assert all(p.apply(sch) for p in default_postprocs())
+            packed = [b for b in block_names(sch) if b == "W_global"]
+            assert bool(packed) == bool(decision)
+            if decision:
+                block = sch.get_sblock("C_update")
+                lanes = int(sch.get(sch.get_loops(block)[-1]).extent)
+                panels = next(r.source for r in sch.get(block).reads if r.source.name == "W_global")
+                assert [int(d) for d in panels.shape] == [64 // lanes, 16, lanes]
+                copy_loops = [sch.get(lp) for lp in sch.get_loops(sch.get_sblock("W_global"))]
+                assert copy_loops[0].kind == tvm.tirx.ForKind.PARALLEL and copy_loops[-1].kind == tvm.tirx.ForKind.VECTORIZED
+            run_and_check(build(sch.mod, cpu_target), workload, seed=seed)
+    free = dataclasses.replace(workload, func=workload.func.with_attr("layout_free_buffers", [1]))
+    (space,) = stock_design_spaces(free.func, rules, cpu_target)
+    assert PACK_PANELS not in space.mod.script()
+    int8 = workloads.make("gemm", "int8", **SMALL_SHAPES["gemm"])
+    (space,) = stock_design_spaces(int8.func, [Tensorize(), *rules], cpu_target)
+    assert PACK_PANELS not in space.mod.script()
 
 
 def test_add_cache_stage_needs_a_tiled_block(cpu_target):

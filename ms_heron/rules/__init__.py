@@ -11,6 +11,7 @@ from .lane_reduction import LaneReduction
 from .multi_level_spm import MultiLevelSPM
 from .multi_level_tiling import MultiLevelTiling
 from .multi_scope_spm import MultiScopeSPM
+from .pack_operand import PackOperand
 from .parallel_vectorize_unroll import ParallelVectorizeUnroll
 from .tensor_core import TensorCoreTiling
 from .tensorize import Tensorize
@@ -34,6 +35,7 @@ def default_rules(target=None) -> list:
         LaneReduction(),
         AddCacheStage(),
         MultiLevelSPM(),
+        PackOperand(),
         ParallelVectorizeUnroll(),
         ComputeLocation(),
     ]
@@ -48,6 +50,7 @@ __all__ = [
     "AddCacheStage",
     "MultiLevelSPM",
     "MultiScopeSPM",
+    "PackOperand",
     "ComputeLocation",
     "ParallelVectorizeUnroll",
     "default_rules",

@@ -161,15 +161,39 @@ def needs_sampled_location(sch: Schedule, block: SBlockRV) -> bool:
     return any(is_tiled(sch, c) or placed_by_rule(sch, c) for c in sch.get_consumers(block))
 
 
+def param_index(sch: Schedule, buffer: tirx.Buffer) -> int | None:
+    """Position of ``buffer`` among the function's parameters (None for an intermediate buffer)."""
+    func = sch.mod["main"]
+    # TVM 0.27: a parameter is a buffer-typed Var; its buffer's data is ``tirx.buffer_data(param)``.
+    data = buffer.data
+    param = data.args[0] if getattr(getattr(data, "op", None), "name", "") == "tirx.buffer_data" else data
+    return next((i for i, p in enumerate(func.params) if p.same_as(param)), None)
+
+
 def is_layout_free(sch: Schedule, buffer: tirx.Buffer) -> bool:
     """Whether ``buffer`` is a parameter the compiler may re-lay out (a constant weight; Relax's
     ``AttachAttrLayoutFreeBuffers`` lists them in the ``layout_free_buffers`` function attribute)."""
     func = sch.mod["main"]
     indices = func.attrs.get("layout_free_buffers", []) if func.attrs is not None else []
-    # TVM 0.27: a parameter is a buffer-typed Var; its buffer's data is ``tirx.buffer_data(param)``.
-    data = buffer.data
-    param = data.args[0] if getattr(getattr(data, "op", None), "name", "") == "tirx.buffer_data" else data
-    return any(func.params[int(i)].same_as(param) for i in indices)
+    return param_index(sch, buffer) in [int(i) for i in indices]
+
+
+def streamed_input(sch: Schedule, block: SBlockRV, lane_var) -> int | None:
+    """Index among ``block``'s reads of the input its micro-kernel streams along the lane iterator
+    ``lane_var``: a function input (not a layout-free weight, which RewriteLayout re-lays out)
+    whose last index is that iterator and that ignores another spatial iterator, so it is re-read
+    for every tile of it (a GEMM's ``B[k, n]``). None if there is none."""
+    blk = sch.get(block)
+    spatial = {iv.var for iv, k in zip(blk.iter_vars, iter_kinds(sch, block)) if k == "S"}
+    written = {w.source for w in blk.writes}
+    for index, region in enumerate(blk.reads):
+        indices = [rng.min for rng in region.region]
+        if region.source in written or not indices or not (isinstance(indices[-1], tirx.Var) and indices[-1].same_as(lane_var)):
+            continue
+        used = set().union(*(_vars_of(i) for i in indices))
+        if spatial - used and param_index(sch, region.source) is not None and not is_layout_free(sch, region.source):
+            return index
+    return None
 
 
 def lane_iterator(sch: Schedule, block: SBlockRV, target) -> int | None:

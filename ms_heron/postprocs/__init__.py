@@ -1,0 +1,6 @@
+"""Postprocessors TVM lacks, as MetaSchedule ``PyPostproc``s: what a rule decides but can only carry
+out once every sampled decision of the program is known."""
+
+from .pack_panels import PackPanels
+
+__all__ = ["PackPanels"]
