@@ -54,6 +54,33 @@ def test_nn_module_tunes_compiles_and_matches_numpy(tmp_path, cpu_target):
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)  # fp32, summation order differs
 
 
+def test_fp32_conv_and_dense_weights_are_packed_at_compile_time_and_match_onnxruntime(tmp_path, cpu_target):
+    """A model's fp32 constant weights (an NCHW convolution's and a dense layer's) are stored in the
+    order the tuned kernels read them: every tuned task's best program re-lays them out
+    (RewriteLayout), the compiled model does that once at compile time, and it computes what ONNX
+    Runtime computes."""
+    model = models.cnn()
+    mod = from_onnx(model.proto, model.input_shapes())
+    db = tune_model(mod, None, cpu_target, str(tmp_path), 16, num_trials_per_iter=4, seed=0)
+    best = {}  # the best record of each task that reads a constant weight, by operator
+    for record in db.get_all_tuning_records():
+        func = record.workload.mod["main"]
+        if func.attrs is None or not list(func.attrs.get("layout_free_buffers", [])):
+            continue
+        kind = "conv" if "conv2d" in func.script() else "dense"
+        seconds = float(np.mean([float(s) for s in record.run_secs]))
+        if seconds < best.get(kind, (float("inf"), None))[0]:
+            best[kind] = (seconds, record)
+    assert set(best) == {"conv", "dense"}
+    for kind, (_, record) in best.items():
+        assert "meta_schedule.layout_rewrite_preproc" in str(record.trace), kind
+    executable = compile_model(db, mod, None, cpu_target)
+    assert "layout_rewrite" not in executable.as_text()  # re-laid out once, at compile time
+    (got,) = run_model(executable, model.inputs)
+    (expected,), _ = onnxruntime_model(model.proto, model.inputs, threads=2)
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+
+
 def test_failed_tasks_fall_back_to_untuned_kernels(tmp_path, cpu_target):
     """Every candidate is killed by a real runner timeout: compile warns, and the model still runs right."""
     mod, params, x, expected = _two_layer()

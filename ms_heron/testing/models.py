@@ -9,6 +9,7 @@ ONNX Runtime runs the very same bytes, so comparisons are on the same model.
 * :func:`resnet_bottleneck`: a ResNet-50 bottleneck block (1x1 -> 3x3 -> 1x1 convs with ReLUs and
   the identity shortcut; batch norms folded into the convs, as deployed models have them).
 * :func:`mlp`: a small two-layer perceptron for tests.
+* :func:`cnn`: a small NCHW convolution and a dense classifier (fp32 weight layouts, for tests).
 """
 
 from __future__ import annotations
@@ -151,3 +152,13 @@ def mlp(batch: int = 16, features: int = 64, hidden: int = 128, out: int = 32, i
     y = _dense(g, g.op("Relu", _dense(g, "x", features, hidden, int8)), hidden, out, int8)
     x_value = g.rng.standard_normal((batch, features)).astype(np.float32)
     return g.model(f"mlp_{'int8' if int8 else 'fp32'}_{batch}x{features}", {"x": x_value}, y, [batch, out])
+
+
+def cnn(size: int = 6, channels: int = 8, width: int = 16, classes: int = 32, seed: int = 0) -> OnnxModel:
+    """Conv 3x3 (NCHW) -> ReLU -> flatten -> dense: the smallest model with a convolution's and a
+    dense layer's constant weights."""
+    g = _Graph(seed)
+    y = g.op("Flatten", _conv(g, "x", channels, width, 3, relu=True), axis=1)
+    out = _dense(g, y, width * size * size, classes, int8=False)
+    x_value = g.rng.standard_normal((1, channels, size, size)).astype(np.float32)
+    return g.model(f"cnn_{channels}x{size}x{size}", {"x": x_value}, out, [1, classes])
