@@ -292,9 +292,12 @@ def test_lane_reduction_vectorizes_row_reductions_of_softmax_and_layer_norm(fami
         width = int(space.get(space.get_sblock(name)).annotations[LANE_REDUCTION])
         assert width % lanes == 0 and 192 % width == 0
         text = finished(space, workload).mod.script()
-        assert f"{name}_rf_update" in text
-        partials = text[text.index(f'T.sblock("{name}_rf_update")') - 200 : text.index(f'T.sblock("{name}_rf_update")')]
-        assert f"T.vectorized({width})" in partials  # the lanes of the partial results, innermost
+        # ``width`` partial results per row (accumulator vectors), folded into one vector, then its lanes
+        stages = [(f"{name}_rf_rf_update", width), (f"{name}_rf_update", lanes)] if width > lanes else [(f"{name}_rf_update", lanes)]
+        for stage, vector in stages:
+            assert f'T.sblock("{stage}")' in text
+            before = text[text.index(f'T.sblock("{stage}")') - 200 : text.index(f'T.sblock("{stage}")')]
+            assert f"T.vectorized({vector})" in before  # the lanes of the partial results, innermost
     assert text.count("T.parallel") == 1
     check_random_samples(space, workload, cpu_target, samples=1)
 

@@ -29,10 +29,11 @@ class LaneReduction(HeronRule):
       output), ``compute_at`` that loop and parallelize it: the whole row kernel becomes one
       parallel pass, each row read while it is in cache (Heron's stage fusion);
     * split the reduction loop (its loops fused first when there are several, as in a norm over
-      a matrix) into ``lanes x a`` partial results (``a`` vector
-      accumulators, the most that divide the extent), ``rfactor`` them into a per-row buffer
-      accumulated with the lanes innermost and vectorized, and reduce the lanes right after it, per
-      row; parallelize the rows unless the consumer's loop already does.
+      a matrix) into ``a x lanes`` partial results (``a`` independent vector accumulators, the
+      most that divide the extent), ``rfactor`` them into a per-row buffer accumulated with the
+      lanes innermost and vectorized, fold the ``a`` vectors into one (a second ``rfactor``,
+      vectorized) and reduce its lanes right after, per row, so the scalar step is one vector
+      long whatever ``a`` is; parallelize the rows unless the consumer's loop already does.
     """
 
     def apply(self, sch: Schedule, block: SBlockRV) -> list[Schedule]:
@@ -48,21 +49,29 @@ class LaneReduction(HeronRule):
         extent = math.prod(int(sch.get(lp).extent) for lp in loops[rows:])
         if lanes < 2 or int(sch.get(loops[-1]).extent) % lanes:
             return [sch]
-        width = lanes * next(a for a in _ACCUMULATORS if extent % (lanes * a) == 0)
+        accumulators = next(a for a in _ACCUMULATORS if extent % (lanes * a) == 0)
         row_count = math.prod(int(sch.get(lp).extent) for lp in loops[:rows])
-        # TVM's rfactor fails (an internal check) on fused reduction loops moved under a consumer's loop.
+        reduction = loops[rows:]  # one loop, as rfactor needs (a norm has two)
+        reduction = sch.fuse(*reduction) if len(reduction) > 1 else reduction[0]
+        _, vectors, lane = sch.split(reduction, [None, accumulators, lanes])
+        vectors_var = sch.get(vectors).loop_var.name
+        # One vector of partial results per row, then (with several accumulators) the accumulators
+        # each vector lane sums: ``partial[row, lane] = sum_a acc[row, a, lane]``. Factored out
+        # while the block still has loops of its own: TVM's rfactor fails an internal check on
+        # fused reduction loops moved under a consumer's loop.
+        partials = [sch.rfactor(lane, factor_axis=rows)]
+        if accumulators > 1:
+            partials.append(sch.rfactor(_loop_named(sch, partials[0], vectors_var), factor_axis=rows))
         fused = len(kinds) - rows == 1 and _compute_at_consumer_rows(sch, block, row_count)
-        reduction = sch.get_loops(block)[-(len(kinds) - rows):]  # one loop, as rfactor needs (a norm has two)
-        _, lane = sch.split(sch.fuse(*reduction) if len(reduction) > 1 else reduction[0], [None, width])
-        partial = sch.rfactor(lane, factor_axis=rows)
-        row_loops = sch.get_loops(block)[:-1]  # the block now reduces the lanes only
-        sch.compute_at(partial, row_loops[-1])  # regenerates the partials' loops in iterator order
-        lane_loop, outer_loop = _lane_and_reduction_loop(sch, partial, len(row_loops))
-        sch.reorder(outer_loop, lane_loop)
-        sch.vectorize(lane_loop)
+        row_loops = sch.get_loops(block)[:-1]  # the block now reduces one vector's lanes
+        for partial in partials:
+            sch.compute_at(partial, row_loops[-1])  # regenerates the partials' loops in iterator order
+            spatial, reduced = _lanes_and_reduction(sch, partial, len(row_loops))
+            sch.reorder(*reduced, *spatial)
+            sch.vectorize(sch.fuse(*spatial) if len(spatial) > 1 else spatial[0])
         if not fused:
             sch.parallel(sch.fuse(*row_loops) if len(row_loops) > 1 else row_loops[0])
-        sch.annotate(block, LANE_REDUCTION, width)
+        sch.annotate(block, LANE_REDUCTION, lanes * accumulators)
         return [sch]
 
 
@@ -84,9 +93,15 @@ def _compute_at_consumer_rows(sch: Schedule, block: SBlockRV, rows: int) -> bool
     return True
 
 
-def _lane_and_reduction_loop(sch: Schedule, partial: SBlockRV, outside: int) -> tuple[LoopRV, LoopRV]:
-    """The partials' own loops below the ``outside`` row loops: the lanes (now spatial) and the rest
-    of the reduction."""
-    (reduction,) = reduction_loops(sch, partial)
-    lane = next(lp for lp in sch.get_loops(partial)[outside:] if not sch.get(lp).same_as(sch.get(reduction)))
-    return lane, reduction
+def _loop_named(sch: Schedule, block: SBlockRV, name: str) -> LoopRV:
+    """The loop of ``block`` whose variable is named ``name`` (rfactor copies loops, names kept)."""
+    return next(lp for lp in sch.get_loops(block) if sch.get(lp).loop_var.name == name)
+
+
+def _lanes_and_reduction(sch: Schedule, partial: SBlockRV, outside: int) -> tuple[list[LoopRV], list[LoopRV]]:
+    """The partials' own loops below the ``outside`` row loops: the spatial ones (lanes, and the
+    accumulators) and the reduction ones."""
+    reduced = [sch.get(lp).loop_var for lp in reduction_loops(sch, partial)]
+    own = sch.get_loops(partial)[outside:]
+    is_reduced = [any(sch.get(lp).loop_var.same_as(v) for v in reduced) for lp in own]
+    return [lp for lp, r in zip(own, is_reduced) if not r], [lp for lp, r in zip(own, is_reduced) if r]
