@@ -22,6 +22,7 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.target import Target
 
 from .intrinsics import ensure_registered
+from .pointwise_conv import pointwise_conv_as_matmul
 from .quantized import keep_int8_matmuls
 from .annotations import is_metaschedule_space
 from .records import record_seconds
@@ -99,7 +100,8 @@ def lower_for_tuning(
     """Bind weights, legalize and fuse: the fused TIR functions are the tuning tasks.
 
     Weights that reach a TIR function as constants are marked layout-free, so schedules may store
-    them in whatever layout their kernels read best. Unless ``exact_math``, ``exp``, ``erf``, ``tanh``
+    them in whatever layout their kernels read best. 1x1 NCHW convolutions become matmuls over the
+    flattened pixels (:mod:`.pointwise_conv`), so their vector lanes run along contiguous pixels. Unless ``exact_math``, ``exp``, ``erf``, ``tanh``
     and softmax become TVM's polynomial approximations (``FastMathTransform``), as ONNX Runtime's
     kernels use: on the CPU the exact ones are scalar libm calls whose time depends on the data
     (GELU's erf made BERT's FFN kernel 2-3x slower on real activations than on the tuner's inputs),
@@ -115,6 +117,7 @@ def lower_for_tuning(
                 *([] if exact_math else [relax.transform.FastMathTransform()]),
                 relax.transform.CanonicalizeBindings(),
                 keep_int8_matmuls,
+                pointwise_conv_as_matmul,
                 relax.transform.LegalizeOps(),
                 relax.transform.AnnotateTIROpPattern(),
                 relax.transform.FoldConstant(),

@@ -14,7 +14,7 @@ from tvm.relax.frontend import nn
 from tvm.s_tir import meta_schedule as ms
 
 from ms_heron.records import open_database
-from ms_heron.relax import ModelError, compile_model, from_onnx, run_model
+from ms_heron.relax import ModelError, compile_model, extract_tasks, from_onnx, lower_for_tuning, run_model
 from ms_heron.tune import tune_model
 from ms_heron.testing import models
 from ms_heron.testing.baselines import onnxruntime_model
@@ -76,6 +76,23 @@ def test_fp32_conv_and_dense_weights_are_packed_at_compile_time_and_match_onnxru
         assert "meta_schedule.layout_rewrite_preproc" in str(record.trace), kind
     executable = compile_model(db, mod, None, cpu_target)
     assert "layout_rewrite" not in executable.as_text()  # re-laid out once, at compile time
+    (got,) = run_model(executable, model.inputs)
+    (expected,), _ = onnxruntime_model(model.proto, model.inputs, threads=2)
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_pointwise_nchw_convolutions_become_matmuls_with_their_epilogues(tmp_path, cpu_target):
+    """A ResNet bottleneck's two 1x1 convolutions lower to matmuls over the flattened pixels, each
+    with its bias, residual add and ReLU fused into the same kernel (three tasks in all, the 3x3
+    convolution unchanged); the tuned model computes what ONNX Runtime computes."""
+    model = models.resnet_bottleneck(size=6, channels=16, width=8)
+    mod = from_onnx(model.proto, model.input_shapes())
+    names = [t.task_name for t in extract_tasks(lower_for_tuning(mod, None, cpu_target), cpu_target)]
+    kinds = sorted(n.split("_")[1].rstrip("0123456789") for n in names)
+    assert kinds == ["conv2d", "matmul", "matmul"], names
+    assert any(n.startswith("fused_matmul") and n.count("_add") == 2 and "_relu" in n for n in names), names
+    db = tune_model(mod, None, cpu_target, str(tmp_path), 12, num_trials_per_iter=4, seed=0)
+    executable = compile_model(db, mod, None, cpu_target)
     (got,) = run_model(executable, model.inputs)
     (expected,), _ = onnxruntime_model(model.proto, model.inputs, threads=2)
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
