@@ -33,7 +33,8 @@ def code_commit() -> str:
 
     try:
         commit = git("rev-parse", "--short", "HEAD")
-        dirty = git("status", "--porcelain", "--untracked-files=no", "--", "..")
+        # result files an earlier benchmark of this checkout wrote are not code
+        dirty = git("status", "--porcelain", "--untracked-files=no", "--", "..", ":(exclude)results")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
     return f"{commit} + changes" if dirty else commit

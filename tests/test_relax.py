@@ -13,7 +13,7 @@ from onnx import TensorProto, helper
 from tvm.relax.frontend import nn
 from tvm.s_tir import meta_schedule as ms
 
-from ms_heron.records import open_database
+from ms_heron.records import open_database, record_seconds
 from ms_heron.relax import ModelError, compile_model, extract_tasks, from_onnx, lower_for_tuning, run_model
 from ms_heron.tune import tune_model
 from ms_heron.testing import models
@@ -47,6 +47,9 @@ def test_nn_module_tunes_compiles_and_matches_numpy(tmp_path, cpu_target):
     db = tune_model(mod, params, cpu_target, str(tmp_path), 8, num_trials_per_iter=4, seed=0, on_round=rounds.append)
     assert len({r.task for r in rounds}) == 2 and all(r.task.startswith("fused_matmul") for r in rounds)
     assert rounds[-1].trials >= 8 and rounds[-1].model_seconds() < float("inf")
+    # timed by the cold-weights runner: ten single calls each (MetaSchedule's default runner: one mean)
+    timed = [r.run_secs for r in db.get_all_tuning_records() if record_seconds(r.run_secs) < float("inf")]
+    assert timed and all(len(secs) == 10 for secs in timed)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # every task has a tuned kernel: no fallback warning
         executable = compile_model(db, mod, params, cpu_target)
