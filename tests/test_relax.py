@@ -47,9 +47,10 @@ def test_nn_module_tunes_compiles_and_matches_numpy(tmp_path, cpu_target):
     db = tune_model(mod, params, cpu_target, str(tmp_path), 8, num_trials_per_iter=4, seed=0, on_round=rounds.append)
     assert len({r.task for r in rounds}) == 2 and all(r.task.startswith("fused_matmul") for r in rounds)
     assert rounds[-1].trials >= 8 and rounds[-1].model_seconds() < float("inf")
-    # timed by the cold-weights runner: ten single calls each (MetaSchedule's default runner: one mean)
-    timed = [r.run_secs for r in db.get_all_tuning_records() if record_seconds(r.run_secs) < float("inf")]
-    assert timed and all(len(secs) == 10 for secs in timed)
+    # timed by the cold-weights runner: ten single calls each, minus any stretched past 1.5x their
+    # median (MetaSchedule's default runner records one mean)
+    timed = [[float(x) for x in r.run_secs] for r in db.get_all_tuning_records() if record_seconds(r.run_secs) < float("inf")]
+    assert timed and all(5 <= len(secs) <= 10 for secs in timed)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # every task has a tuned kernel: no fallback warning
         executable = compile_model(db, mod, params, cpu_target)
