@@ -69,6 +69,12 @@ def _flat_operand(expr, full: list[int], flat: list[int]):
     return None
 
 
+def _flat_and_full(expr, flat_expr) -> tuple[list[int], list[int]] | None:
+    """The 3-D shape under a 4-D view and the 4-D shape of the element-wise op on it, if both are static."""
+    flat, full = _shape(flat_expr), _shape(expr)
+    return (flat, full) if flat is not None and full is not None and len(flat) == 3 and len(full) == 4 else None
+
+
 def _sinks():
     """(pattern, rewriter) pairs moving a 4-D view of a 3-D tensor past one element-wise op."""
     rules = []
@@ -77,10 +83,10 @@ def _sinks():
         pattern = is_op(op)(is_op(_VIEW)(inner, wildcard(), wildcard(), wildcard()))
 
         def unary(expr, matches, inner=inner):
-            flat, full = _shape(matches[inner]), _shape(expr)
-            if flat is None or full is None or len(flat) != 3 or len(full) != 4:
+            shapes = _flat_and_full(expr, matches[inner])
+            if shapes is None:
                 return expr
-            return _view(relax.Call(expr.op, [matches[inner], *expr.args[1:]], expr.attrs), full)
+            return _view(relax.Call(expr.op, [matches[inner], *expr.args[1:]], expr.attrs), shapes[1])
 
         rules.append((pattern, unary))
     for op in _BINARY:
@@ -90,9 +96,10 @@ def _sinks():
             pattern = is_op(op)(view, other) if side == 0 else is_op(op)(other, view)
 
             def binary(expr, matches, inner=inner, other=other, side=side):
-                flat, full = _shape(matches[inner]), _shape(expr)
-                if flat is None or full is None or len(flat) != 3 or len(full) != 4:
+                shapes = _flat_and_full(expr, matches[inner])
+                if shapes is None:
                     return expr
+                flat, full = shapes
                 operand = _flat_operand(matches[other], full, flat)
                 if operand is None:
                     return expr
@@ -108,9 +115,10 @@ def pointwise_conv_as_matmul(func: relax.Function, _mod: IRModule, _ctx) -> rela
     """Rewrite every 1x1 NCHW convolution into a matmul over flattened pixels, its epilogue with it."""
     data, weight = wildcard(), wildcard()
     func = rewrite_call(is_op("relax.nn.conv2d")(data, weight), lambda e, m: _as_matmul(e, m, data, weight), func)
+    sinks = _sinks()
     while True:  # each pass moves the views one element-wise op further
         before = func
-        for pattern, rewriter in _sinks():
+        for pattern, rewriter in sinks:
             func = rewrite_call(pattern, rewriter, func)
         if tvm_ffi.structural_equal(before, func):
             return func

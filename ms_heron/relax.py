@@ -101,8 +101,8 @@ def lower_for_tuning(
 
     Weights that reach a TIR function as constants are marked layout-free, so schedules may store
     them in whatever layout their kernels read best. 1x1 NCHW convolutions become matmuls over the
-    flattened pixels (:mod:`.pointwise_conv`), so their vector lanes run along contiguous pixels. Unless ``exact_math``, ``exp``, ``erf``, ``tanh``
-    and softmax become TVM's polynomial approximations (``FastMathTransform``), as ONNX Runtime's
+    flattened pixels (:mod:`.pointwise_conv`), so their vector lanes run along contiguous pixels.
+    Unless ``exact_math``, ``exp``, ``erf``, ``tanh`` and softmax become TVM's polynomial approximations (``FastMathTransform``), as ONNX Runtime's
     kernels use: on the CPU the exact ones are scalar libm calls whose time depends on the data
     (GELU's erf made BERT's FFN kernel 2-3x slower on real activations than on the tuner's inputs),
     while the approximations vectorize and cost the same on any input.
