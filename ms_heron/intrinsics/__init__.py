@@ -1,11 +1,13 @@
 """Tensor intrinsics: which one serves which (target, dtype), and registration of fixed ones.
 
-Importing this package is cheap. :func:`ensure_registered` pays TVM's ~15 s
-``tvm.s_tir.tensor_intrin`` import once per process, where tuning or tensorizing needs it.
+Importing this package is cheap. :func:`ensure_registered` pays TVM's ``tvm.s_tir.tensor_intrin``
+import (:mod:`.library` makes it ~2 s instead of ~15 s) once per process, where tuning or
+tensorizing needs it.
 """
 
 import functools
 
+from .library import import_tvm_intrinsics
 from .vnni import LANES as VNNI_LANES
 from .vnni import REDUCTION as VNNI_REDUCTION
 from .vnni import TVM_VNNI_INTRIN, VNNI_INTRIN, override_tvm_vnni, register_vnni
@@ -27,6 +29,7 @@ __all__ = [
 def ensure_registered() -> None:
     """Register ms_heron's intrinsics (VNNI, WMMA in Heron's three shapes) and repair TVM's VNNI
     one; runs once per process, so replaying a database record finds every intrinsic it names."""
+    import_tvm_intrinsics()
     register_vnni()
     override_tvm_vnni()
     for in_dtype, out_dtype in WMMA_DTYPES:

@@ -9,6 +9,8 @@ the implementation reinterprets the operands as ``int8x64``.
 from tvm.s_tir import TensorIntrin
 from tvm.script import tirx as T
 
+from .library import import_tvm_intrinsics
+
 #: The name ms_heron's rules tensorize with; always registered with the fixed implementation.
 VNNI_INTRIN = "ms_heron_dot_16x4_vnni"
 
@@ -66,6 +68,5 @@ def override_tvm_vnni() -> None:
     TVM registers its broken version when ``tvm.s_tir.tensor_intrin`` is imported (every
     ``TuneContext`` imports it), so the override must come after that import.
     """
-    import tvm.s_tir.tensor_intrin  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
-
+    import_tvm_intrinsics()
     TensorIntrin.register(TVM_VNNI_INTRIN, _vnni_desc, _vnni_impl, override=True)

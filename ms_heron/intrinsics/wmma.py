@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 from tvm.s_tir import TensorIntrin
 
+from .library import import_tvm_intrinsics
+
 #: Heron's fragment shapes (m, n, k).
 SHAPES = ((16, 16, 16), (32, 8, 16), (8, 32, 16))
 
@@ -51,8 +53,8 @@ class WmmaGroup:
 
     def register(self) -> None:
         """Register the five intrinsics (idempotent)."""
-        # pylint: disable=import-outside-toplevel
-        from tvm.s_tir.tensor_intrin import cuda
+        import_tvm_intrinsics()
+        from tvm.s_tir.tensor_intrin import cuda  # pylint: disable=import-outside-toplevel
 
         m, n, k = self.shape
         names = self.names()
