@@ -6,7 +6,10 @@ names, so a new CPU or GPU works as soon as LLVM and TVM know it.
 
 from __future__ import annotations
 
+import math
+import os
 import platform
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,10 +27,26 @@ def host_target(num_cores: int | None = None) -> Target:
     vector units that the tuned kernels saturate.
     """
     if num_cores is None:
-        import psutil  # pylint: disable=import-outside-toplevel
-
-        num_cores = psutil.cpu_count(logical=False) or psutil.cpu_count() or 1
+        num_cores = usable_cores()
     return Target({"kind": "llvm", "mcpu": codegen.llvm_get_system_cpu(), "num-cores": int(num_cores)})
+
+
+def usable_cores(cgroup_cpu_max: str = "/sys/fs/cgroup/cpu.max") -> int:
+    """The physical cores this process may run on: no more than its CPU affinity (``taskset``) and
+    its container's CPU quota (cgroup v2 ``cpu.max``) allow, so ``num-cores`` threads never queue."""
+    import psutil  # pylint: disable=import-outside-toplevel
+
+    cores = psutil.cpu_count(logical=False) or psutil.cpu_count() or 1
+    if hasattr(os, "sched_getaffinity"):
+        cores = min(cores, len(os.sched_getaffinity(0)))
+    try:
+        with open(cgroup_cpu_max, encoding="utf-8") as limit:
+            fields = limit.read().split()  # "QUOTA PERIOD" in microseconds, or "max PERIOD"
+    except OSError:
+        fields = []
+    if len(fields) == 2 and fields[0].isdigit() and fields[1].isdigit() and int(fields[1]) > 0:
+        cores = min(cores, math.ceil(int(fields[0]) / int(fields[1])))
+    return max(1, cores)
 
 
 def target_json(target: Target) -> dict:
@@ -62,7 +81,13 @@ def parse_target(spec: Any) -> Target:
     if text.startswith("{"):
         import json  # pylint: disable=import-outside-toplevel
 
-        return Target(json.loads(text))
+        try:
+            return Target(json.loads(text))
+        except Exception as err:  # JSON syntax, or a dict TVM refuses
+            raise TargetError(
+                f"target {text!r} is not a target dict ({err}); write it as JSON such as "
+                '{"kind": "llvm", "mcpu": "znver4", "num-cores": 2}, or use "host"'
+            ) from None
     if " -" in text or text.startswith("-"):
         raise TargetError(
             f"target {text!r} is in the old CLI form, which TVM 0.27 no longer accepts; write it as a "
@@ -161,16 +186,19 @@ def vector_registers(target: Target) -> int:
     return 16
 
 
-#: Per-core cache sizes assumed for a CPU that is not this machine (a recent x86 server core).
+#: Per-core cache sizes assumed for a CPU that is not this machine (a recent x86 server core)...
 _DEFAULT_CACHES = {"L1": 48 * 1024, "L2": 2 * 1024 * 1024}
+#: ...unless this environment variable gives that CPU's, as ``L1=32K,L2=1M``.
+CACHES_ENV = "MS_HERON_CPU_CACHES"
 
 
 def cpu_cache_bytes(target: Target) -> dict[str, int]:
-    """Per-core data-cache sizes: read from the host when the target is this CPU, else typical ones."""
+    """Per-core data-cache sizes: read from the host when the target is this CPU, else from
+    :data:`CACHES_ENV`, else typical ones."""
     if not is_cpu(target):
         raise TargetError(f"cpu_cache_bytes() is a CPU fact; {target.kind.name} is not an llvm target")
     if str(target.attrs.get("mcpu", "")) != codegen.llvm_get_system_cpu():
-        return dict(_DEFAULT_CACHES)
+        return {**_DEFAULT_CACHES, **_caches_from_env()}
     sizes = dict(_DEFAULT_CACHES)
     import glob  # pylint: disable=import-outside-toplevel
 
@@ -182,6 +210,18 @@ def cpu_cache_bytes(target: Target) -> dict[str, int]:
             continue
         if kind in ("Data", "Unified") and level in ("1", "2"):
             sizes[f"L{level}"] = int(size.rstrip("K")) * 1024 if size.endswith("K") else int(size.rstrip("M")) * 1024 * 1024
+    return sizes
+
+
+def _caches_from_env() -> dict[str, int]:
+    text = os.environ.get(CACHES_ENV, "").strip()
+    sizes = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        match = re.fullmatch(r"(L[12])=(\d+)([KM]?)", item, re.IGNORECASE)
+        if not match:
+            raise TargetError(f"{CACHES_ENV}={text!r}: write the target CPU's per-core data caches as L1=32K,L2=1M")
+        scale = {"": 1, "K": 1024, "M": 1024 * 1024}[match.group(3).upper()]
+        sizes[match.group(1).upper()] = int(match.group(2)) * scale
     return sizes
 
 
