@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import warnings
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tvm.s_tir import meta_schedule as ms
@@ -18,6 +19,10 @@ from .intrinsics import ensure_registered
 
 #: MetaSchedule stores a candidate that failed to build or run with a run time of 1e10 s.
 FAILED_RUN_SECS = 1e9
+
+class CorruptDatabase(ValueError):
+    """A database file that cannot be loaded or repaired; the message names the fix."""
+
 
 #: The two files of MetaSchedule's JSONDatabase in a work dir.
 DATABASE_FILES = ("database_workload.json", "database_tuning_record.json")
@@ -42,12 +47,56 @@ def cut_torn_line(path: Path) -> None:
 
 
 def open_database(work_dir: str | Path) -> ms.database.JSONDatabase:
-    """The JSONDatabase in ``work_dir``, readable after a killed run (torn last lines are cut)
-    and with the intrinsics its records name registered."""
+    """The JSONDatabase in ``work_dir``, readable after a killed run (torn last lines are cut,
+    corrupt record lines set aside) and with the intrinsics its records name registered."""
     ensure_registered()
     for name in DATABASE_FILES:
         cut_torn_line(Path(work_dir) / name)
+    set_aside_corrupt_records(Path(work_dir))
     return ms.database.JSONDatabase(work_dir=str(work_dir))
+
+
+#: Where :func:`set_aside_corrupt_records` keeps the lines it takes out (line number, tab, line).
+REJECTED_FILE = "database_tuning_record.rejected"
+
+
+def set_aside_corrupt_records(work_dir: Path) -> None:
+    """Move record lines MetaSchedule cannot load (its loader stops at the first one) to
+    :data:`REJECTED_FILE`, with a warning naming each; the good lines stay byte for byte, in order,
+    and the file is replaced atomically. A corrupt workload line cannot be set aside (records point
+    to workloads by line number): it is refused, naming the line."""
+    workloads = json_lines(work_dir / DATABASE_FILES[0])
+    if any(not (isinstance(w, list) and len(w) == 2) for w in workloads):
+        raise CorruptDatabase(f"{work_dir / DATABASE_FILES[0]} has a corrupt workload line; its records cannot be loaded: "
+                         "move the work dir's database files aside and tune again")
+    path = work_dir / DATABASE_FILES[1]
+    if not path.exists():
+        return
+    good, bad = [], []
+    for number, line in enumerate(path.read_text().splitlines(keepends=True), 1):
+        (good if _is_record(line, len(workloads)) else bad).append((number, line))
+    if not bad:
+        return
+    with open(work_dir / REJECTED_FILE, "a", encoding="utf-8") as rejected:
+        rejected.writelines(f"{number}\t{line}" for number, line in bad)
+    fresh = path.with_name(path.name + ".tmp")
+    with open(fresh, "w", encoding="utf-8") as out:
+        out.writelines(line for _, line in good)
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(fresh, path)
+    for number, _ in bad:
+        warnings.warn(f"{path}:{number} is not a tuning record and was set aside in {REJECTED_FILE}; "
+                      "the other records are kept", stacklevel=3)
+
+
+def _is_record(line: str, workloads: int) -> bool:
+    """A record line is [workload index, [trace, run_secs, target, arg info]]."""
+    try:
+        index, (_trace, _secs, target, _args) = json.loads(line)
+    except (ValueError, TypeError):
+        return not line.strip()  # blank lines are harmless
+    return isinstance(index, int) and 0 <= index < workloads and isinstance(target, dict)
 
 
 def json_lines(path: Path) -> list:
@@ -89,3 +138,56 @@ def first_records(work_dir: str | Path, count: int | None = None) -> ms.database
     for index, record in json_lines(work_dir / DATABASE_FILES[1])[:count]:
         database.commit_tuning_record(ms.database.TuningRecord.from_json(record, workloads[index]))
     return database
+
+
+@dataclass
+class Merged:
+    """What :func:`merge_records` did."""
+
+    added: int = 0
+    already_there: int = 0
+    #: Records measured for another target, by that target's description.
+    foreign: dict[str, int] = field(default_factory=dict)
+
+
+def target_key(target: dict) -> str:
+    """A target as stored in a record or run file, comparable across files (keys sorted)."""
+    return json.dumps(target, sort_keys=True)
+
+
+def describe_target(target: dict) -> str:
+    """A stored target in a few words: kind, CPU or GPU arch, cores."""
+    words = [target.get("kind", "?"), target.get("mcpu") or target.get("arch") or ""]
+    if "num-cores" in target:
+        words.append(f"num-cores={target['num-cores']}")
+    return " ".join(w for w in words if w)
+
+
+def merge_records(sources: list[Path], dest: str | Path, target: dict) -> Merged:
+    """Append to ``dest``'s database every record of ``sources`` measured for ``target`` and not yet
+    in ``dest``. Sources are read without writing them; their records keep their measured order."""
+    dest = Path(dest)
+    merged = Merged()
+    seen = set()
+    dest_workloads = json_lines(dest / DATABASE_FILES[0])
+    for index, record in json_lines(dest / DATABASE_FILES[1]):
+        seen.add((dest_workloads[index][0], json.dumps(record[0])))
+    database = open_database(dest)
+    wanted = target_key(target)
+    for source in sources:
+        workloads = json_lines(Path(source) / DATABASE_FILES[0])
+        for index, record in json_lines(Path(source) / DATABASE_FILES[1]):
+            # A record line is [workload index, [trace, run_secs, target, arg info]].
+            if target_key(record[2]) != wanted:
+                other = describe_target(record[2])
+                merged.foreign[other] = merged.foreign.get(other, 0) + 1
+                continue
+            key = (workloads[index][0], json.dumps(record[0]))
+            if key in seen:
+                merged.already_there += 1
+                continue
+            seen.add(key)
+            workload = database.commit_workload(ms.database.Workload.from_json(workloads[index]).mod)
+            database.commit_tuning_record(ms.database.TuningRecord.from_json(record, workload))
+            merged.added += 1
+    return merged

@@ -1,13 +1,15 @@
 """A tuning run in a work directory: what it tunes, its records and its progress, resumable.
 
 What it tunes is one task source: a suite workload, a user's kernel (its TVMScript is kept in the
-run file) or an ONNX model (its path and SHA-256; every fused kernel of the model is a task).
+run file), an ONNX model (its path and SHA-256) or a Relax module (kept in the work dir as TVM's
+JSON); every fused kernel of a model is a task.
 Layout of a work dir (MetaSchedule's own files plus ours)::
 
     ms_heron_run.json              what is tuned: workload, kernel or model; dtype, target, seed,
                                      the TVM and ms_heron versions
     database_workload.json         MetaSchedule's JSONDatabase, one record per line,
     database_tuning_record.json      appended as each round ends
+    relax_model_<sha>.json         a Relax model run's module, weights bound
     progress.jsonl                 one line per measured round: trials, best, valid, elapsed (a
                                      model's best is its estimated latency; the round's task is named)
     logs/                          MetaSchedule's per-task logs (HeronSearch's round statistics)
@@ -22,6 +24,7 @@ models from them and never measures them again, and ``trials`` counts the record
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import functools
 import hashlib
@@ -30,6 +33,7 @@ import math
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -40,8 +44,10 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.target import Target
 
 from . import __version__
-from .records import DATABASE_FILES, cut_torn_line, first_records, json_lines, measured_seconds, open_database, record_seconds
-from .relax import TaskTime, extract_tasks, from_onnx, lower_for_tuning, task_times
+from .measure import was_run
+from .records import (DATABASE_FILES, Merged, cut_torn_line, first_records, json_lines, measured_seconds, merge_records,
+                      record_seconds)
+from .relax import TaskTime, bind_params, extract_tasks, from_onnx, lower_for_tuning, task_times
 from .search import HeronSearch, WatchedSearch
 from .space import HeronSpace
 from .targets import target_json
@@ -55,6 +61,8 @@ RUN_FILE = "ms_heron_run.json"
 #: Held by the process that tunes the work dir.
 LOCK_FILE = "ms_heron.lock"
 PROGRESS_FILE = "progress.jsonl"
+#: A Relax model run keeps its module in the work dir, as ``relax_model_<sha256 prefix>.json``.
+RELAX_FILE_PREFIX = "relax_model_"
 BASELINE_DIR = "baseline"
 #: Candidates measured per round (MetaSchedule's num_trials_per_iter): enough for the cost models
 #: to learn from each round, few enough that a killed run loses little.
@@ -100,6 +108,22 @@ class RunSpec:
         return RunSpec(MODEL, {}, "", target_json(target), seed, label=path.stem, model=str(path),
                        model_sha256=_sha256(path), input_shapes=shapes, exact_math=exact_math)
 
+    @staticmethod
+    def of_relax(
+        mod: IRModule, params: Mapping[str, Any] | None, work_dir: str | Path, target: Target, seed: int, *,
+        label: str = "relax_model", exact_math: bool = False
+    ) -> RunSpec:
+        """A Relax module (``params`` bound as its weights), kept in ``work_dir`` as TVM's JSON under a
+        name made from its SHA-256, so the work dir alone carries the run and no other model is overwritten."""
+        text = tvm.ir.save_json(bind_params(mod, params))
+        digest = hashlib.sha256(text.encode()).hexdigest()
+        name = f"{RELAX_FILE_PREFIX}{digest[:16]}.json"
+        Path(work_dir).mkdir(parents=True, exist_ok=True)
+        if not (Path(work_dir) / name).exists():
+            (Path(work_dir) / name).write_text(text)
+        return RunSpec(MODEL, {}, "", target_json(target), seed, label=label, model=name, model_sha256=digest,
+                       exact_math=exact_math)
+
     def workload(self) -> Workload:
         if self.kernel:
             return from_func(tvm.script.from_source(self.kernel), self.label)
@@ -113,7 +137,8 @@ class RunSpec:
 
     def describe(self) -> str:
         if self.model:
-            return f"model {Path(self.model).name}" + (" (exact math)" if self.exact_math else "")
+            name = self.label if self.model.startswith(RELAX_FILE_PREFIX) else Path(self.model).name
+            return f"model {name}" + (" (exact math)" if self.exact_math else "")
         if self.kernel:
             return f"kernel {self.label} ({self.dtype})"
         dims = " ".join(f"{k}={v}" for k, v in self.shape.items())
@@ -213,7 +238,8 @@ class TuningRun:
 
     def baseline(self) -> TuningRun:
         """MetaSchedule's default search on the same workload, in ``baseline/``."""
-        return TuningRun(self.work_dir / BASELINE_DIR, self.spec)
+        model = str(self.work_dir / self.spec.model) if self.spec.model else ""  # a Relax module stays here
+        return TuningRun(self.work_dir / BASELINE_DIR, dataclasses.replace(self.spec, model=model))
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -228,12 +254,15 @@ class TuningRun:
 
     @functools.cached_property
     def model(self) -> IRModule:
-        """A model run's model, imported through Relax; refused when the file changed since the run began."""
-        path = Path(self.spec.model)
+        """A model run's model, imported through Relax (or a Relax module kept in the work dir);
+        refused when the file changed since the run began."""
+        path = self.work_dir / self.spec.model  # an ONNX model's path is absolute
         if not path.is_file():
             raise RunError(f"{self.work_dir} tunes the model {path}, which is gone; put it back or tune into another --work-dir")
         if _sha256(path) != self.spec.model_sha256:
             raise RunError(f"{path} changed since {self.work_dir} began tuning it; tune the new model into another --work-dir")
+        if path.name.startswith(RELAX_FILE_PREFIX):
+            return tvm.ir.load_json(path.read_text())
         return from_onnx(path, {name: tuple(dims) for name, dims in self.spec.input_shapes.items()})
 
     @functools.cached_property
@@ -258,6 +287,13 @@ class TuningRun:
         if sch is None:
             raise NoValidRecord(f"no valid tuning record for task {task} yet; tune longer (more --trials)")
         return sch
+
+    def check_best(self) -> None:
+        """Run the best kernel once against the workload's reference (:class:`WrongResult` if it
+        differs): a record's time means nothing for a kernel that computes something else."""
+        from .evaluate import build, run_and_check  # pylint: disable=import-outside-toplevel
+
+        run_and_check(build(self.best_schedule().mod, self.target), self.workload)
 
     def seconds(self) -> list[float]:
         """Mean seconds of every record in the order measured (inf: failed)."""
@@ -289,22 +325,25 @@ class TuningRun:
         metaschedule_default: bool = False,
         per_round: int = TRIALS_PER_ROUND,
         stop: Callable[[], bool] | None = None,
+        runner: ms.runner.Runner | None = None,
+        space: HeronSpace | None = None,
     ) -> Progress:
-        """Tune until the work dir holds ``trials`` records or the time budget is spent (the round
-        in flight finishes first). HeronSpace + HeronSearch, or MetaSchedule's default search.
-        ``stop`` is asked before every round, like the budget (the CLI's CTRL-C). One process at a
-        time: the work dir's lock refuses a second one (:class:`RunError`)."""
+        """Tune until the work dir holds ``trials`` records or the time budget is spent (no
+        candidate is measured past it; each task gets its first round). HeronSpace + HeronSearch, or
+        MetaSchedule's default search. ``stop`` is asked before every round (the CLI's CTRL-C);
+        ``runner`` measures elsewhere (:meth:`ms_heron.measure.Tracker.runner`); ``space`` is a
+        HeronSpace with your own rules (``user_rules``). One process at a time: the work dir's lock
+        refuses a second one (:class:`RunError`)."""
         self.work_dir.mkdir(parents=True, exist_ok=True)
         with _work_dir_lock(self.work_dir):
-            return self._tune(trials, time_budget_s, on_round, metaschedule_default, per_round, stop)
+            return self._tune(trials, time_budget_s, on_round, metaschedule_default, per_round, stop, runner, space)
 
-    def _tune(self, trials, time_budget_s, on_round, metaschedule_default, per_round, stop) -> Progress:
+    def _tune(self, trials, time_budget_s, on_round, metaschedule_default, per_round, stop, runner, space) -> Progress:
         before = self.state()
         todo = trials - before.trials
         if todo <= 0:
             return before
         started = time.monotonic()
-        deadline = started + time_budget_s if time_budget_s is not None else None
         current = Progress(before.trials, before.valid, before.best_seconds, before.elapsed_s)
 
         def round_ended() -> None:  # the one round event: progress file, caller's hook
@@ -315,7 +354,7 @@ class TuningRun:
                 on_round(current)
 
         def kernel_round(_candidates, results) -> None:
-            for result in results:
+            for result in filter(was_run, results):
                 secs = record_seconds(result.run_secs) if result.error_msg is None else math.inf
                 current.trials += 1
                 current.valid += secs < math.inf
@@ -329,18 +368,48 @@ class TuningRun:
             current.task, current.task_seconds = r.task, r.best_seconds[r.task]
             round_ended()
 
-        space, strategy = ("post-order-apply", "evolutionary") if metaschedule_default else (self.space(), HeronSearch())
-        open_database(self.work_dir)  # cuts torn lines before MetaSchedule loads the files
+        space, strategy = ("post-order-apply", "evolutionary") if metaschedule_default else (space or self.space(), HeronSearch())
         cut_torn_line(self.work_dir / PROGRESS_FILE)  # before this run appends to it
+        options = {"space": space, "seed": self.spec.seed, "time_budget_s": time_budget_s}
+        if runner is not None:
+            options["runner"] = runner
         if self.is_model:
             tune_model(self.model, None, self.target, str(self.work_dir), todo, num_trials_per_iter=per_round,
-                       space=space, strategy=WatchedSearch(strategy, deadline=deadline, stop=stop), seed=self.spec.seed,
-                       on_round=model_round, exact_math=self.spec.exact_math)
+                       strategy=WatchedSearch(strategy, stop=stop), on_round=model_round,
+                       exact_math=self.spec.exact_math, **options)
         else:
             tune_workload(self.workload, self.target, str(self.work_dir), todo, num_trials_per_iter=min(per_round, todo),
-                          space=space, strategy=WatchedSearch(strategy, deadline=deadline, on_round=kernel_round, stop=stop),
-                          seed=self.spec.seed)
+                          strategy=WatchedSearch(strategy, on_round=kernel_round, stop=stop), **options)
         return self.state()
+
+
+def merge_runs(sources: Sequence[str | Path], dest: str | Path, target: Target | None = None) -> Merged:
+    """Add to ``dest`` every record of ``sources`` (work dirs or MetaSchedule database dirs) that was
+    measured for ``dest``'s target and is not there yet; ``dest`` becomes a run of the first source's
+    run file when it has none. The target is ``dest``'s, else ``target``, else the first source's."""
+    dest = Path(dest)
+    sources = [Path(s) for s in sources]
+    for source in sources:
+        if not (source / DATABASE_FILES[1]).is_file():
+            raise RunError(f"{source} holds no tuning records ({DATABASE_FILES[1]} is missing); name work dirs of ms-heron runs")
+        if source.resolve() == dest.resolve():
+            raise RunError(f"{source} is the destination; name it once, last")
+    runs = [TuningRun.open(s) for s in [dest, *sources] if (s / RUN_FILE).is_file()]
+    if runs and runs[0].work_dir == dest:
+        held = runs[0].spec.target
+    elif target is not None:
+        held = target_json(target)
+    elif runs:
+        held = runs[0].spec.target
+    else:
+        raise RunError("none of the work dirs has an ms-heron run file to take the target from; name it with --target")
+    dest.mkdir(parents=True, exist_ok=True)
+    with _work_dir_lock(dest):
+        if not (dest / RUN_FILE).exists() and runs:
+            spec = next((r.spec for r in runs if r.spec.target == held), None)
+            if spec is not None:
+                (dest / RUN_FILE).write_text(json.dumps(asdict(spec), indent=1) + "\n")
+        return merge_records(sources, dest, held)
 
 
 @contextlib.contextmanager

@@ -17,6 +17,7 @@ from tvm.s_tir.meta_schedule.schedule_rule import ScheduleRule
 from tvm.s_tir.meta_schedule.space_generator import PySpaceGenerator, SpaceGenerator
 from tvm.s_tir.schedule.analysis import has_block
 
+from .intrinsics import ensure_registered
 from .postprocs import PackPanels
 from .rules import default_rules
 from .annotations import METASCHEDULE_SPACE, SPACE_ORIGIN
@@ -138,15 +139,26 @@ class HeronSpace(PySpaceGenerator):
             self.default_space._initialize_with_tune_context(context)  # pylint: disable=protected-access
 
     def generate_design_space(self, mod: IRModule) -> list[Schedule]:
-        spaces = [Schedule(mod, seed=self.rand_state or None, debug_mask="none")]
+        spaces = [Schedule(mod, seed=self.rand_state, debug_mask="none")]  # -1: random, as in TVM
         for name in _blocks_consumers_first(spaces[0]):
             for rule, rule_name in zip(self.sch_rules, self.rule_names):
                 spaces = [out for sch in spaces for out in _apply(rule, rule_name, sch, name)]
         if self.default_space is not None and not any(_tensorized(s) for s in spaces):
-            for sch in self.default_space.generate_design_space(mod):
-                sch.annotate(sch.get_sblock("root"), SPACE_ORIGIN, METASCHEDULE_SPACE)
-                spaces.append(sch)
+            spaces += self._default_spaces(mod)
         return spaces
+
+    def _default_spaces(self, mod: IRModule) -> list[Schedule]:
+        """MetaSchedule's own design spaces, marked as such; none where its rules fail on the task
+        (they do on loops past int32), which then tunes in HeronSpace's spaces alone."""
+        try:
+            defaults = list(self.default_space.generate_design_space(mod))
+        except Exception as err:  # pylint: disable=broad-except  # TVM's rules: their bug must not stop the task
+            logging.getLogger(__name__).warning(
+                "HeronSpace: MetaSchedule's default design spaces fail on this task and are left out: %s", _last_line(err))
+            return []
+        for sch in defaults:
+            sch.annotate(sch.get_sblock("root"), SPACE_ORIGIN, METASCHEDULE_SPACE)
+        return defaults
 
     def clone(self) -> "HeronSpace":
         twin = HeronSpace(
@@ -165,6 +177,7 @@ def tuning_context(func: PrimFunc | IRModule, target: Target, space: SpaceGenera
     """The TuneContext tuning ``func`` on ``target`` with ``space`` (``HeronSpace()`` when None) works
     in, cloned as MetaSchedule's task scheduler clones it: its space generator's rules and postprocs
     are initialized for the target, as in a tuning run."""
+    ensure_registered()
     mod = func if isinstance(func, IRModule) else IRModule({"main": func})
     return ms.TuneContext(mod=mod, target=target, space_generator=space or HeronSpace(), task_name="main").clone()
 
@@ -193,9 +206,13 @@ def _apply(rule, rule_name: str, sch: Schedule, name: str) -> list[Schedule]:
         return list(rule.apply(trial, trial.get_sblock(name)))
     except Exception as err:  # pylint: disable=broad-except
         logging.getLogger(__name__).warning(
-            "HeronSpace: rule %s failed on block %r and is skipped there: %s",
-            rule_name, name, str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__)
+            "HeronSpace: rule %s failed on block %r and is skipped there: %s", rule_name, name, _last_line(err))
         return [sch]
+
+
+def _last_line(err: Exception) -> str:
+    """An error's last line: TVM's errors end with their message, after the IR they print."""
+    return str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
 
 
 def _rule_name(rule) -> str:

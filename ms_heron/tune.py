@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import logging
 import os
-import statistics
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import tvm
@@ -21,14 +21,15 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir import Schedule
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
-from tvm.s_tir.meta_schedule.runner.local_runner import default_run_evaluator
 from tvm.target import Target
 
 from .builder import local_builder
 from .intrinsics import ensure_registered
-from .records import open_database, record_seconds
+from .measure import Budget, BudgetedRunner, budget_timeout, local_runner_for, measure_callbacks, was_run
+from .records import DATABASE_FILES, open_database, record_seconds
 from .relax import lower_for_tuning
 from .search import HeronSearch, WatchedSearch
+from .search.features import xgb_cost_model
 from .space import HeronSpace
 from .targets import is_cpu, num_cores, require_vnni
 from .workload import Workload
@@ -61,10 +62,16 @@ def tune_func(
     space: Any = "post-order-apply",
     strategy: Any = "evolutionary",
     seed: int | None = None,
+    time_budget_s: float | None = None,
     **tune_tir_kwargs: Any,
 ) -> ms.Database:
-    """``ms.tune_tir`` on any PrimFunc into a JSONDatabase under ``work_dir``, with the set-up above."""
-    _prepare(target, tune_tir_kwargs)
+    """``ms.tune_tir`` on any PrimFunc into a JSONDatabase under ``work_dir``, with the set-up above.
+
+    ``time_budget_s``: no round starts, and no candidate is measured, once that much wall-clock time
+    has passed (the first round always runs); a ``runner`` (e.g. :meth:`ms_heron.measure.Tracker.runner`)
+    measures elsewhere.
+    """
+    strategy = _prepare(target, work_dir, tune_tir_kwargs, strategy, time_budget_s=time_budget_s, cold=False)
     return ms.tune_tir(
         func,
         target,
@@ -78,13 +85,33 @@ def tune_func(
     )
 
 
-def _prepare(target: Target, tune_kwargs: dict) -> None:
-    """What every tuning call needs before MetaSchedule starts (see the module docstring)."""
+def _prepare(target: Target, work_dir: str, tune_kwargs: dict, strategy: Any, *, time_budget_s: float | None,
+             cold: bool, callbacks: Callable[[ms.Database], list] | None = None) -> Any:
+    """What every tuning call needs before MetaSchedule starts (see the module docstring); returns
+    ``strategy`` with the budget's deadline.
+
+    The budget counts from here, set-up (design spaces, a model's lowering) included. It holds
+    between rounds (:class:`WatchedSearch`) and inside one (:class:`BudgetedRunner`), and build and
+    run timeouts are capped by it, so a hanging candidate overruns it by one timeout at most.
+    """
     ensure_registered()
     if is_cpu(target):
         num_cores(target)  # raises early with the fix when num-cores is missing
-    tune_kwargs.setdefault("builder", local_builder())
+    budget = Budget(None if time_budget_s is None else time.monotonic() + time_budget_s)
+    timeout_s = budget_timeout(time_budget_s)
+    tune_kwargs.setdefault("builder", local_builder(timeout_sec=timeout_s))
+    tune_kwargs.setdefault("cost_model", xgb_cost_model())
+    runner = tune_kwargs.get("runner") or local_runner_for(cold=cold and is_cpu(target), timeout_s=timeout_s)
+    runner = ms.runner.create(runner) if isinstance(runner, str) else runner
+    tune_kwargs["runner"] = (runner if isinstance(runner, BudgetedRunner) else BudgetedRunner(runner)).until(budget)
+    os.makedirs(work_dir, exist_ok=True)
+    records = None  # the file to check writes landed in: only the work dir's own database
+    if "database" not in tune_kwargs:
+        tune_kwargs["database"], records = open_database(work_dir), Path(work_dir) / DATABASE_FILES[1]
+    tune_kwargs["measure_callbacks"] = [*measure_callbacks(tune_kwargs["database"], records),
+                                        *(callbacks(tune_kwargs["database"]) if callbacks else ())]
     _reset_metaschedule_logger()
+    return (strategy if isinstance(strategy, WatchedSearch) else WatchedSearch(strategy)).until(budget)
 
 
 @dataclass
@@ -130,8 +157,9 @@ class _ReportRounds(PyMeasureCallback):
         if not self.best:
             self._first_round(task_scheduler)
         name = task_scheduler.tasks_[task_id].ctx.task_name
-        self.trials += len(runner_results)
-        seconds = [record_seconds(r.run_secs) if r.error_msg is None else float("inf") for r in runner_results]
+        ran = [r for r in runner_results if was_run(r)]
+        self.trials += len(ran)
+        seconds = [record_seconds(r.run_secs) if r.error_msg is None else float("inf") for r in ran]
         self.best[name] = min([self.best[name], *seconds])
         self.on_round(ModelRound(name, self.trials, self.max_trials, len(seconds), sum(s < float("inf") for s in seconds),
                                  dict(self.best), self.weights, time.monotonic() - self.started))
@@ -159,24 +187,17 @@ def tune_model(
     "evolutionary" for MetaSchedule's defaults. Records go to a JSONDatabase in ``work_dir``; running
     again on the same ``work_dir`` adds trials, and HeronSearch starts from the records there.
 
-    ``on_round`` is called after every measured round; ``time_budget_s`` stops starting new rounds
-    once that much wall-clock time has passed (each task still gets its first round).
+    ``on_round`` is called after every measured round; ``time_budget_s`` ends tuning once that much
+    wall-clock time has passed, model lowering included, after each task's first round.
     ``exact_math`` keeps exact exp/erf/tanh (see :func:`ms_heron.relax.lower_for_tuning`); compile
     with the same value. On the CPU, candidates are timed with their weights out of cache
-    (:func:`cold_weights_runner`) unless a ``runner`` is given.
+    (:func:`ms_heron.measure.evaluator_config`), also by a ``runner`` from
+    :meth:`ms_heron.measure.Tracker.runner` with ``cold=True``.
     """
-    strategy = HeronSearch() if strategy is None else strategy
-    if time_budget_s is not None:
-        strategy = WatchedSearch(strategy, deadline=time.monotonic() + time_budget_s)
-    os.makedirs(work_dir, exist_ok=True)
-    tune_kwargs.setdefault("database", open_database(work_dir))
-    if on_round is not None:
-        report = _ReportRounds(on_round, max_trials, tune_kwargs["database"])
-        tune_kwargs["measure_callbacks"] = [*ms.MeasureCallback.create("default"), report]
-    if is_cpu(target):
-        tune_kwargs.setdefault("runner", cold_weights_runner())
+    report = None if on_round is None else (lambda database: [_ReportRounds(on_round, max_trials, database)])
+    strategy = _prepare(target, work_dir, tune_kwargs, HeronSearch() if strategy is None else strategy,
+                        time_budget_s=time_budget_s, cold=True, callbacks=report)
     lowered = lower_for_tuning(mod, params, target, exact_math=exact_math)
-    _prepare(target, tune_kwargs)
     return ms.relax_integration.tune_relax(
         lowered,
         params={},
@@ -190,36 +211,6 @@ def tune_model(
         seed=seed,
         **tune_kwargs,
     )
-
-
-def cold_weights_runner(repeat: int = 10) -> ms.runner.LocalRunner:
-    """A runner that times each call of a model's kernel with every argument but the first flushed
-    from the CPU caches (``repeat`` single calls; :func:`cold_call_seconds` keeps the undisturbed ones).
-
-    In a model a kernel's weights come from memory: the layer's other weights passed through the
-    caches since its last call, while its first argument, the activation, was just written. Timed
-    warm, as MetaSchedule's default runner does, the search prefers kernels that re-read a weight
-    panel from L3 for every row block, which run up to 1.3x slower in the model than kernels that
-    read it once (BERT's FFN projection, 768x3072 fp32). TVM's Ansor tutorials flush for the same
-    reason.
-    """
-    return ms.runner.LocalRunner(
-        evaluator_config=ms.runner.EvaluatorConfig(number=1, repeat=repeat, min_repeat_ms=0, enable_cpu_cache_flush=True),
-        f_run_evaluator=cold_call_seconds,
-    )
-
-
-def cold_call_seconds(rt_mod, device, evaluator_config, repeated_args) -> list[float]:
-    """MetaSchedule's evaluator, minus the calls a descheduled worker thread stretched.
-
-    Single calls after a flush leave the thread pool idle between them; now and then a worker is
-    descheduled and one call takes milliseconds instead of microseconds. A record's time is the mean
-    of its samples (MetaSchedule's cost model and task scheduler read it so), so those calls, more
-    than 1.5x the median, are dropped before they turn a fast kernel's record into a slow one.
-    """
-    costs = default_run_evaluator(rt_mod, device, evaluator_config, repeated_args)
-    median = statistics.median(costs)
-    return [c for c in costs if c <= 1.5 * median]
 
 
 def _reset_metaschedule_logger() -> None:

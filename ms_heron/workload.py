@@ -93,9 +93,7 @@ def from_func(func: tirx.PrimFunc, name: str = "kernel") -> Workload:
         unscheduled["main"](*tensors)
         return [t.numpy() for t in tensors]
 
-    rng = np.random.default_rng(0)
-    before = [random_array(rng, shape, dtype) for shape, dtype in args]
-    written = [i for i, (a, b) in enumerate(zip(before, run(before))) if not np.array_equal(a, b)]
+    written = _written_params(func)
     if written != [len(args) - 1]:
         raise WorkloadError(
             f"{name}: ms_heron checks kernels with one output, passed last; this one writes parameters {written} "
@@ -112,6 +110,20 @@ def from_func(func: tirx.PrimFunc, name: str = "kernel") -> Workload:
     )
 
 
+def _written_params(func: tirx.PrimFunc) -> list[int]:
+    """The indices of the parameters ``func``'s blocks write, read off the blocks (not by running
+    the kernel: a kernel that runs for hours is still a kernel to tune)."""
+    from tvm import s_tir  # pylint: disable=import-outside-toplevel
+
+    sch = s_tir.Schedule(func)
+    written, stack = [], [sch.get_sblock("root")]
+    while stack:
+        block = stack.pop()
+        stack.extend(sch.get_child_blocks(block))
+        written += [region.source for region in sch.get(block).writes]
+    return [i for i, param in enumerate(sch.mod["main"].params) if any(param.same_as(w) for w in written)]
+
+
 def load_kernel(spec: str) -> Workload:
     """``kernel.py`` or ``kernel.py:name``: the TVMScript PrimFunc a Python file defines (an IRModule
     with one function counts), as a Workload named after it (see :func:`from_func`)."""
@@ -123,7 +135,13 @@ def load_kernel(spec: str) -> Workload:
         raise WorkloadError(f"{path}: no such file; give a Python file that defines a @T.prim_func, as kernel.py[:name]")
     module_spec = importlib.util.spec_from_file_location(f"ms_heron_kernel_{pathlib.Path(path).stem}", path)
     module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
+    try:
+        module_spec.loader.exec_module(module)
+    except Exception as err:  # pylint: disable=broad-except  # the user's file: any error is theirs to fix
+        lines = [line for line in str(err).strip().splitlines() if line.strip()]
+        reason = lines[-1].strip() if lines else type(err).__name__
+        raise WorkloadError(f"{path} does not load ({type(err).__name__}: {reason}); fix the file (a kernel with "
+                            "T.sblock needs @T.prim_func(s_tir=True))") from None
     found = {}
     for name, value in vars(module).items():
         if isinstance(value, tvm.IRModule) and len(value.functions) == 1:

@@ -15,6 +15,7 @@ from tvm.s_tir import meta_schedule as ms
 
 from ms_heron.records import open_database, record_seconds
 from ms_heron.relax import ModelError, compile_model, extract_tasks, from_onnx, lower_for_tuning, run_model
+from ms_heron.session import RunError, RunSpec, TuningRun
 from ms_heron.tune import tune_model
 from ms_heron.testing import models
 from ms_heron.testing.baselines import onnxruntime_model
@@ -123,6 +124,7 @@ def test_int8_onnx_model_through_the_cli_reaches_vnni_and_matches_onnxruntime(tm
     assert re.search(r"task 3/3 .*: best [\d.]+ ms", proc.stdout), proc.stdout
     match = re.search(r"max abs difference of the outputs: ([\d.e+-]+)", proc.stdout)
     assert match and float(match.group(1)) < 1e-5, proc.stdout
+    assert "outputs checked against ONNX Runtime on a random input: correct" in proc.stdout
 
     vm = tvm.relax.VirtualMachine(tvm.runtime.load_module(str(tmp_path / "wd" / "mlp_tuned.so")), tvm.cpu())
     got = vm["main"](tvm.runtime.tensor(model.inputs["x"])).numpy()
@@ -211,9 +213,6 @@ def test_tune_model_rejects_bad_input_in_one_line(tmp_path, args, message):
 def test_model_lowering_approximates_exp_and_erf_unless_exact_math_is_asked(cpu_target, tmp_path):
     """GELU's erf and softmax's exp become TVM's vectorizable approximations by default; the model
     still matches ONNX Runtime closely, and ``exact_math`` keeps the libm calls (other tasks)."""
-    from ms_heron.relax import extract_tasks, lower_for_tuning  # pylint: disable=import-outside-toplevel
-    from ms_heron.session import RunSpec, TuningRun  # pylint: disable=import-outside-toplevel
-
     model = models.bert_layer(seq=8, hidden=32, heads=2, ffn=64)
     mod = from_onnx(model.proto, model.input_shapes())
     names = {exact: " ".join(t.task_name for t in extract_tasks(lower_for_tuning(mod, None, cpu_target, exact_math=exact), cpu_target))
@@ -234,3 +233,31 @@ def test_model_lowering_approximates_exp_and_erf_unless_exact_math_is_asked(cpu_
     old = {k: v for k, v in json.loads(run_file.read_text()).items() if k != "exact_math"}
     run_file.write_text(json.dumps(old))  # a run file from before the option: tuned with exact math
     assert TuningRun.open(tmp_path / "wd").spec.exact_math and "(exact math)" in TuningRun.open(tmp_path / "wd").spec.describe()
+
+
+def test_a_relax_module_is_a_run_with_resume_report_and_show(tmp_path, cpu_target):
+    """A Relax module tuned through TuningRun keeps itself in the work dir: reopened from the work
+    dir alone it resumes, reports and shows a task's schedule; another module is refused."""
+    class Tiny(nn.Module):
+        def __init__(self, features):
+            self.dense = nn.Linear(16, features)
+
+        def forward(self, x):
+            return nn.relu(self.dense(x))
+
+    def exported(features):
+        mod, named = Tiny(features).export_tvm(spec={"forward": {"x": nn.spec.Tensor((8, 16), "float32")}})
+        rng = np.random.default_rng(0)
+        return mod, {name: rng.standard_normal([int(d) for d in p.shape]).astype("float32") for name, p in named}
+
+    work = tmp_path / "run"
+    TuningRun.create(work, RunSpec.of_relax(*exported(32), work, cpu_target, 0, label="tiny")).tune(3, per_round=3)
+    run = TuningRun.open(work)
+    assert run.spec.describe() == "model tiny" and run.state().trials == 3
+    assert run.tune(5, per_round=2).trials == 5
+    task = max(run.task_times(), key=lambda t: t.seconds).name
+    assert run.best_schedule(task).trace is not None
+    report = ms_heron_cli("report", work)
+    assert report.returncode == 0 and "estimated model latency" in report.stdout, report.stderr[-2000:]
+    with pytest.raises(RunError, match="holds a run of model tiny"):
+        TuningRun.create(work, RunSpec.of_relax(*exported(48), work, cpu_target, 0, label="wider"))

@@ -1,12 +1,13 @@
 """HeronSpace as a drop-in space generator for MetaSchedule's stock evolutionary search."""
 
 import pytest
+from tvm import IRModule
 from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 
 from conftest import SMALL_SHAPES
-from ms_heron import HeronSpace
-from ms_heron.evaluate import build, run_and_check
+from ms_heron import HeronSpace, session
+from ms_heron.evaluate import WrongResult, build, run_and_check
 from ms_heron.rules.base import HeronRule
 from ms_heron.space import design_spaces
 from ms_heron.testing import workloads
@@ -63,3 +64,39 @@ def test_a_rule_that_raises_is_skipped_on_that_block_with_a_warning(cpu_target, 
         spaces = design_spaces(workload.func, cpu_target, space)
     assert len(spaces) == 4 and all("meta_schedule.tiling_structure" in s.mod.script() for s in spaces)
     assert "rule FailsOnGemm failed on block 'C' and is skipped there: user rule bug" in caplog.text
+
+
+@derived_object
+class AccumulateInInt8(HeronRule):
+    """A user rule that breaks correctness on purpose: the GEMM accumulates into an int8 cache,
+    which overflows."""
+
+    def apply(self, sch, block):
+        if sch.get(block).name_hint == "C":
+            sch.cache_write(block, 0, "global")
+            sch.unsafe_set_dtype(block, 0, "int8")
+        return [sch]
+
+
+def test_a_wrong_kernel_is_reported_as_wrong(cpu_target, tmp_path):
+    """``ms-heron tune`` checks the best kernel before reporting it (``TuningRun.check_best``): a
+    kernel that runs fast but computes the wrong thing is caught there, not trusted for its time."""
+    workload = workloads.make("gemm", "int8", M=16, N=16, K=64)
+    run = session.TuningRun.create(tmp_path, session.RunSpec.of(workload, cpu_target, seed=0))
+    state = run.tune(2, per_round=2, space=HeronSpace(rules=[AccumulateInInt8()], include_default_spaces=False))
+    assert state.valid >= 1  # it built and ran: only the check can tell
+    with pytest.raises(WrongResult, match=r"gemm.*int outputs differ from numpy"):
+        run.check_best()
+
+
+def test_seed_zero_is_a_seed(cpu_target):
+    """The CLI's default seed 0 gives the same design spaces every time (it once meant "unseeded")."""
+    workload = workloads.make("gemm", "fp32", **SMALL_SHAPES["gemm"])
+
+    def sampled(seed):
+        context = ms.TuneContext(mod=IRModule({"main": workload.func}), target=cpu_target, rand_state=seed, task_name="main",
+                                 space_generator=HeronSpace(include_default_spaces=False))
+        return [str(space.trace) for space in context.generate_design_space()]
+
+    first = sampled(0)
+    assert all(sampled(0) == first for _ in range(3))

@@ -6,7 +6,8 @@
   and an optional MetaSchedule baseline; re-running it on the same work dir resumes;
 * ``tune-model``: tune every kernel of an ONNX model through Relax (resumable), save the compiled
   model and compare it with ONNX Runtime on the same file;
-* ``report`` / ``show``: what a work dir found, as markdown + PNG, or as TVMScript + trace.
+* ``report`` / ``show``: what a work dir found, as markdown + PNG, or as TVMScript + trace;
+* ``merge``: combine work dirs' records of one target (foreign records skipped with a count).
 
 Errors a user can fix are printed as one line, exit code 2; a tuned kernel whose output is wrong
 exits with 1.
@@ -15,11 +16,16 @@ exits with 1.
 from __future__ import annotations
 
 import argparse
+import errno
 import sys
 
-from . import demo, report, tune, tune_model
+from . import demo, merge, report, tune, tune_model
 from ..evaluate import WrongResult
 from .common import USER_ERRORS, shared_options
+
+
+#: A full, read-only or over-quota disk: the work dir cannot take more records.
+_DISK_ERRORS = {errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EDQUOT, errno.EFBIG, errno.EPERM}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -32,6 +38,7 @@ def _parser() -> argparse.ArgumentParser:
     for command in (demo, tune, tune_model):
         command.add_parser(sub, shared)
     report.add_parsers(sub)
+    merge.add_parser(sub)
     return parser
 
 
@@ -41,6 +48,12 @@ def main(argv: list[str] | None = None) -> int:
         return args.run(args)
     except USER_ERRORS as err:
         print(f"ms-heron: error: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:
+        if err.errno not in _DISK_ERRORS:
+            raise
+        print(f"ms-heron: error: cannot write {err.filename or 'the work dir'} ({err.strerror}); every record "
+              "stored before is kept: free space or make it writable, then run the same command to resume", file=sys.stderr)
         return 2
     except WrongResult as err:  # a tuned kernel that computes the wrong thing: a bug to report, not a usage error
         print(f"ms-heron: WRONG RESULT: {err}; please report it with the work dir", file=sys.stderr)

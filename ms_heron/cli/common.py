@@ -10,6 +10,8 @@ import signal
 import sys
 import threading
 
+from ..measure import MeasureError, Tracker
+from ..records import CorruptDatabase
 from ..relax import ModelError
 from ..session import RunError
 from ..targets import TargetError
@@ -22,7 +24,7 @@ class UsageError(ValueError):
 
 
 #: Errors whose message already names the fix: shown without a traceback.
-USER_ERRORS = (TargetError, WorkloadError, RunError, NoValidRecord, UsageError, ModelError)
+USER_ERRORS = (TargetError, WorkloadError, RunError, NoValidRecord, UsageError, ModelError, MeasureError, CorruptDatabase)
 
 
 def shared_options() -> argparse.ArgumentParser:
@@ -32,6 +34,22 @@ def shared_options() -> argparse.ArgumentParser:
     shared.add_argument("--seed", type=int, default=0)
     shared.add_argument("-v", "--verbose", action="store_true", help="show MetaSchedule's per-round logs")
     return shared
+
+
+def add_measure_options(parser: argparse.ArgumentParser) -> None:
+    """Where candidates are measured (``tune`` and ``tune-model``)."""
+    parser.add_argument("--rpc", metavar="HOST:PORT:KEY",
+                        help="measure on the servers a TVM RPC tracker holds for KEY (builds stay on this machine)")
+
+
+def runner(args: argparse.Namespace, *, cold: bool):
+    """The runner ``--rpc`` asks for (the tracker checked first), or None for the local one."""
+    if not args.rpc:
+        return None
+    tracker = Tracker.parse(args.rpc)
+    measuring = tracker.runner(cold=cold)
+    print(f"measuring on {measuring.width} RPC server(s) of key {tracker.key!r} at {tracker.host}:{tracker.port}")
+    return measuring
 
 
 def quiet_metaschedule(verbose: bool) -> None:

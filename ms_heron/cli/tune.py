@@ -13,7 +13,7 @@ from ..session import TRIALS_PER_ROUND, RunSpec, TuningRun, summary_rows
 from ..targets import cpu_name, host_target, is_cpu, parse_target, require_vnni
 from ..testing import workloads
 from ..workload import Workload, load_kernel
-from .common import Interrupts, UsageError, clock, parse_duration, quiet_metaschedule
+from .common import Interrupts, UsageError, add_measure_options, clock, parse_duration, quiet_metaschedule, runner
 
 
 def add_parser(sub, shared: argparse.ArgumentParser) -> None:
@@ -23,12 +23,14 @@ def add_parser(sub, shared: argparse.ArgumentParser) -> None:
     tune.add_argument("--shape", nargs="+", metavar="NAME=INT", help="the family's dimensions, e.g. M=512 N=512 K=512")
     tune.add_argument("--dtype", default="int8", choices=list(workloads.DTYPES), help="a case's or family's form (a kernel has its own)")
     tune.add_argument("--trials", type=int, default=200, help="records the work dir should hold in the end (default 200)")
-    tune.add_argument("--time-budget", help="wall-clock limit such as 10m; the round in flight finishes first")
+    tune.add_argument("--time-budget", help="wall-clock limit such as 10m, set-up included; past it nothing more is measured "
+                      "(candidates left unmeasured wait for a resume; each task's first round still gets a valid kernel)")
     tune.add_argument("--work-dir", help="database, logs and progress (default: ms_heron_runs/<workload>)")
     tune.add_argument("--round-size", type=int, default=TRIALS_PER_ROUND, help=f"candidates measured per round (default {TRIALS_PER_ROUND})")
     tune.add_argument(
         "--baseline", choices=["metaschedule"], help="also tune with MetaSchedule's default search, same trials, in <work-dir>/baseline"
     )
+    add_measure_options(tune)
     tune.set_defaults(run=run)
 
 
@@ -81,7 +83,7 @@ class _ProgressLine:
 
 
 def _tune_arm(run: TuningRun, label: str, args: argparse.Namespace, trials: int, budget_s: float | None, default: bool,
-              interrupts: Interrupts):
+              interrupts: Interrupts, measuring):
     start = run.state()
     if start.trials >= trials:
         print(f"{label}: {start.trials} records already in {run.work_dir}; nothing to tune (raise --trials to go on)")
@@ -91,7 +93,7 @@ def _tune_arm(run: TuningRun, label: str, args: argparse.Namespace, trials: int,
     show = _ProgressLine(label, run.workload.ops, trials, start.trials, budget_s)
     try:
         run.tune(trials, budget_s, on_round=show, metaschedule_default=default, per_round=args.round_size,
-                 stop=interrupts.stop_requested)
+                 stop=interrupts.stop_requested, runner=measuring)
     finally:
         show.close()
 
@@ -107,27 +109,27 @@ def run(args: argparse.Namespace) -> int:
     work_dir = args.work_dir or f"ms_heron_runs/{workload.name}"
     quiet_metaschedule(args.verbose)
     run = TuningRun.create(work_dir, RunSpec.of(workload, target, args.seed))
+    measuring = runner(args, cold=False)
     print(f"ms-heron tune: {run.spec.describe()} on {cpu_name(run.target)}; records in {run.work_dir}")
     with Interrupts(run.work_dir) as interrupts:
-        _tune_arm(run, "ms_heron", args, args.trials, budget_s, default=False, interrupts=interrupts)
+        _tune_arm(run, "ms_heron", args, args.trials, budget_s, default=False, interrupts=interrupts, measuring=measuring)
         arms = [("ms_heron", run)]
         if args.baseline == "metaschedule" and not interrupts.stop_requested():
-            baseline = run.baseline()
-            _tune_arm(baseline, "MetaSchedule default", args, run.state().trials, None, default=True, interrupts=interrupts)
+            baseline = run.baseline()  # same trials as ms_heron measured, under the same budget
+            _tune_arm(baseline, "MetaSchedule default", args, run.state().trials, budget_s, default=True,
+                      interrupts=interrupts, measuring=measuring)
             arms.append(("MetaSchedule default", baseline))
     _print_table(workload, arms)
     if interrupts.stop_requested():
         print(f"interrupted: every measured record is stored in {run.work_dir}; run the same command to resume")
         return 130
-    _check_best(workload, arms)
+    _check_best(arms)
     print(f"report with plots: ms-heron report {run.work_dir}; best schedule: ms-heron show {run.work_dir}")
     return 0
 
 
-def _check_best(workload: Workload, arms: list) -> None:
+def _check_best(arms: list) -> None:
     """Run each arm's best kernel once against the workload's reference before anyone trusts its time."""
-    from ..evaluate import build, run_and_check  # pylint: disable=import-outside-toplevel
-
     checked = []
     for label, arm_run in arms:
         if arm_run.state().best_seconds == math.inf:
@@ -135,7 +137,7 @@ def _check_best(workload: Workload, arms: list) -> None:
         if not is_cpu(arm_run.target) or cpu_name(arm_run.target) != cpu_name(host_target()):
             print(f"{label}: best kernel not checked (its target {cpu_name(arm_run.target)} does not run on this CPU)")
             continue
-        run_and_check(build(arm_run.best_schedule().mod, arm_run.target), workload)  # WrongResult: exit 1
+        arm_run.check_best()  # WrongResult: exit 1
         checked.append(label)
     if checked:
         print(f"best kernel of {' and '.join(checked)} checked against the reference: correct")

@@ -10,7 +10,7 @@ import time
 
 from ..session import RunSpec, TuningRun
 from ..targets import cpu_name, num_cores, parse_target
-from .common import Interrupts, UsageError, clock, parse_duration, quiet_metaschedule
+from .common import Interrupts, UsageError, add_measure_options, clock, parse_duration, quiet_metaschedule, runner
 
 
 def add_parser(sub, shared: argparse.ArgumentParser) -> None:
@@ -18,12 +18,14 @@ def add_parser(sub, shared: argparse.ArgumentParser) -> None:
     model.add_argument("model", help="an .onnx file")
     model.add_argument("--input-shape", nargs="+", metavar="NAME:DIMS", help="static shapes for symbolic inputs, e.g. x:1,128")
     model.add_argument("--trials", type=int, default=200, help="records over all tasks the work dir should hold in the end (default 200)")
-    model.add_argument("--time-budget", help="wall-clock limit such as 30m; rounds in flight finish first")
+    model.add_argument("--time-budget", help="wall-clock limit such as 10m, set-up included; past it nothing more is measured "
+                      "(candidates left unmeasured wait for a resume; each task's first round still gets a valid kernel)")
     model.add_argument("--work-dir", help="database and logs (default: ms_heron_models/<model>); re-run to resume")
     model.add_argument("--output", help="compiled model library (default: <work-dir>/<model>_tuned.so)")
     model.add_argument("--exact-math", action="store_true",
                        help="keep exact exp/erf/tanh (scalar libm calls) instead of TVM's fast vectorized approximations")
     model.add_argument("--round-size", type=int, default=16, help="candidates measured per task round (default 16)")
+    add_measure_options(model)
     model.set_defaults(run=run)
 
 
@@ -61,6 +63,8 @@ def run(args: argparse.Namespace) -> int:
 
     import numpy as np
 
+    from tvm.s_tir import meta_schedule as ms
+
     from ..relax import compile_model, run_model, task_table, time_model
     from ..testing.baselines import BaselineUnavailable, onnxruntime_model
 
@@ -74,6 +78,7 @@ def run(args: argparse.Namespace) -> int:
     work_dir = Path(args.work_dir or f"ms_heron_models/{path.stem}")
     run = TuningRun.create(work_dir, RunSpec.of_model(path, _input_shapes(args.input_shape), target, args.seed, exact_math=args.exact_math))
     output = Path(args.output or work_dir / f"{path.stem}_tuned.so")
+    measuring = runner(args, cold=True)
     tasks = [t.name for t in run.task_times()]
     print(f"ms-heron tune-model: {path.name}, {len(tasks)} tasks, {args.trials} trials on {cpu_name(run.target)}; "
           f"records in {work_dir}")
@@ -86,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"resuming from {start.trials} records in {work_dir}")
         with Interrupts(work_dir) as interrupts:
             run.tune(args.trials, budget_s, on_round=_ModelProgressLine(tasks, args.trials, budget_s),
-                     per_round=args.round_size, stop=interrupts.stop_requested)
+                     per_round=args.round_size, stop=interrupts.stop_requested, runner=measuring)
         if interrupts.stop_requested():
             print(f"interrupted: every measured record is stored in {work_dir}; run the same command to resume")
             return 130
@@ -109,12 +114,31 @@ def run(args: argparse.Namespace) -> int:
         ort_outputs, ort_s = onnxruntime_model(onnx.load(str(path)), dict(zip(_onnx_input_names(path), inputs.values())),
                                                threads=num_cores(run.target))
     except BaselineUnavailable as err:
-        print(f"note: {err}")
+        print(f"note: {err}; checking against the untuned model instead")
+        untuned = compile_model(ms.database.MemoryDatabase(), run.model, None, run.target, exact_math=run.spec.exact_math)
+        _check_outputs(outputs, run_model(untuned, inputs), "the untuned model")
         return 0
+    _check_outputs(outputs, ort_outputs, "ONNX Runtime")
     diff = max(float(np.abs(a - b).max()) for a, b in zip(outputs, ort_outputs))
     print(f"{'ONNX Runtime':28s}{ort_s * 1e3:10.3f} ms")
     print(f"speed-up over ONNX Runtime: {ort_s / tuned_s:.2f}x; max abs difference of the outputs: {diff:.3g}")
     return 0
+
+
+def _check_outputs(outputs, expected, reference: str) -> None:
+    """The tuned model's outputs on one random input against ``reference``'s: within 1% of the
+    outputs' range (fast math and summation order differ, wrong kernels are off by far more)."""
+    import numpy as np  # pylint: disable=import-outside-toplevel
+
+    from ..evaluate import WrongResult  # pylint: disable=import-outside-toplevel
+
+    for index, (got, want) in enumerate(zip(outputs, expected)):
+        want = np.asarray(want, dtype=np.float64)
+        err = float(np.abs(np.asarray(got, dtype=np.float64) - want).max())
+        bound = 1e-2 * max(1.0, float(np.abs(want).max()))
+        if not err <= bound:
+            raise WrongResult(f"output {index} of the tuned model differs from {reference}'s by {err:.3g} (more than {bound:.3g})")
+    print(f"outputs checked against {reference} on a random input: correct")
 
 
 def _random_input(rng, param):

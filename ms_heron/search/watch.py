@@ -15,6 +15,8 @@ from collections.abc import Callable
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.search_strategy import PySearchStrategy, SearchStrategy
 
+from ..measure import Budget
+
 #: Called after every measured round with the round's candidates and runner results.
 RoundHook = Callable[[list, list], None]
 
@@ -26,19 +28,21 @@ class WatchedSearch(PySearchStrategy):
     def __init__(
         self,
         inner,
-        deadline: float | None = None,
+        budget: Budget | None = None,
         on_round: RoundHook | None = None,
         search_seconds: list | None = None,
         stop: Callable[[], bool] | None = None,
     ):
         self.inner = SearchStrategy.create(inner) if isinstance(inner, str) else inner
-        #: ``time.monotonic()`` after which no new round starts.
-        self.deadline = deadline
+        #: Once spent, no new round starts (the runner shares it).
+        self.budget = budget or Budget()
         self.on_round = on_round
         #: Asked before every round; True ends tuning there (e.g. after a CTRL-C).
         self.stop = stop
         #: Search work in seconds: set-up first, then one entry per round (shared with clones).
         self.search_seconds = [] if search_seconds is None else search_seconds
+        #: This task's first round always runs, however long set-up took (a model's tasks are clones).
+        self.first_round_done = False
 
     def _initialize_with_tune_context(self, context) -> None:
         self.inner._initialize_with_tune_context(context)
@@ -51,9 +55,12 @@ class WatchedSearch(PySearchStrategy):
     def post_tuning(self) -> None:
         self.inner.post_tuning()
 
+    def until(self, budget: Budget) -> WatchedSearch:
+        """The same watch under ``budget``."""
+        return WatchedSearch(self.inner, budget, self.on_round, self.search_seconds, self.stop)
+
     def generate_measure_candidates(self):
-        started = len(self.search_seconds) > 1  # the first round always runs, however long set-up took
-        if started and self.deadline is not None and time.monotonic() >= self.deadline:
+        if self.first_round_done and self.budget.spent():
             return None
         if self.stop is not None and self.stop():
             return None
@@ -64,6 +71,8 @@ class WatchedSearch(PySearchStrategy):
             self.search_seconds[-1] += spent
         else:
             self.search_seconds.append(spent)
+            self.budget.guaranteed = not self.first_round_done
+            self.first_round_done = True
         return got
 
     def notify_runner_results(self, measure_candidates, results) -> None:
@@ -74,7 +83,7 @@ class WatchedSearch(PySearchStrategy):
             self.on_round(list(measure_candidates), list(results))
 
     def clone(self):
-        return WatchedSearch(self.inner.clone(), self.deadline, self.on_round, self.search_seconds, self.stop)
+        return WatchedSearch(self.inner.clone(), self.budget, self.on_round, self.search_seconds, self.stop)
 
     def per_round_seconds(self) -> float:
         """Mean search work per measured round (set-up excluded)."""

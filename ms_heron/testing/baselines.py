@@ -15,7 +15,8 @@ class BaselineUnavailable(RuntimeError):
     """The baseline's package is not installed; the message names the pip extra."""
 
 
-def _median_seconds(fn, repeat: int = 10, min_repeat_s: float = 0.1) -> float:
+def median_seconds(fn, repeat: int = 10, min_repeat_s: float = 0.1) -> float:
+    """Median seconds per call of ``fn`` over ``repeat`` samples of at least ``min_repeat_s`` each."""
     fn()  # warm-up: allocations, thread pools, first-touch
     samples = []
     for _ in range(repeat):
@@ -53,7 +54,7 @@ def onnxruntime_session(model, threads: int):
 def onnxruntime_model(model, inputs: dict[str, np.ndarray], threads: int) -> tuple[list[np.ndarray], float]:
     """ONNX Runtime's outputs for ``inputs`` and its median latency on the same model."""
     sess = onnxruntime_session(model, threads)
-    return sess.run(None, inputs), _median_seconds(lambda: sess.run(None, inputs))
+    return sess.run(None, inputs), median_seconds(lambda: sess.run(None, inputs))
 
 
 def onnxruntime_matmul_integer_seconds(M: int, N: int, K: int, threads: int) -> float:
@@ -81,7 +82,7 @@ def onnxruntime_matmul_integer_seconds(M: int, N: int, K: int, threads: int) -> 
     expected = feeds["A"].astype(np.int64) @ feeds["B"].astype(np.int64)
     if not np.array_equal(sess.run(None, feeds)[0], expected):
         raise AssertionError("ONNX Runtime MatMulInteger disagrees with numpy; baseline not trustworthy")
-    return _median_seconds(lambda: sess.run(None, feeds))
+    return median_seconds(lambda: sess.run(None, feeds))
 
 
 def numpy_matmul_seconds(M: int, N: int, K: int, dtype: str = "float32") -> float:
@@ -90,7 +91,7 @@ def numpy_matmul_seconds(M: int, N: int, K: int, dtype: str = "float32") -> floa
     a = rng.standard_normal((M, K)).astype(dtype)
     b = rng.standard_normal((K, N)).astype(dtype)
     out = np.empty((M, N), dtype)
-    return _median_seconds(lambda: np.matmul(a, b, out=out))
+    return median_seconds(lambda: np.matmul(a, b, out=out))
 
 
 def onnxruntime_operator_seconds(workload, threads: int) -> float:
@@ -125,4 +126,4 @@ def onnxruntime_operator_seconds(workload, threads: int) -> float:
     got = from_ort(sess.run(None, feeds)[0])
     if not np.allclose(got, expected, rtol=1e-3, atol=1e-3):
         raise AssertionError(f"ONNX Runtime's {node.op_type} disagrees with the reference; baseline not trustworthy")
-    return _median_seconds(lambda: sess.run(None, feeds))
+    return median_seconds(lambda: sess.run(None, feeds))
