@@ -15,6 +15,7 @@ servers) and stores every result with its ``AddToDatabase`` callback. ms_heron a
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import math
 import os
@@ -214,6 +215,7 @@ class StoreMeasured(PyMeasureCallback):
     def __init__(self, database: ms.Database, records_file: Path | None = None):
         super().__init__()
         self.database, self.records_file = database, records_file
+        self.failure: OSError | None = None
 
     def apply(self, task_scheduler, task_id, candidates, _builder_results, runner_results) -> None:
         context = task_scheduler.tasks_[task_id].ctx
@@ -228,7 +230,9 @@ class StoreMeasured(PyMeasureCallback):
                 ms.database.TuningRecord(candidate.sch.trace, workload, secs, context.target, candidate.args_info))
             stored += 1
         if stored and self.records_file is not None and not self._landed(before):
-            raise OSError(errno.ENOSPC, "the round's records did not reach the disk (full or read-only?)", str(self.records_file))
+            self.failure = OSError(errno.ENOSPC, "the round's records did not reach the disk (full or read-only?)",
+                                   str(self.records_file))
+            raise self.failure
 
     def _size(self) -> int:
         return self.records_file.stat().st_size if self.records_file is not None and self.records_file.exists() else 0
@@ -239,6 +243,20 @@ class StoreMeasured(PyMeasureCallback):
         with open(self.records_file, "rb") as records:
             records.seek(-1, os.SEEK_END)
             return records.read(1) == b"\n"
+
+
+@contextlib.contextmanager
+def disk_errors_surface(callbacks: Sequence):
+    """Re-raise a :class:`StoreMeasured` disk failure as the ``OSError`` it is: raised inside the
+    task scheduler, it comes out of TVM's FFI as a ``RuntimeError``."""
+    try:
+        yield
+    except Exception:
+        for callback in callbacks:
+            failure = getattr(callback, "failure", None)
+            if isinstance(failure, OSError):
+                raise failure from None
+        raise
 
 
 def measure_callbacks(database: ms.Database, records_file: Path | None = None) -> list:

@@ -25,7 +25,8 @@ from tvm.target import Target
 
 from .builder import local_builder
 from .intrinsics import ensure_registered
-from .measure import Budget, BudgetedRunner, budget_timeout, local_runner_for, measure_callbacks, was_run
+from .measure import (Budget, BudgetedRunner, budget_timeout, disk_errors_surface, local_runner_for, measure_callbacks,
+                      was_run)
 from .records import DATABASE_FILES, open_database, record_seconds
 from .relax import lower_for_tuning
 from .search import HeronSearch, WatchedSearch
@@ -72,17 +73,18 @@ def tune_func(
     measures elsewhere.
     """
     strategy = _prepare(target, work_dir, tune_tir_kwargs, strategy, time_budget_s=time_budget_s, cold=False)
-    return ms.tune_tir(
-        func,
-        target,
-        work_dir,
-        max_trials_global=max_trials,
-        num_trials_per_iter=num_trials_per_iter,
-        space=space,
-        strategy=strategy,
-        seed=seed,
-        **tune_tir_kwargs,
-    )
+    with disk_errors_surface(tune_tir_kwargs["measure_callbacks"]):
+        return ms.tune_tir(
+            func,
+            target,
+            work_dir,
+            max_trials_global=max_trials,
+            num_trials_per_iter=num_trials_per_iter,
+            space=space,
+            strategy=strategy,
+            seed=seed,
+            **tune_tir_kwargs,
+        )
 
 
 def _prepare(target: Target, work_dir: str, tune_kwargs: dict, strategy: Any, *, time_budget_s: float | None,
@@ -198,19 +200,20 @@ def tune_model(
     strategy = _prepare(target, work_dir, tune_kwargs, HeronSearch() if strategy is None else strategy,
                         time_budget_s=time_budget_s, cold=True, callbacks=report)
     lowered = lower_for_tuning(mod, params, target, exact_math=exact_math)
-    return ms.relax_integration.tune_relax(
-        lowered,
-        params={},
-        target=target,
-        work_dir=work_dir,
-        max_trials_global=max_trials,
-        max_trials_per_task=max_trials_per_task,
-        num_trials_per_iter=num_trials_per_iter,
-        space=HeronSpace() if space is None else space,
-        strategy=strategy,
-        seed=seed,
-        **tune_kwargs,
-    )
+    with disk_errors_surface(tune_kwargs["measure_callbacks"]):
+        return ms.relax_integration.tune_relax(
+            lowered,
+            params={},
+            target=target,
+            work_dir=work_dir,
+            max_trials_global=max_trials,
+            max_trials_per_task=max_trials_per_task,
+            num_trials_per_iter=num_trials_per_iter,
+            space=HeronSpace() if space is None else space,
+            strategy=strategy,
+            seed=seed,
+            **tune_kwargs,
+        )
 
 
 def _reset_metaschedule_logger() -> None:

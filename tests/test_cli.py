@@ -206,6 +206,8 @@ def test_corrupt_middle_record_is_skipped_with_a_warning_naming_its_line(tmp_pat
         (("tune", "gemm.G1", "--target", "llvm -mcpu=znver4"), "old CLI form"),
         (("tune", "gemm", "--shape", "M64"), "NAME=INT"),
         (("tune", "gemm.G1", "--time-budget", "soon"), "duration such as 90s"),
+        (("tune", "gemm.G1", "--target", "{bad"), "is not a target dict"),
+        (("tune", "gemm.G1", "--rpc", "tracker"), "--rpc takes HOST:PORT:KEY"),
         (("report", "/nonexistent/run"), "holds no ms-heron run"),
     ],
 )
@@ -214,6 +216,14 @@ def test_bad_input_gets_one_line_naming_the_fix(args, message):
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert message in proc.stderr and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_a_malformed_run_file_gets_one_line(tmp_path):
+    (tmp_path / session.RUN_FILE).write_text('{"family": "gemm", "dty')
+    for command in ("report", "show"):
+        proc = ms_heron_cli(command, str(tmp_path))
+        assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr[-2000:]
+        assert f"{tmp_path / session.RUN_FILE} is not an ms-heron run file (" in proc.stderr
 
 
 def test_work_dir_of_another_workload_or_unwritable_is_refused(tmp_path):
@@ -273,3 +283,31 @@ def test_resume_sets_a_corrupt_middle_record_aside_and_keeps_every_good_one(tmp_
     kept = records.read_text().splitlines(keepends=True)
     assert kept[:4] == lines and len(kept) == 6  # the good records byte for byte, then the new ones
     assert (tmp_path / "database_tuning_record.rejected").read_text() == "3\t{not json\n"
+
+
+#: The ``ms-heron`` command with a file-size limit (``ulimit -f``): every write past ``limit`` bytes
+#: fails with EFBIG, as on a disk that just filled up.
+LIMITED_CLI = """
+import resource, runpy, signal, sys
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[1]), int(sys.argv[1])))
+sys.argv = ["ms-heron", *sys.argv[2:]]
+runpy.run_module("ms_heron.cli", run_name="__main__")
+"""
+
+
+def test_a_disk_that_fills_up_mid_run_stops_with_one_line_and_keeps_every_record(tmp_path):
+    assert ms_heron_cli("tune", *SMALL_GEMM, "--trials", "4", "--work-dir", str(tmp_path)).returncode == 0
+    records = tmp_path / "database_tuning_record.json"
+    before = records.read_bytes()
+    proc = subprocess.run([sys.executable, "-c", LIMITED_CLI, str(len(before) + 100), "tune", *SMALL_GEMM, "--trials", "12",
+                           "--round-size", "4", "--work-dir", str(tmp_path)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    # The limit also fails the build workers' object files (LLVM says so on their stderr): only the
+    # last line is ms-heron's, and no traceback.
+    assert "every record stored before is kept" in proc.stderr.strip().splitlines()[-1], proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr and "Logging error" not in proc.stderr, proc.stderr[-3000:]
+    assert records.read_bytes().startswith(before)
+    again = ms_heron_cli("tune", *SMALL_GEMM, "--trials", "8", "--round-size", "4", "--work-dir", str(tmp_path))
+    assert again.returncode == 0, again.stderr[-3000:]  # space freed: the same command resumes
+    assert records.read_bytes().startswith(before) and len(measured_seconds(tmp_path)) == 8

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import logging
 import sys
 
 from . import demo, merge, report, tune, tune_model
@@ -44,6 +45,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    logging.raiseExceptions = False  # a log file on a full disk must not print a traceback per line
     try:
         return args.run(args)
     except USER_ERRORS as err:
