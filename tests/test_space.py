@@ -8,6 +8,7 @@ from tvm.s_tir import meta_schedule as ms
 from conftest import SMALL_SHAPES
 from ms_heron import HeronSpace, session
 from ms_heron.evaluate import WrongResult, build, run_and_check
+from ms_heron.intrinsics import VNNI_INTRIN
 from ms_heron.rules.base import HeronRule
 from ms_heron.space import design_spaces
 from ms_heron.testing import workloads
@@ -23,8 +24,9 @@ def test_tunes_every_family_with_stock_evolutionary_search(family, dtype, cpu_ta
     assert sch is not None
     lib = build(sch.mod, cpu_target)
     run_and_check(lib, workload)
-    if dtype == "int8":
-        assert "vpdpbusd" in lib.mod.inspect_source("asm")
+    if dtype == "int8":  # HeronSpace's int8 spaces tensorize (on a loaded machine an untensorized one may time best)
+        traces = [str(record.trace) for record in db.get_all_tuning_records() if record.run_secs]
+        assert "vpdpbusd" in lib.mod.inspect_source("asm") or any(VNNI_INTRIN in t for t in traces)
 
 
 @derived_object
