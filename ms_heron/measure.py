@@ -122,10 +122,10 @@ class Tracker:
                 f"no RPC tracker answers at {self.host}:{self.port} ({err}); start one with "
                 f"python -m tvm.exec.rpc_tracker --host {self.host} --port {self.port}"
             ) from None
-        keys = {info["key"].split(":")[-1] for info in summary.get("server_info", [])}
-        count = sum(info["key"].split(":")[-1] == self.key for info in summary.get("server_info", []))
+        keys = [info["key"].split(":")[-1] for info in summary.get("server_info", [])]  # "server:KEY" per server
+        count = keys.count(self.key)
         if not count:
-            held = f"it holds servers for {', '.join(sorted(keys))}" if keys else "it holds no server"
+            held = f"it holds servers for {', '.join(sorted(set(keys)))}" if keys else "it holds no server"
             raise MeasureError(
                 f"the RPC tracker at {self.host}:{self.port} has no server for key {self.key!r} ({held}); start one "
                 f"on each measuring machine: python -m tvm.exec.rpc_server --tracker {self.host}:{self.port} --key {self.key}"

@@ -65,15 +65,14 @@ def set_aside_corrupt_records(work_dir: Path) -> None:
     :data:`REJECTED_FILE`, with a warning naming each; the good lines stay byte for byte, in order,
     and the file is replaced atomically. A corrupt workload line cannot be set aside (records point
     to workloads by line number): it is refused, naming the line."""
-    workloads = json_lines(work_dir / DATABASE_FILES[0])
-    if any(not (isinstance(w, list) and len(w) == 2) for w in workloads):
-        raise CorruptDatabase(f"{work_dir / DATABASE_FILES[0]} has a corrupt workload line; its records cannot be loaded: "
-                         "move the work dir's database files aside and tune again")
+    workloads_file = work_dir / DATABASE_FILES[0]
+    workloads = [line for line in _lines(workloads_file) if line.strip()]  # read raw: json_lines would skip a bad one
+    if not all(_is_workload(line) for line in workloads):
+        raise CorruptDatabase(f"{workloads_file} has a corrupt workload line; its records cannot be loaded: "
+                              "move the work dir's database files aside and tune again")
     path = work_dir / DATABASE_FILES[1]
-    if not path.exists():
-        return
     good, bad = [], []
-    for number, line in enumerate(path.read_text().splitlines(keepends=True), 1):
+    for number, line in enumerate(_lines(path), 1):
         (good if _is_record(line, len(workloads)) else bad).append((number, line))
     if not bad:
         return
@@ -88,6 +87,19 @@ def set_aside_corrupt_records(work_dir: Path) -> None:
     for number, _ in bad:
         warnings.warn(f"{path}:{number} is not a tuning record and was set aside in {REJECTED_FILE}; "
                       "the other records are kept", stacklevel=3)
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_text().splitlines(keepends=True) if path.exists() else []
+
+
+def _is_workload(line: str) -> bool:
+    """A workload line is [structural hash, module JSON]."""
+    try:
+        workload = json.loads(line)
+    except ValueError:
+        return False
+    return isinstance(workload, list) and len(workload) == 2
 
 
 def _is_record(line: str, workloads: int) -> bool:
@@ -168,11 +180,11 @@ def merge_records(sources: list[Path], dest: str | Path, target: dict) -> Merged
     in ``dest``. Sources are read without writing them; their records keep their measured order."""
     dest = Path(dest)
     merged = Merged()
+    database = open_database(dest)  # first: it sets aside the lines of dest that are not records
     seen = set()
     dest_workloads = json_lines(dest / DATABASE_FILES[0])
     for index, record in json_lines(dest / DATABASE_FILES[1]):
         seen.add((dest_workloads[index][0], json.dumps(record[0])))
-    database = open_database(dest)
     wanted = target_key(target)
     for source in sources:
         workloads = json_lines(Path(source) / DATABASE_FILES[0])
