@@ -144,7 +144,8 @@ def _lowering_passes(target: Target) -> list:
 
 @dataclass(frozen=True)
 class TaskTime:
-    """One fused kernel of a model: how often the model calls it and its best measured time."""
+    """One fused kernel of a model: how often the model calls it, its best measured time and how many
+    candidates were measured for it (the task scheduler shares the trials unevenly)."""
 
     name: str
     calls: float
@@ -152,6 +153,11 @@ class TaskTime:
     #: The kind of design space the best record comes from: "metaschedule" (one of MetaSchedule's
     #: default spaces HeronSpace added), "heron" (any other) or "" (no record).
     space: str = ""
+    trials: int = 0
+
+
+#: ``get_top_k`` of this many returns all of a task's records.
+_ALL = 1 << 30
 
 
 def task_times(database: ms.Database, lowered: IRModule, target: Target) -> list[TaskTime]:
@@ -159,9 +165,9 @@ def task_times(database: ms.Database, lowered: IRModule, target: Target) -> list
     out = []
     for task in extract_tasks(lowered, target):
         mod = task.dispatched[0]
-        records = database.get_top_k(database.commit_workload(mod), 1) if database.has_workload(mod) else []
+        records = database.get_top_k(database.commit_workload(mod), _ALL) if database.has_workload(mod) else []
         seconds = record_seconds(records[0].run_secs) if records else math.inf
-        out.append(TaskTime(task.task_name, float(task.weight), seconds, _space_kind(records)))
+        out.append(TaskTime(task.task_name, float(task.weight), seconds, _space_kind(records[:1]), len(records)))
     return out
 
 
@@ -173,24 +179,25 @@ def _space_kind(records) -> str:
 
 def task_table(arms: Mapping[str, list[TaskTime]]) -> list[str]:
     """Markdown table, one row per task: each arm's best kernel, the task's calls and its share of the
-    model's estimated latency (sum of kernel x calls) in each arm; ratios against the first arm."""
+    model's estimated latency (sum of kernel x calls) and its trials in each arm; ratios against the first arm."""
     names = list(arms)
     first = arms[names[0]]
     totals = {arm: sum(t.calls * t.seconds for t in times) for arm, times in arms.items()}
-    head = "| task | calls | " + " | ".join(f"{a} ms | {a} share" for a in names)
+    head = "| task | calls | " + " | ".join(f"{a} ms | {a} share | {a} trials" for a in names)
     head += "".join(f" | {names[0]} speed-up over {a}" for a in names[1:]) + f" | {names[0]} best from |"
-    lines = [head, "|" + "---|" * (3 + 2 * len(names) + len(names) - 1)]
+    lines = [head, "|" + "---|" * (3 + 3 * len(names) + len(names) - 1)]
     rows = []
     for i, task in enumerate(first):
         cells = [task.name, f"{task.calls:g}"]
         for arm in names:
             t = arms[arm][i]
-            cells += [f"{t.seconds * 1e3:.4f}", f"{t.calls * t.seconds / totals[arm]:.0%}" if totals[arm] < math.inf else "?"]
+            cells += [f"{t.seconds * 1e3:.4f}", f"{t.calls * t.seconds / totals[arm]:.0%}" if totals[arm] < math.inf else "?",
+                      str(t.trials)]
         cells += [_speedup(arms[a][i].seconds, task.seconds) for a in names[1:]]
         cells.append(f"{task.space} space" if task.space else "-")
         rows.append((-task.calls * task.seconds, "| " + " | ".join(cells) + " |"))
     lines += [row for _, row in sorted(rows, key=lambda r: r[0])]
-    total = ["**model estimate**", ""] + [c for a in names for c in (f"{totals[a] * 1e3:.4f}", "")]
+    total = ["**model estimate**", ""] + [c for a in names for c in (f"{totals[a] * 1e3:.4f}", "", str(sum(t.trials for t in arms[a])))]
     total += [_speedup(totals[a], totals[names[0]]) for a in names[1:]] + [""]
     return lines + ["| " + " | ".join(total) + " |"]
 

@@ -44,7 +44,7 @@ from ..constraints import (
     values_from_trace,
 )
 from ..records import record_seconds
-from .genetic import Program, choose_keys, crossover, roulette, take_roulette, unique
+from .genetic import Program, choose_keys, crossover, roulette, take_roulette, unique, untried_spaces_first
 from .ranking import FEATURES, Ranking
 
 #: A space whose performance constraints conflict is searched under these (validity only).
@@ -345,8 +345,13 @@ class HeronSearch(PySearchStrategy):
         return ranked
 
     def _pick(self, ranked: list[Program], want: int) -> list[Program]:
-        """The best unmeasured ``1 - epsilon`` share by rank, the rest by roulette; all buildable."""
-        fresh = [p for p in ranked if p.key not in self.measured]
+        """The best unmeasured ``1 - epsilon`` share by rank, the rest by roulette; all buildable.
+
+        A design space not measured yet goes first with its best-ranked program: a small task's first
+        round is often the only one the task scheduler gives it, and a space with one program (a row
+        reduction's) would lose every pick to the samples of the larger spaces beside it.
+        """
+        fresh = untried_spaces_first([p for p in ranked if p.key not in self.measured], {k[0] for k in self.measured})
         greedy = int(round(want * (1 - self.epsilon)))
         picked: list[Program] = []
         seen = set(self.measured)  # keys after building: TVM may normalize compute locations

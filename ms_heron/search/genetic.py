@@ -42,6 +42,17 @@ def unique(programs: list[Program]) -> list[Program]:
     return out
 
 
+def untried_spaces_first(ranked: list[Program], tried: set[int]) -> list[Program]:
+    """``ranked`` with the best-ranked program of each design space not in ``tried`` moved to the
+    front (in rank order), the rest after it in rank order."""
+    firsts: dict[int, Program] = {}
+    for p in ranked:
+        if p.space not in tried and p.space not in firsts:
+            firsts[p.space] = p
+    lead = {id(p) for p in firsts.values()}
+    return [*firsts.values(), *(p for p in ranked if id(p) not in lead)]
+
+
 def roulette(ranked: list[Program], k: int, rng: random.Random) -> list[Program]:
     """``k`` draws weighted by score (shifted so the worst keeps a tiny chance)."""
     scores = np.asarray([p.score for p in ranked], dtype=float)
