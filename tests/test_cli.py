@@ -211,11 +211,12 @@ def test_corrupt_middle_record_is_skipped_with_a_warning_naming_its_line(tmp_pat
         (("report", "/nonexistent/run"), "holds no ms-heron run"),
     ],
 )
-def test_bad_input_gets_one_line_naming_the_fix(args, message):
-    proc = ms_heron_cli(*args)
+def test_bad_input_gets_one_line_naming_the_fix(args, message, tmp_path):
+    proc = ms_heron_cli(*args, cwd=tmp_path)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert message in proc.stderr and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+    assert not list(tmp_path.iterdir())  # refused before the default work dir (ms_heron_runs/...) is made
 
 
 def test_a_malformed_run_file_gets_one_line(tmp_path):

@@ -139,12 +139,19 @@ def test_rpc_tracker_without_a_server_for_the_key_gets_one_line(tmp_path, fleet)
     assert len(nobody.stderr.strip().splitlines()) == 1
 
 
-def test_hanging_candidates_overrun_the_budget_by_one_timeout_at_most(tmp_path):
+@pytest.mark.parametrize("where", ["local", "rpc"])
+def test_hanging_candidates_overrun_the_budget_by_one_timeout_at_most(tmp_path, where, request):
     source = tmp_path / "spin.py"
     source.write_text(SPIN_KERNEL)
     work = tmp_path / "run"
     budget = 8
-    proc = ms_heron_cli("tune", source, "--trials", "64", "--round-size", "8", "--time-budget", f"{budget}s", "--work-dir", work)
+    measuring = []
+    if where == "rpc":  # the RPC session's timeout is capped by the budget like the local runner's
+        fleet = request.getfixturevalue("fleet")
+        fleet.add_servers(1)
+        measuring = ["--rpc", f"127.0.0.1:{fleet.port}:{fleet.key}"]
+    proc = ms_heron_cli("tune", source, "--trials", "64", "--round-size", "8", "--time-budget", f"{budget}s", "--work-dir", work,
+                        *measuring)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "MetaSchedule's default design spaces fail on this task and are left out" in proc.stderr
     (last,) = json_lines(work / "progress.jsonl")[-1:]

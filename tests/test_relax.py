@@ -147,6 +147,9 @@ def _model_work_dir_reports_shows_and_resumes(work_dir, path):
     assert re.search(r"\| estimated model latency \| [\d.]+ ms \|", text), text
     tasks = re.findall(r"^\| (\w+) \| [\d.]+ \|", text.split("## Tasks")[1], flags=re.M)
     assert len(tasks) == 3 and (work_dir / "tuning_curve.png").stat().st_size > 0
+    held = len((work_dir / "database_tuning_record.json").read_text().splitlines())
+    trials = re.findall(r"^\| \w+ \| [\d.]+ \| [\d.]+ \| \d+% \| (\d+) \|", text.split("## Tasks")[1], flags=re.M)
+    assert len(trials) == 3 and sum(map(int, trials)) == held, text  # each task's trials, all records counted
 
     unnamed = ms_heron_cli("show", work_dir)
     assert unnamed.returncode == 2 and f"name a task of model {path.name}: " in unnamed.stderr
@@ -154,7 +157,6 @@ def _model_work_dir_reports_shows_and_resumes(work_dir, path):
     assert shown.returncode == 0, shown.stderr[-3000:]
     assert f"# best schedule of task {tasks[0]} of model {path.name}" in shown.stdout and "T.prim_func" in shown.stdout
 
-    held = len((work_dir / "database_tuning_record.json").read_text().splitlines())
     again = ms_heron_cli("tune-model", path, "--trials", held + 4, "--round-size", 4, "--work-dir", work_dir)
     assert again.returncode == 0, again.stderr[-3000:]
     assert f"resuming from {held} records" in again.stdout

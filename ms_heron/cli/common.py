@@ -10,7 +10,7 @@ import signal
 import sys
 import threading
 
-from ..measure import MeasureError, Tracker
+from ..measure import MeasureError, Tracker, budget_timeout
 from ..records import CorruptDatabase
 from ..relax import ModelError
 from ..session import RunError
@@ -42,12 +42,13 @@ def add_measure_options(parser: argparse.ArgumentParser) -> None:
                         help="measure on the servers a TVM RPC tracker holds for KEY (builds stay on this machine)")
 
 
-def runner(args: argparse.Namespace, *, cold: bool):
-    """The runner ``--rpc`` asks for (the tracker checked first), or None for the local one."""
+def runner(args: argparse.Namespace, *, cold: bool, budget_s: float | None):
+    """The runner ``--rpc`` asks for (the tracker checked first), or None for the local one; a
+    session's timeout is capped by the time budget, as the local runner's is."""
     if not args.rpc:
         return None
     tracker = Tracker.parse(args.rpc)
-    measuring = tracker.runner(cold=cold)
+    measuring = tracker.runner(cold=cold, timeout_s=budget_timeout(budget_s))
     print(f"measuring on {measuring.width} RPC server(s) of key {tracker.key!r} at {tracker.host}:{tracker.port}")
     return measuring
 

@@ -108,8 +108,8 @@ def run(args: argparse.Namespace) -> int:
     budget_s = parse_duration(args.time_budget) if args.time_budget else None
     work_dir = args.work_dir or f"ms_heron_runs/{workload.name}"
     quiet_metaschedule(args.verbose)
+    measuring = runner(args, cold=False, budget_s=budget_s)  # before the work dir: a refused --rpc leaves none
     run = TuningRun.create(work_dir, RunSpec.of(workload, target, args.seed))
-    measuring = runner(args, cold=False)
     print(f"ms-heron tune: {run.spec.describe()} on {cpu_name(run.target)}; records in {run.work_dir}")
     with Interrupts(run.work_dir) as interrupts:
         _tune_arm(run, "ms_heron", args, args.trials, budget_s, default=False, interrupts=interrupts, measuring=measuring)

@@ -76,9 +76,9 @@ def run(args: argparse.Namespace) -> int:
     budget_s = parse_duration(args.time_budget) if args.time_budget else None
     target = parse_target(args.target)
     work_dir = Path(args.work_dir or f"ms_heron_models/{path.stem}")
+    measuring = runner(args, cold=True, budget_s=budget_s)  # before the work dir: a refused --rpc leaves none
     run = TuningRun.create(work_dir, RunSpec.of_model(path, _input_shapes(args.input_shape), target, args.seed, exact_math=args.exact_math))
     output = Path(args.output or work_dir / f"{path.stem}_tuned.so")
-    measuring = runner(args, cold=True)
     tasks = [t.name for t in run.task_times()]
     print(f"ms-heron tune-model: {path.name}, {len(tasks)} tasks, {args.trials} trials on {cpu_name(run.target)}; "
           f"records in {work_dir}")
