@@ -2,6 +2,7 @@
 its design space builds and computes the right answer for randomly sampled decisions."""
 
 import dataclasses
+import math
 
 import numpy as np
 import pytest
@@ -22,6 +23,7 @@ from ms_heron.rules import (
     MultiLevelTiling,
     MultiScopeSPM,
     PackOperand,
+    PadExtents,
     ParallelVectorizeUnroll,
     Tensorize,
 )
@@ -29,7 +31,7 @@ from ms_heron.rules.analysis import block_realize
 from ms_heron.annotations import AUTO_TENSORIZE, CACHE_LEVEL, LANE_REDUCTION, PACK_PANELS, SPM_LEVEL, TILING_STRUCTURE
 from ms_heron.space import default_postprocs
 from ms_heron.workload import Workload, from_func
-from rule_helpers import block_names, check_random_samples, finished, schedule_steps, stock_design_spaces
+from rule_helpers import allocations, block_names, check_random_samples, finished, schedule_steps, stock_design_spaces
 
 
 def _producer_gemm_relu(relu: bool) -> Workload:
@@ -343,3 +345,49 @@ def test_lane_reduction_fuses_a_norms_two_reduction_axes(cpu_target):
     (space,) = stock_design_spaces(workload.func, [LaneReduction(), ParallelVectorizeUnroll()], cpu_target)
     assert 'T.sblock("C_rf")' in space.mod.script() and "T.vectorized(64)" in space.mod.script()
     run_and_check(build(finished(space, workload).mod, cpu_target), workload)
+
+
+# -- PadExtents -------------------------------------------------------------------------------
+
+
+def test_prime_extent_is_padded_into_a_space_with_real_tiles(cpu_target):
+    """A GEMM with M = 127 (prime): besides the space as it is, HeronSpace yields one padded by
+    ``pad_einsum`` to 128, whose tiles of M are neither 1 nor the whole extent; its random samples
+    compute the right answer, and the padded work stays within the waste bound in the lowered TIR."""
+    from ms_heron.space import HeronSpace, design_spaces  # pylint: disable=import-outside-toplevel
+
+    workload = workloads.make("gemm", "fp32", M=127, N=64, K=32)
+    spaces = design_spaces(workload.func, cpu_target, HeronSpace(include_default_spaces=False))
+    padded = [s for s in spaces if any(i.kind.name == "PadEinsum" for i in s.trace.insts)]
+    assert padded and len(padded) < len(spaces)  # padding is a choice: the unpadded spaces stay
+    space = padded[0]
+    m_tiles = next(space.trace.decisions[i] for i in space.trace.insts
+                   if i.kind.name == "SamplePerfectTile" and math.prod(int(x) for x in space.trace.decisions[i]) == 128)
+    assert any(1 < int(t) < 128 for t in m_tiles)
+    check_random_samples(space, workload, cpu_target, samples=2)
+    buffers = allocations(finished(space, workload).mod)
+    padded_a = next(size for name, size in buffers.items() if name.startswith("A") and "pad" in name)
+    assert padded_a == 128 * 32 and padded_a / (127 * 32) <= 1 + PadExtents().max_waste
+
+
+@pytest.mark.parametrize(
+    "shape,expected",
+    [
+        (dict(M=128, N=1000, K=64), "lanes"),  # 1000 classes: the lane extent padded to whole vectors
+        (dict(M=17, N=64, K=64), None),  # 17 -> 24 would add 41% work: over the bound, left alone
+        (dict(M=128, N=64, K=768), None),  # nothing awkward
+    ],
+)
+def test_padding_pads_only_awkward_extents_within_the_waste_bound(shape, expected, cpu_target):
+    workload = workloads.make("gemm", "fp32", **shape)
+    (space,) = stock_design_spaces(workload.func, [], cpu_target)
+    rule = PadExtents()
+    rule.target = cpu_target
+    block = next(b for b in space.get_child_blocks(space.get_sblock("root")) if space.get(b).init is not None)
+    padding = rule.padding(space, block)
+    lanes = vector_bytes(cpu_target) // 4
+    if expected is None:
+        assert padding is None
+    else:
+        extents = [int(iv.dom.extent) for iv in space.get(block).iter_vars]
+        assert padding == [lanes if e == 1000 else 1 for e in extents]

@@ -12,6 +12,7 @@ from .multi_level_spm import MultiLevelSPM
 from .multi_level_tiling import MultiLevelTiling
 from .multi_scope_spm import MultiScopeSPM
 from .pack_operand import PackOperand
+from .pad_extents import PadExtents
 from .parallel_vectorize_unroll import ParallelVectorizeUnroll
 from .tensor_core import TensorCoreTiling
 from .tensorize import Tensorize
@@ -30,6 +31,7 @@ def default_rules(target=None) -> list:
         return [AlwaysInline(), TensorCoreTiling(), ParallelVectorizeUnroll()]
     return [
         AlwaysInline(),
+        PadExtents(),
         Tensorize(),
         MultiLevelTiling(),
         LaneReduction(),
@@ -51,6 +53,7 @@ __all__ = [
     "MultiLevelSPM",
     "MultiScopeSPM",
     "PackOperand",
+    "PadExtents",
     "ComputeLocation",
     "ParallelVectorizeUnroll",
     "default_rules",

@@ -1,0 +1,100 @@
+"""Padding as a design decision: a reduction block's awkward extents padded to a tileable multiple.
+
+Perfect tiling splits an extent into its divisors, so a prime extent (ViT's 197 tokens, a 127-token
+sequence, 771 channels) leaves only tiles of 1 or of the whole extent, and an innermost extent that is
+not a multiple of the vector lanes (1000 classes) leaves a partial vector in every row. TensorIR's
+``pad_einsum`` pads the block's iteration domain instead: the inputs are copied into zero-padded
+buffers once per call, the block computes the padded problem, and the result is copied back
+(fused into the tile's write-back by the tiling rule, as any element-wise consumer is).
+"""
+
+from __future__ import annotations
+
+import math
+
+from tvm import DataType, tirx
+from tvm.ir.utils import derived_object
+from tvm.s_tir import Schedule
+from tvm.s_tir.schedule import SBlockRV, ScheduleError
+
+from ..annotations import iter_kinds
+from ..targets import is_cpu, vector_bytes
+from .analysis import has_data_reuse, is_tensorized, is_tiled, lane_iterator
+from .base import HeronRule
+
+#: A non-lane extent is padded when it has no divisor in this range (no tile worth the name).
+_USEFUL_TILES = range(4, 65)
+#: Multiple a padded non-lane extent is rounded up to: tiles of 2, 4 and 8 at least.
+_TILE_MULTIPLE = 8
+
+
+@derived_object
+class PadExtents(HeronRule):
+    """Condition: a CPU reduction block with data reuse (GEMM-like), not tiled or tensorized yet,
+    whose accesses are an einsum (every index a bare iterator), with an awkward extent: the lane
+    iterator's is not a multiple of the vector lanes, or another iterator's has no divisor from 4 to
+    64 (a prime, or twice a prime).
+
+    Application: two design spaces, the block as it is and the block padded by ``pad_einsum``: the
+    lane extent to a multiple of the lanes, the other awkward extents to a multiple of 8. Paddings
+    that would make the padded iteration volume more than ``1 + max_waste`` times the true volume are
+    left out, the costliest first. The tiling rules then split the padded extents, and the
+    constraint model, which reads extents from the trace's tile decisions, knows them.
+
+    Parameters
+    ----------
+    max_waste
+        The largest share of extra work padding may add (0.15: at most 15% more multiply-adds).
+    """
+
+    def __init__(self, *, max_waste: float = 0.15):
+        self.max_waste = max_waste
+
+    def _params(self) -> dict:
+        return {"max_waste": self.max_waste}
+
+    def apply(self, sch: Schedule, block: SBlockRV) -> list[Schedule]:
+        if (self.target is None or not is_cpu(self.target) or is_tiled(sch, block) or is_tensorized(sch, block)
+                or not has_data_reuse(sch, block) or not _is_einsum(sch.get(block))):
+            return [sch]
+        padding = self.padding(sch, block)
+        if padding is None:
+            return [sch]
+        padded = sch.copy()
+        try:
+            padded.pad_einsum(block, padding)
+        except ScheduleError:  # TVM's own conditions (trivial binding, no opaque access) not met
+            return [sch]
+        return [sch, padded]
+
+    def padding(self, sch: Schedule, block: SBlockRV) -> list[int] | None:
+        """Each iterator's padding multiple (1: left as it is); None when nothing is worth padding."""
+        blk = sch.get(block)
+        extents = _extents(blk)
+        lanes = max(1, vector_bytes(self.target) * 8 // DataType(str(blk.writes[0].source.dtype)).bits)
+        lane = lane_iterator(sch, block, self.target)
+        multiples = [1] * len(extents)
+        for index, extent in enumerate(extents):
+            if index == lane and iter_kinds(sch, block)[index] == "S":
+                multiples[index] = lanes if extent % lanes else 1
+            elif extent > _TILE_MULTIPLE and not any(extent % d == 0 for d in _USEFUL_TILES):
+                multiples[index] = _TILE_MULTIPLE
+        while any(m > 1 for m in multiples) and _volume_ratio(extents, multiples) > 1 + self.max_waste:
+            costliest = max((i for i, m in enumerate(multiples) if m > 1),
+                            key=lambda i: -(-extents[i] // multiples[i]) * multiples[i] / extents[i])
+            multiples[costliest] = 1
+        return multiples if any(m > 1 for m in multiples) else None
+
+
+def _extents(blk) -> list[int]:
+    return [int(iv.dom.extent) for iv in blk.iter_vars]
+
+
+def _volume_ratio(extents: list[int], multiples: list[int]) -> float:
+    return math.prod(-(-e // m) * m for e, m in zip(extents, multiples)) / math.prod(extents)
+
+
+def _is_einsum(blk) -> bool:
+    """Every buffer index a bare block iterator or a constant (what ``pad_einsum`` accepts)."""
+    regions = [*blk.reads, *blk.writes]
+    return all(isinstance(r.min, (tirx.Var, tirx.IntImm)) and int(r.extent) == 1 for region in regions for r in region.region)
