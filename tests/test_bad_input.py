@@ -9,14 +9,14 @@ from ms_heron.tune import tune_workload
 from ms_heron.workload import WorkloadError, from_func
 
 
-def test_vnni_lane_rule_names_nearest_shape():
-    with pytest.raises(ValueError, match=r"N=1000 .*multiple of 16.*nearest valid N is 1008"):
-        workloads.gemm(M=32, N=1000, K=64)
+def test_int8_shape_too_small_to_pad_names_the_limit_and_nearest_shape():
+    with pytest.raises(ValueError, match=r"N=1 is not a multiple of 16 .*nearest that is: N=16.*32.0x the work.*2x limit"):
+        workloads.gemm(M=32, N=1, K=2)
 
 
-def test_vnni_reduction_rule_names_nearest_shape():
-    with pytest.raises(ValueError, match=r"CI=6 .*multiple of 4.*nearest valid CI is 8"):
-        workloads.c2d(N=1, H=8, W=8, CI=6, CO=16, KH=3, KW=3)
+def test_int8_shape_vnni_tiles_do_not_divide_keeps_a_plain_weight_to_pad():
+    assert workloads.gemm(M=32, N=1000, K=64).random_inputs()[1].shape == (64, 1000)
+    assert workloads.c2d(N=1, H=8, W=8, CI=6, CO=16, KH=3, KW=3).random_inputs()[1].shape == (3, 3, 6, 16)
 
 
 def test_fp32_has_no_vnni_shape_rule():

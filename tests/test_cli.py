@@ -48,9 +48,9 @@ def test_demo_rejects_cpu_without_vnni():
 
 
 def test_demo_rejects_shape_vnni_cannot_take():
-    proc = ms_heron_cli("demo", "--shape", "64", "60", "64")
+    proc = ms_heron_cli("demo", "--shape", "64", "1", "2")
     assert proc.returncode == 2
-    assert "nearest valid N is 64" in proc.stderr
+    assert "nearest that is: N=16" in proc.stderr
 
 
 # -- ms-heron tune / report / show -------------------------------------------------------------
@@ -202,7 +202,7 @@ def test_corrupt_middle_record_is_skipped_with_a_warning_naming_its_line(tmp_pat
     "args,message",
     [
         (("tune", "gemx.G1"), "unknown case 'gemx.G1'"),
-        (("tune", "gemm", "--shape", "M=64", "N=60", "K=64"), "nearest valid N is 64"),
+        (("tune", "gemm", "--shape", "M=64", "N=1", "K=2"), "nearest that is: N=16"),
         (("tune", "gemm.G1", "--target", "llvm -mcpu=znver4"), "old CLI form"),
         (("tune", "gemm", "--shape", "M64"), "NAME=INT"),
         (("tune", "gemm.G1", "--time-budget", "soon"), "duration such as 90s"),

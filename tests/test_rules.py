@@ -391,3 +391,25 @@ def test_padding_pads_only_awkward_extents_within_the_waste_bound(shape, expecte
     else:
         extents = [int(iv.dom.extent) for iv in space.get(block).iter_vars]
         assert padding == [lanes if e == 1000 else 1 for e in extents]
+
+
+@pytest.mark.parametrize(
+    "family,shape",
+    [
+        ("gemm", dict(M=127, N=1000, K=771)),  # VNNI's 16 lanes divide neither N nor, in fours, K
+        ("c2d", dict(N=1, H=8, W=8, CI=3, CO=16, KH=3, KW=3, pad=1)),  # an RGB input's 3 channels
+    ],
+)
+def test_int8_shapes_vnni_tiles_do_not_divide_are_tensorized_through_padding(family, shape, cpu_target):
+    """The Tensorize rule pads the block to whole VNNI tiles (zero-filled input copies, the result
+    copied back): random samples are bit-exact, the assembly has ``vpdpbusd``, and the padded work
+    stays within ``max_waste`` in the lowered TIR."""
+    workload = workloads.make(family, "int8", **shape)
+    (space,) = stock_design_spaces(workload.func, [Tensorize(), MultiLevelTiling()], cpu_target)
+    assert space.get(space.get_sblock("C_o")).annotations[AUTO_TENSORIZE] == "ms_heron_dot_16x4_vnni"
+    check_random_samples(space, workload, cpu_target, samples=1)
+    mod = finished(space, workload).mod
+    assert "vpdpbusd" in build(mod, cpu_target).mod.inspect_source("asm")
+    padded_weight = allocations(mod)["W_pad"]  # zero-filled and packed in VNNI's layout by one pass
+    true_weight = workload.random_inputs()[1].size
+    assert true_weight < padded_weight <= (1 + Tensorize().max_waste) * true_weight

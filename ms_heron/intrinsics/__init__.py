@@ -9,6 +9,7 @@ import functools
 
 from .library import import_tvm_intrinsics
 from .vnni import LANES as VNNI_LANES
+from .vnni import MAX_PADDING_WASTE as VNNI_MAX_PADDING_WASTE
 from .vnni import REDUCTION as VNNI_REDUCTION
 from .vnni import TVM_VNNI_INTRIN, VNNI_INTRIN, override_tvm_vnni, register_vnni
 from .wmma import DTYPES as WMMA_DTYPES
@@ -19,6 +20,7 @@ __all__ = [
     "TVM_VNNI_INTRIN",
     "VNNI_LANES",
     "VNNI_REDUCTION",
+    "VNNI_MAX_PADDING_WASTE",
     "WmmaGroup",
     "wmma_groups",
     "ensure_registered",

@@ -19,6 +19,9 @@ TVM_VNNI_INTRIN = "dot_16x4_vnni"
 
 LANES = 16
 REDUCTION = 4
+#: The largest share of extra work padding a block to VNNI's tiles may add: one instruction does
+#: four multiply-adds per lane, so even twice the work beats the scalar kernel.
+MAX_PADDING_WASTE = 1.0
 
 
 @T.prim_func(s_tir=True)

@@ -7,6 +7,8 @@ rules, and the constraint model, can recover them from the trace alone.
 
 from __future__ import annotations
 
+import math
+
 from tvm import DataType, tirx
 from tvm.tirx.analysis import undefined_vars
 from tvm.s_tir import Schedule, SBlockRealize
@@ -168,6 +170,16 @@ def param_index(sch: Schedule, buffer: tirx.Buffer) -> int | None:
     data = buffer.data
     param = data.args[0] if getattr(getattr(data, "op", None), "name", "") == "tirx.buffer_data" else data
     return next((i for i, p in enumerate(func.params) if p.same_as(param)), None)
+
+
+def extents(blk) -> list[int]:
+    """The block's iterator extents, in iterator order."""
+    return [int(iv.dom.extent) for iv in blk.iter_vars]
+
+
+def padded_volume_ratio(extents: list[int], multiples: list[int]) -> float:
+    """Iteration volume after padding each extent up to its multiple, over the true volume."""
+    return math.prod(-(-e // m) * m for e, m in zip(extents, multiples)) / math.prod(extents)
 
 
 def is_layout_free(sch: Schedule, buffer: tirx.Buffer) -> bool:

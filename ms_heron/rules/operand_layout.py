@@ -20,7 +20,7 @@ from tvm import tirx
 from tvm.s_tir import Schedule, SBlockRealize
 from tvm.s_tir.schedule import SBlockRV
 
-from .analysis import block_realize, is_layout_free
+from .analysis import block_realize, is_layout_free, param_index
 
 #: Block annotation of the copy that re-lays out a weight (MetaSchedule and Relax read this key).
 LAYOUT_REWRITE_PREPROC = "meta_schedule.layout_rewrite_preproc"
@@ -147,7 +147,9 @@ def _used_vars(region) -> list:
 
 
 def prepare_operands(sch: Schedule, block: SBlockRV, operands: list[Operand]) -> bool:
-    """Make every operand readable in place, packing layout-free weights; False if impossible.
+    """Make every operand readable in place, packing layout-free weights (once, at compile time)
+    and intermediate buffers (a padded copy: its producer writes the packed layout, no extra pass);
+    False if impossible.
 
     Checks first and changes the schedule only when all operands will fit.
     """
@@ -155,11 +157,15 @@ def prepare_operands(sch: Schedule, block: SBlockRV, operands: list[Operand]) ->
     for op in operands:
         if op.in_place():
             continue
-        if op.read_index is None or not is_layout_free(sch, op.buffer) or not op.packable():
+        if op.read_index is None or not op.packable():
             return False
-        to_pack.append(op)
-    for op in to_pack:
-        copy = sch.cache_read(block, op.read_index, "global")
-        sch.annotate(copy, LAYOUT_REWRITE_PREPROC, 1)
+        intermediate = param_index(sch, op.buffer) is None
+        if not intermediate and not is_layout_free(sch, op.buffer):
+            return False
+        to_pack.append((op, intermediate))
+    for op, intermediate in to_pack:
+        if not intermediate:
+            copy = sch.cache_read(block, op.read_index, "global")
+            sch.annotate(copy, LAYOUT_REWRITE_PREPROC, 1)
         sch.transform_layout(block, ("read", op.read_index), op.packed_index_map())
     return True

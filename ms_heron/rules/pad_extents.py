@@ -10,8 +10,6 @@ buffers once per call, the block computes the padded problem, and the result is 
 
 from __future__ import annotations
 
-import math
-
 from tvm import DataType, tirx
 from tvm.ir.utils import derived_object
 from tvm.s_tir import Schedule
@@ -19,8 +17,9 @@ from tvm.s_tir.schedule import SBlockRV, ScheduleError
 
 from ..annotations import iter_kinds
 from ..targets import is_cpu, vector_bytes
-from .analysis import has_data_reuse, is_tensorized, is_tiled, lane_iterator
+from .analysis import extents, has_data_reuse, is_tensorized, is_tiled, lane_iterator, padded_volume_ratio
 from .base import HeronRule
+from .tensorize import matching_intrinsics
 
 #: A non-lane extent is padded when it has no divisor in this range (no tile worth the name).
 _USEFUL_TILES = range(4, 65)
@@ -55,7 +54,8 @@ class PadExtents(HeronRule):
 
     def apply(self, sch: Schedule, block: SBlockRV) -> list[Schedule]:
         if (self.target is None or not is_cpu(self.target) or is_tiled(sch, block) or is_tensorized(sch, block)
-                or not has_data_reuse(sch, block) or not _is_einsum(sch.get(block))):
+                or not has_data_reuse(sch, block) or not _is_einsum(sch.get(block))
+                or matching_intrinsics(sch, block, self.target)):  # Tensorize pads those to its tiles
             return [sch]
         padding = self.padding(sch, block)
         if padding is None:
@@ -70,28 +70,20 @@ class PadExtents(HeronRule):
     def padding(self, sch: Schedule, block: SBlockRV) -> list[int] | None:
         """Each iterator's padding multiple (1: left as it is); None when nothing is worth padding."""
         blk = sch.get(block)
-        extents = _extents(blk)
+        sizes = extents(blk)
         lanes = max(1, vector_bytes(self.target) * 8 // DataType(str(blk.writes[0].source.dtype)).bits)
         lane = lane_iterator(sch, block, self.target)
-        multiples = [1] * len(extents)
-        for index, extent in enumerate(extents):
+        multiples = [1] * len(sizes)
+        for index, extent in enumerate(sizes):
             if index == lane and iter_kinds(sch, block)[index] == "S":
                 multiples[index] = lanes if extent % lanes else 1
             elif extent > _TILE_MULTIPLE and not any(extent % d == 0 for d in _USEFUL_TILES):
                 multiples[index] = _TILE_MULTIPLE
-        while any(m > 1 for m in multiples) and _volume_ratio(extents, multiples) > 1 + self.max_waste:
+        while any(m > 1 for m in multiples) and padded_volume_ratio(sizes, multiples) > 1 + self.max_waste:
             costliest = max((i for i, m in enumerate(multiples) if m > 1),
-                            key=lambda i: -(-extents[i] // multiples[i]) * multiples[i] / extents[i])
+                            key=lambda i: -(-sizes[i] // multiples[i]) * multiples[i] / sizes[i])
             multiples[costliest] = 1
         return multiples if any(m > 1 for m in multiples) else None
-
-
-def _extents(blk) -> list[int]:
-    return [int(iv.dom.extent) for iv in blk.iter_vars]
-
-
-def _volume_ratio(extents: list[int], multiples: list[int]) -> float:
-    return math.prod(-(-e // m) * m for e, m in zip(extents, multiples)) / math.prod(extents)
 
 
 def _is_einsum(blk) -> bool:

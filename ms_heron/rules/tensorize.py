@@ -1,16 +1,17 @@
 """Heron's Tensorize rule (VNNI on CPU here; WMMA joins with the GPU path)."""
 
+from tvm import tirx
 from tvm.ir.utils import derived_object
 from tvm.s_tir import Schedule, TensorIntrin
-from tvm.s_tir.schedule import SBlockRV
+from tvm.s_tir.schedule import SBlockRV, ScheduleError
 from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from tvm.s_tir.schedule.analysis import get_tensorize_loop_mapping
 from tvm.s_tir.schedule.transform import tile_with_tensor_intrin
 
-from ..intrinsics import VNNI_INTRIN, ensure_registered
+from ..intrinsics import VNNI_INTRIN, VNNI_MAX_PADDING_WASTE, ensure_registered
 from ..targets import has_vnni
 from ..annotations import AUTO_TENSORIZE, BLOCKIZED, iter_kinds
-from .analysis import is_tiled
+from .analysis import extents, is_tiled, padded_volume_ratio
 from .base import HeronRule
 from .operand_layout import match_operands, prepare_operands
 
@@ -18,6 +19,14 @@ from .operand_layout import match_operands, prepare_operands
 def intrinsics_for(target) -> list[str]:
     """Tensor intrinsics this target can execute, best first."""
     return [VNNI_INTRIN] if target is not None and has_vnni(target) else []
+
+
+def matching_intrinsics(sch: Schedule, block: SBlockRV, target) -> list[str]:
+    """The target's intrinsics whose operand dtypes are the block's (u8 x s8 -> s32 for VNNI)."""
+    if not intrinsics_for(target):
+        return []
+    ensure_registered()
+    return [i for i in intrinsics_for(target) if _dtypes(sch, block) == _desc_dtypes(TensorIntrin.get(i).desc)]
 
 
 def _dtypes(sch: Schedule, block: SBlockRV) -> set[str]:
@@ -35,18 +44,35 @@ class Tensorize(HeronRule):
     """Condition: the block (a reduction not yet tiled) matches a tensor intrinsic the target
     executes -- TVM's loop-mapping analysis finds its description inside the block, dtypes included
     (u8 x s8 -> s32 16x4 for VNNI) -- and each operand either holds the intrinsic's tile in place or
-    is a layout-free weight that can be packed (:mod:`.operand_layout`).
+    can be packed (:mod:`.operand_layout`): a layout-free weight, or a padded copy.
 
-    Application: split off and reorder the loops the intrinsic covers, ``blockize`` them, and mark
-    the outer block with ``meta_schedule.auto_tensorize`` (MetaSchedule's RewriteTensorize postproc
-    does the final ``tensorize``). Later rules tile and cache the outer ``<name>_o`` block.
+    Application: where an extent the intrinsic covers is not a multiple of its tile (1000 output
+    channels for VNNI's 16 lanes, 3 input channels for its 4-deep reduction), ``pad_einsum`` pads
+    the block to whole tiles first (zero-filled copies of the inputs, the result copied back), unless
+    that adds more than ``max_waste`` work. Then split off and reorder the loops the intrinsic
+    covers, ``blockize`` them, and mark the outer block with ``meta_schedule.auto_tensorize``
+    (MetaSchedule's RewriteTensorize postproc does the final ``tensorize``). Later rules tile and
+    cache the outer ``<name>_o`` block.
+
+    Parameters
+    ----------
+    intrinsics
+        Intrinsic names to try, best first (None: the ones the target executes).
+    pad
+        Whether awkward extents are padded to the intrinsic's tile (off: such blocks stay scalar).
+    max_waste
+        The largest share of extra work padding may add (1.0: at most twice the multiply-adds; one
+        VNNI instruction does four per lane, so even that beats the scalar kernel).
     """
 
-    def __init__(self, intrinsics: list[str] | None = None):
+    def __init__(self, intrinsics: list[str] | None = None, *, pad: bool = True,
+                 max_waste: float = VNNI_MAX_PADDING_WASTE):
         self.intrinsics = intrinsics
+        self.pad = pad
+        self.max_waste = max_waste
 
     def _params(self):
-        return {"intrinsics": self.intrinsics}
+        return {"intrinsics": self.intrinsics, "pad": self.pad, "max_waste": self.max_waste}
 
     def _candidates(self) -> list[str]:
         return list(self.intrinsics) if self.intrinsics is not None else intrinsics_for(self.target)
@@ -61,15 +87,49 @@ class Tensorize(HeronRule):
             desc = TensorIntrin.get(intrin).desc
             if _dtypes(sch, block) != _desc_dtypes(desc):
                 continue
-            mapping = get_tensorize_loop_mapping(sch, block, desc)
-            operands = match_operands(sch, block, desc, mapping) if mapping is not None else None
-            if operands is None or not prepare_operands(sch, block, operands):
+            work = self._padded_to_intrinsic(sch, block, desc)
+            mapping = get_tensorize_loop_mapping(work, block, desc) if work is not None else None
+            operands = match_operands(work, block, desc, mapping) if mapping is not None else None
+            if operands is None or not prepare_operands(work, block, operands):
                 continue
-            inner = tile_with_tensor_intrin(sch, block, intrin)
+            inner = tile_with_tensor_intrin(work, block, intrin)
             if inner is None:
                 continue
-            outer = sch.blockize(inner)
-            sch.annotate(outer, AUTO_TENSORIZE, intrin)
-            sch.annotate(block, BLOCKIZED, 1)
-            break
+            outer = work.blockize(inner)
+            work.annotate(outer, AUTO_TENSORIZE, intrin)
+            work.annotate(block, BLOCKIZED, 1)
+            return [work]
         return [sch]
+
+    def _padded_to_intrinsic(self, sch: Schedule, block: SBlockRV, desc) -> Schedule | None:
+        """``sch`` itself when the intrinsic's tiles divide the block, a padded copy when padding
+        makes them divide within the waste bound, else None."""
+        mapping = get_tensorize_loop_mapping(sch, block, desc, allow_padding=self.pad)
+        if mapping is None:
+            return None
+        paddings = mapping.block_iter_paddings
+        if paddings is None:
+            return sch
+        multiples = [int(p) for p in paddings]
+        if padded_volume_ratio(extents(sch.get(block)), multiples) > 1 + self.max_waste:
+            return None
+        padded = sch.copy()
+        try:
+            copies = _reindexed_reads(padded, block)
+            padded.pad_einsum(block, multiples)
+            for copy in copies:  # gathered and zero-padded in one pass
+                padded.compute_inline(copy)
+        except ScheduleError:  # TVM's own conditions (trivial binding, no opaque access) not met
+            return None
+        return padded
+
+
+def _reindexed_reads(sch: Schedule, block: SBlockRV) -> list[SBlockRV]:
+    """Make every read of ``block`` index its buffer by bare iterators, as ``pad_einsum`` needs: a
+    convolution's ``X[h + kh, ...]`` is read through a copy ``X_reindex[h, kh, ...]`` (im2col).
+    Returns the copies, to be inlined into the padded copies ``pad_einsum`` makes of them."""
+    copies = []
+    for index, region in enumerate(sch.get(block).reads):
+        if not all(isinstance(r.min, tirx.Var) for r in region.region):
+            copies.append(sch.reindex(block, ("read", index)))
+    return copies

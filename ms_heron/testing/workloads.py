@@ -4,7 +4,9 @@ Families: gemm, bmm, gemv, c1d, c2d, c3d, dil (dilated c2d), t2d (transposed c2d
 as a matmul with a lower-triangular ones matrix). Every one of these comes in three forms:
 
 * ``int8``: u8 activations, s8 weights in the packed layout VNNI reads
-  (``[o // 16, *kernel, i // 4, o % 16, i % 4]``), s32 accumulation; checked bit-exactly.
+  (``[o // 16, *kernel, i // 4, o % 16, i % 4]``), s32 accumulation; checked bit-exactly. Where
+  VNNI's tiles do not divide ``o`` and ``i`` (1000 classes, 3 input channels), the weight is stored
+  as fp32's and the Tensorize rule pads the block to whole tiles.
 * ``fp32``: everything fp32 (CPU); weights as ``[*kernel, i, o]``.
 * ``fp16``: fp16 inputs, fp32 accumulation and output (GPU tensor cores); weights as fp32's.
 
@@ -24,7 +26,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from tvm import te, tirx, topi
 
-from ..intrinsics import VNNI_LANES, VNNI_REDUCTION
+from ..intrinsics import VNNI_LANES, VNNI_MAX_PADDING_WASTE, VNNI_REDUCTION
 from ..workload import Workload, WorkloadError, random_array
 
 DTYPES = ("int8", "fp32", "fp16")
@@ -42,7 +44,8 @@ def _workload(family, dtype, shape, tensors, ops, inputs, reference) -> Workload
     out = tensors[-1]
     output = (tuple(int(d) for d in out.shape), str(out.dtype))
     func = te.create_prim_func(list(tensors))
-    return Workload(family, dtype, dict(shape), func, int(ops), inputs, reference, output)
+    workload = Workload(family, dtype, dict(shape), func, int(ops), inputs, reference, output)
+    return _check_vnni_shape(workload) if dtype == "int8" else workload
 
 
 # ----------------------------------------------------------------------------------------------
@@ -73,17 +76,18 @@ class _Operand:
     """How the TE compute reads the weight operand, and how numpy lays it out, for one dtype form."""
 
     def __init__(self, dtype: str, batch: Sequence[int], o: int, kernel: Sequence[int], i: int):
-        self.int8 = dtype == "int8"
+        #: The VNNI layout, where its tiles divide the weight; else fp32's, padded when tensorized.
+        self.packed = dtype == "int8" and o % VNNI_LANES == 0 and i % VNNI_REDUCTION == 0
         self.batch, self.o, self.kernel, self.i = tuple(batch), o, tuple(kernel), i
         self.dtype = wdtype = _TYPES[dtype][1]
-        if self.int8:
+        if self.packed:
             shape = (*batch, o // VNNI_LANES, *kernel, i // VNNI_REDUCTION, VNNI_LANES, VNNI_REDUCTION)
         else:
             shape = (*batch, *kernel, i, o)
         self.placeholder = te.placeholder(shape, wdtype, name="W")
 
     def __call__(self, b: Sequence, o, k: Sequence, i):
-        if self.int8:
+        if self.packed:
             return self.placeholder[
                 (*b, o // VNNI_LANES, *k, i // VNNI_REDUCTION, o % VNNI_LANES, i % VNNI_REDUCTION)
             ]
@@ -91,21 +95,37 @@ class _Operand:
 
     def layout(self, logical: np.ndarray) -> np.ndarray:
         nb = len(self.batch)
-        return pack_vnni(logical, nb) if self.int8 else _fp_layout(logical, nb)
+        return pack_vnni(logical, nb) if self.packed else _fp_layout(logical, nb)
 
 
-def _check_vnni_shape(family: str, lanes_name: str, lanes: int, red_name: str, red: int) -> None:
-    for name, value, mult, what in (
-        (lanes_name, lanes, VNNI_LANES, "output lanes"),
-        (red_name, red, VNNI_REDUCTION, "reduction"),
-    ):
+#: Per family, the weight dims VNNI's tiles split: (output lanes, reduction).
+_VNNI_DIMS = {"gemm": ("N", "K"), "bmm": ("N", "K"), "gemv": ("M", "K"), "scan": ("N", "M"),
+              **{f: ("CO", "CI") for f in ("c1d", "c2d", "c3d", "dil", "t2d")}}
+
+
+def vnni_padding(workload: Workload) -> tuple[float, str]:
+    """How much work padding an int8 workload to VNNI's tiles adds (1.0: none), and a sentence
+    naming the dims that need it with the nearest shape that needs none."""
+    lanes_name, red_name = _VNNI_DIMS[workload.family]
+    ratio, parts = 1.0, []
+    for name, mult, what in ((lanes_name, VNNI_LANES, "output lanes"), (red_name, VNNI_REDUCTION, "reduction")):
+        value = int(workload.shape[name])
         if value % mult:
             lower = value // mult * mult
             nearest = lower + mult if lower == 0 or value - lower >= mult / 2 else lower  # ties round up
-            raise WorkloadError(
-                f"{family} int8: {name}={value} breaks the VNNI layout rule ({what} must be a multiple "
-                f"of {mult}); nearest valid {name} is {nearest}"
-            )
+            ratio *= -(-value // mult) * mult / value
+            parts.append(f"{name}={value} is not a multiple of {mult} ({what}; nearest that is: {name}={nearest})")
+    return ratio, "; ".join(parts)
+
+
+def _check_vnni_shape(workload: Workload) -> Workload:
+    ratio, why = vnni_padding(workload)
+    if ratio > 1 + VNNI_MAX_PADDING_WASTE:
+        raise WorkloadError(
+            f"{workload.family} int8: {why}; padding it to VNNI's tiles would do {ratio:.1f}x the work, more "
+            f"than the {1 + VNNI_MAX_PADDING_WASTE:.0f}x limit"
+        )
+    return workload
 
 
 def _wide(x: np.ndarray) -> np.ndarray:
@@ -137,8 +157,6 @@ def _batched_matmul(
 ) -> Workload:
     """``C[*b, (m,) n] = sum_k A[*b, (m,) k] * W(*b, n, k)`` -- gemm, bmm and gemv in one definition."""
     adt, _, odt = _check_dtype(dtype)
-    if dtype == "int8":
-        _check_vnni_shape(family, "N" if m is not None else "M", n, "K", k)
     rows = () if m is None else (m,)
     a = te.placeholder((*batch, *rows, k), adt, name="A")
     w = _Operand(dtype, batch, n, (), k)
@@ -166,7 +184,7 @@ def _unlayout(operand: _Operand, stored: np.ndarray) -> np.ndarray:
     """Invert :meth:`_Operand.layout`: stored weights back to logical ``[*batch, o, *kernel, i]`` (wide)."""
     nb, nk = len(operand.batch), len(operand.kernel)
     x = _wide(stored)
-    if operand.int8:
+    if operand.packed:
         # [*b, ob, *k, ib, ol, il] -> [*b, ob, ol, *k, ib, il]
         perm = (*range(nb), nb, nb + nk + 2, *range(nb + 1, nb + 1 + nk), nb + nk + 1, nb + nk + 3)
         x = x.transpose(perm)
@@ -201,8 +219,6 @@ def scan(B: int, M: int, N: int, dtype: str = "int8") -> Workload:
     """
     _positive(B=B, M=M, N=N)
     adt, _, odt = _check_dtype(dtype)
-    if dtype == "int8":
-        _check_vnni_shape("scan", "N", N, "M", M)
     x = _Operand(dtype, (B,), N, (), M)
     tri = te.compute((M, M), lambda i, k: tirx.Select(k <= i, tirx.const(1, adt), tirx.const(0, adt)), name="Tri")
     r = te.reduce_axis((0, M), name="k")
@@ -243,8 +259,6 @@ def _conv(
     _positive(N=n, CI=ci, CO=co, stride=stride, dilation=dilation, **{f"S{d}": s for d, s in enumerate(spatial)})
     if pad < 0:
         raise WorkloadError(f"{family}: padding must be >= 0, got {pad}")
-    if dtype == "int8":
-        _check_vnni_shape(family, "CO", co, "CI", ci)
     out_sp = tuple(_conv_out(s, k, stride, pad, dilation) for s, k in zip(spatial, kernel))
     if min(out_sp) < 1:
         raise WorkloadError(f"{family}: kernel {kernel} with dilation {dilation} does not fit input {spatial}")
@@ -324,8 +338,6 @@ def t2d(N: int, H: int, W: int, CI: int, CO: int, KH: int, KW: int, stride: int 
     _positive(N=N, H=H, W=W, CI=CI, CO=CO, KH=KH, KW=KW, stride=stride)
     if not 0 <= pad <= min(KH, KW) - 1:
         raise WorkloadError(f"t2d: pad must be in [0, kernel-1] = [0, {min(KH, KW) - 1}], got {pad}")
-    if dtype == "int8":
-        _check_vnni_shape("t2d", "CO", CO, "CI", CI)
     kernel = (KH, KW)
     sizes = (H, W)
     out_sp = tuple((s - 1) * stride - 2 * pad + k for s, k in zip(sizes, kernel))
