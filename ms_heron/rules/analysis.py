@@ -88,6 +88,20 @@ def has_branch(sch: Schedule, block: SBlockRV) -> bool:
     return False
 
 
+def is_transpose(sch: Schedule, block: SBlockRV) -> bool:
+    """Whether a read indexes its buffer with the block's iterators out of order (``T[h, d, l] =
+    V[l, h, d]``): inlined, it would turn its consumer's unit-stride reads along ``l`` into strided
+    ones, where computed at a tile it is the operand packing a fast kernel wants (MetaSchedule's
+    AutoInline keeps such blocks too, its ``require_ordered``)."""
+    blk = sch.get(block)
+    position = {iv.var.name: i for i, iv in enumerate(blk.iter_vars)}
+    for region in blk.reads:
+        order = [position[v.name] for r in region.region for v in undefined_vars(r.min) if v.name in position]
+        if order != sorted(order):
+            return True
+    return False
+
+
 def _vars_of(expr) -> set:
     return set(undefined_vars(expr))
 
