@@ -96,6 +96,19 @@ def test_always_inline_fires_on_strictly_inlinable_producers_only(cpu_target):
     assert "Xpad" in block_names(space)  # a branch (padding) is not strictly inlinable
 
 
+def test_a_transpose_feeding_a_gemm_is_placed_not_inlined(cpu_target):
+    """TVM's TBG (attention's ``Q·Kᵀ`` with both operands transposed by TE stages): inlined, the
+    GEMM would gather ``value`` along its vector lanes; kept, ComputeLocation samples where the
+    transpose runs (MetaSchedule's best program computes it per tile), and samples stay correct."""
+    from tvm.s_tir.meta_schedule.testing.te_workload import transpose_batch_matmul
+
+    workload = from_func(te.create_prim_func(transpose_batch_matmul(1, 32, 2, 16)), "tbg")
+    (space,) = stock_design_spaces(workload.func, [AlwaysInline(), MultiLevelTiling(), ComputeLocation()], cpu_target)
+    assert all(f'T.sblock("{name}")' in space.mod.script() for name in ("query_T", "value_T"))
+    assert sum(i.kind.name == "SampleComputeLocation" for i in space.trace.insts) == 2
+    check_random_samples(space, workload, cpu_target, samples=2)
+
+
 def test_tensorize_fires_on_int8_with_vnni_only(cpu_target):
     int8 = workloads.make("gemm", "int8", **SMALL_SHAPES["gemm"])
     (space,) = stock_design_spaces(int8.func, [Tensorize()], cpu_target)
