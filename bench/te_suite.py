@@ -16,7 +16,7 @@ running):
     .venv/bin/python bench/te_suite.py --trials 64 200
     .venv/bin/python bench/te_suite.py --trials 16 --keys C1D SFM --configs 0
 
-Writes bench/results/te_suite_<trials>[_config<configs>].{md,json}.
+Writes bench/results/te_suite_<trials>[_config<configs>][_<keys>].{md,json}.
 """
 
 from __future__ import annotations
@@ -137,6 +137,8 @@ def _report(args, rows) -> None:
     stem = "te_suite_" + "_".join(map(str, args.trials))
     if args.configs != [0, 1]:
         stem += "_config" + "".join(map(str, args.configs))
+    if args.keys != KEYS:  # a subset never overwrites a whole-suite result
+        stem += "_" + "_".join(args.keys)
     results_io.write(args.out, stem, lines, rows)
 
 
