@@ -487,6 +487,14 @@ CASES: dict[str, tuple[str, dict]] = {
     "scan.S3": ("scan", dict(B=256, M=1024, N=256)),
     "scan.S4": ("scan", dict(B=512, M=256, N=16)),
     "scan.S5": ("scan", dict(B=1024, M=1024, N=1024)),
+    # Shapes real models have whose extents perfect tiles split badly (padded by PadExtents / Tensorize):
+    # 1000 classes, ViT-B's 197 tokens, a 127-token BERT dense, BERT's 30522-row vocabulary projection,
+    # and ResNet's stem convolution over 3 input channels.
+    "gemm.A1": ("gemm", dict(M=128, K=768, N=1000)),
+    "gemm.A2": ("gemm", dict(M=197, K=768, N=768)),
+    "gemm.A3": ("gemm", dict(M=127, K=768, N=768)),
+    "gemm.A4": ("gemm", dict(M=128, K=768, N=30522)),
+    "c2d.A5": ("c2d", dict(N=1, H=224, W=224, CI=3, CO=64, KH=7, KW=7, stride=2, pad=3)),
     # BERT-base at 128 tokens: attention softmax (12 heads x 128 rows of 128), layer norm (128 x 768).
     "softmax.SM1": ("softmax", dict(M=1536, N=128)),
     "layernorm.LN1": ("layernorm", dict(M=128, N=768)),
