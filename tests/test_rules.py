@@ -364,13 +364,17 @@ def test_lane_reduction_fuses_a_norms_two_reduction_axes(cpu_target):
 
 
 def test_prime_extent_is_padded_into_a_space_with_real_tiles(cpu_target):
-    """A GEMM with M = 127 (prime): besides the space as it is, HeronSpace yields one padded by
-    ``pad_einsum`` to 128, whose tiles of M are neither 1 nor the whole extent; its random samples
+    """A GEMM with M = 127 (prime): with ``tile_extents`` on (off by default), besides the space as
+    it is, HeronSpace yields one padded by ``pad_einsum`` to 128, whose tiles of M are neither 1 nor the whole extent; its random samples
     compute the right answer, and the padded work stays within the waste bound in the lowered TIR."""
+    from ms_heron.rules import default_rules  # pylint: disable=import-outside-toplevel
     from ms_heron.space import HeronSpace, design_spaces  # pylint: disable=import-outside-toplevel
 
     workload = workloads.make("gemm", "fp32", M=127, N=64, K=32)
-    spaces = design_spaces(workload.func, cpu_target, HeronSpace(include_default_spaces=False))
+    by_default = design_spaces(workload.func, cpu_target, HeronSpace(include_default_spaces=False))
+    assert not any(i.kind.name == "PadEinsum" for s in by_default for i in s.trace.insts)  # rows: opt-in
+    rules = [PadExtents(tile_extents=True) if isinstance(r, PadExtents) else r for r in default_rules(cpu_target)]
+    spaces = design_spaces(workload.func, cpu_target, HeronSpace(rules=rules, include_default_spaces=False))
     padded = [s for s in spaces if any(i.kind.name == "PadEinsum" for i in s.trace.insts)]
     assert padded and len(padded) < len(spaces)  # padding is a choice: the unpadded spaces stay
     space = padded[0]
@@ -394,7 +398,7 @@ def test_prime_extent_is_padded_into_a_space_with_real_tiles(cpu_target):
 def test_padding_pads_only_awkward_extents_within_the_waste_bound(shape, expected, cpu_target):
     workload = workloads.make("gemm", "fp32", **shape)
     (space,) = stock_design_spaces(workload.func, [], cpu_target)
-    rule = PadExtents()
+    rule = PadExtents(tile_extents=True)
     rule.target = cpu_target
     block = next(b for b in space.get_child_blocks(space.get_sblock("root")) if space.get(b).init is not None)
     padding = rule.padding(space, block)

@@ -35,7 +35,8 @@ class PadExtents(HeronRule):
     64 (a prime, or twice a prime).
 
     Application: two design spaces, the block as it is and the block padded by ``pad_einsum``: the
-    lane extent to a multiple of the lanes, the other awkward extents to a multiple of 8. Paddings
+    lane extent to a multiple of the lanes, with ``tile_extents`` the other awkward extents to a
+    multiple of 8. Paddings
     that would make the padded iteration volume more than ``1 + max_waste`` times the true volume are
     left out, the costliest first. The tiling rules then split the padded extents, and the
     constraint model, which reads extents from the trace's tile decisions, knows them.
@@ -44,13 +45,20 @@ class PadExtents(HeronRule):
     ----------
     max_waste
         The largest share of extra work padding may add (0.15: at most 15% more multiply-adds).
+    tile_extents
+        Also pad the non-lane extents without a useful divisor. Off by default: on Zen 5 at 64
+        trials it made GEMMs over 127 and 197 tokens 0.60x / 0.66x MetaSchedule's default
+        (``bench/results/tuning_vs_default_heron_fp32_64_awkward.md``), where HeronSpace without it
+        is level (485 vs 486 GOPS on 127 tokens): a row tile of 1 already streams whole vectors,
+        so the extra spaces and padded copies cost more than the tiles gain.
     """
 
-    def __init__(self, *, max_waste: float = 0.15):
+    def __init__(self, *, max_waste: float = 0.15, tile_extents: bool = False):
         self.max_waste = max_waste
+        self.tile_extents = tile_extents
 
     def _params(self) -> dict:
-        return {"max_waste": self.max_waste}
+        return {"max_waste": self.max_waste, "tile_extents": self.tile_extents}
 
     def apply(self, sch: Schedule, block: SBlockRV) -> list[Schedule]:
         if (self.target is None or not is_cpu(self.target) or is_tiled(sch, block) or is_tensorized(sch, block)
@@ -77,7 +85,7 @@ class PadExtents(HeronRule):
         for index, extent in enumerate(sizes):
             if index == lane and iter_kinds(sch, block)[index] == "S":
                 multiples[index] = lanes if extent % lanes else 1
-            elif extent > _TILE_MULTIPLE and not any(extent % d == 0 for d in _USEFUL_TILES):
+            elif self.tile_extents and extent > _TILE_MULTIPLE and not any(extent % d == 0 for d in _USEFUL_TILES):
                 multiples[index] = _TILE_MULTIPLE
         while any(m > 1 for m in multiples) and padded_volume_ratio(sizes, multiples) > 1 + self.max_waste:
             costliest = max((i for i, m in enumerate(multiples) if m > 1),
