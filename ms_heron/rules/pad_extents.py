@@ -48,9 +48,9 @@ class PadExtents(HeronRule):
     tile_extents
         Also pad the non-lane extents without a useful divisor. Off by default: on Zen 5 at 64
         trials it made GEMMs over 127 and 197 tokens 0.60x / 0.66x MetaSchedule's default
-        (``bench/results/tuning_vs_default_heron_fp32_64_awkward.md``), where HeronSpace without it
-        is level (485 vs 486 GOPS on 127 tokens): a row tile of 1 already streams whole vectors,
-        so the extra spaces and padded copies cost more than the tiles gain.
+        (``bench/results/tuning_vs_default_heron_fp32_64_awkward_tile_extents.md``); without it
+        they are 1.09x / 0.99x (``..._fp32_64_awkward.md``): a row tile of 1 already streams whole
+        vectors, so the extra spaces and padded copies cost more than the tiles gain.
     """
 
     def __init__(self, *, max_waste: float = 0.15, tile_extents: bool = False):
