@@ -14,7 +14,7 @@ running):
     .venv/bin/python bench/models_vs_default.py --trials 192                      # all models
     .venv/bin/python bench/models_vs_default.py --models resnet --trials 96
 
-Writes bench/results/models_vs_default_<trials>.{md,json}.
+Writes bench/results/models_vs_default_<trials>.{md,json} (``_<model>...`` appended for a subset).
 """
 
 from __future__ import annotations
@@ -35,12 +35,6 @@ import results_io
 from ms_heron.targets import host_target, num_cores
 from ms_heron.testing import models
 
-#: Name -> builder of the model the issue names (BERT-base layer fp32 / int8, ResNet-50 bottleneck).
-MODELS = {
-    "bert": lambda: models.bert_layer(),
-    "bert-int8": lambda: models.bert_layer(int8=True),
-    "resnet": lambda: models.resnet_bottleneck(),
-}
 ARMS = ("ms_heron", "MetaSchedule default")
 #: Candidates per task round (MetaSchedule's num_trials_per_iter), as in the earlier result files.
 PER_ROUND = 16
@@ -55,7 +49,7 @@ def _tune_and_export(name: str, trials: int, out: pathlib.Path, work_root: pathl
     from ms_heron.relax import compile_model
     from ms_heron.session import RunSpec, TuningRun  # pylint: disable=import-outside-toplevel
 
-    model = MODELS[name]()
+    model = models.ZOO[name]()
     work_root.mkdir(parents=True, exist_ok=True)
     onnx.save(model.proto, work_root / f"{name}.onnx")  # beside the run, which names it
     onnx.save(model.proto, out / f"{name}.onnx")
@@ -107,7 +101,7 @@ def _time_exported(out: pathlib.Path, names: list[str], rounds: int = TIMING_ROU
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", nargs="+", choices=list(MODELS), default=list(MODELS))
+    parser.add_argument("--models", nargs="+", choices=list(models.ZOO), default=list(models.ZOO))
     parser.add_argument("--trials", type=int, default=192, help="total trials per model and arm")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--work-root", help="where the model runs stay (default: a new temporary dir); a rerun resumes")
@@ -153,7 +147,8 @@ def main() -> None:
         arms = {arm: [TaskTime(**t) for t in times] for arm, times in r["per task"].items()}
         lines += ["", f"## {name}: per task (best kernel time while tuning; share of the model estimate)", "",
                   *task_table(arms)]
-    results_io.write(args.out, f"models_vs_default_{args.trials}", lines, data)
+    subset = "" if args.models == list(models.ZOO) else "_" + "_".join(args.models)
+    results_io.write(args.out, f"models_vs_default_{args.trials}{subset}", lines, data)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
 The models are built in code (ms_heron.testing.models, no downloads): a BERT-base encoder layer in fp32 or
 with int8 dense layers (ONNX Runtime's MatMulInteger form, which reaches the VNNI instruction), or a
-ResNet-50 bottleneck block. Run from the repository root:
+ResNet-50 bottleneck block in fp32 or with int8 convolutions (ConvInteger). Run from the repository root:
 
     .venv/bin/python examples/tune_onnx_model.py bert-int8 --trials 200
     .venv/bin/python examples/tune_onnx_model.py resnet --trials 100 --work-dir runs/resnet
@@ -22,20 +22,15 @@ from ms_heron.targets import host_target, num_cores
 from ms_heron.testing import models
 from ms_heron.testing.baselines import onnxruntime_model
 
-BUILDERS = {
-    "bert": models.bert_layer,
-    "bert-int8": lambda: models.bert_layer(int8=True),
-    "resnet": models.resnet_bottleneck,
-}
 
 logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)  # per-round logs stay in the work dir
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-parser.add_argument("model", choices=list(BUILDERS))
+parser.add_argument("model", choices=list(models.ZOO))
 parser.add_argument("--trials", type=int, default=200, help="measured candidates over all kernels")
 parser.add_argument("--work-dir", help="keep the tuning records here (default: a temporary dir)")
 args = parser.parse_args()
 
-model, target = BUILDERS[args.model](), host_target()
+model, target = models.ZOO[args.model](), host_target()
 mod = from_onnx(model.proto, model.input_shapes())  # Relax module, weights as constants
 work_dir = args.work_dir or tempfile.mkdtemp(prefix="ms_heron_model_")
 

@@ -14,24 +14,12 @@ into the matmul's kernel in 3-D; only the final result is viewed as 4-D again.
 
 from __future__ import annotations
 
-import tvm_ffi
 from tvm import IRModule, relax
 from tvm.relax.dpl import is_op, rewrite_call, wildcard
 
-#: Element-wise Relax ops a 4-D view is moved past (one operand, or two broadcasting operands).
-_UNARY = ("relax.nn.relu", "relax.sigmoid", "relax.tanh", "relax.clip", "relax.astype", "relax.exp",
-          "relax.erf", "relax.nn.gelu", "relax.nn.silu", "relax.negative", "relax.sqrt")
-_BINARY = ("relax.add", "relax.subtract", "relax.multiply", "relax.divide", "relax.maximum", "relax.minimum")
+from .sinking import LayoutChange, sink, static_shape
+
 _VIEW = "relax.memory.view"
-
-
-def _shape(expr) -> list[int] | None:
-    shape = getattr(expr.ty, "shape", None)
-    dims = getattr(shape, "values", None)
-    try:
-        return None if dims is None else [int(d) for d in dims]
-    except TypeError:  # a symbolic dimension
-        return None
 
 
 def _view(expr, shape: list[int]):
@@ -41,7 +29,7 @@ def _view(expr, shape: list[int]):
 def _as_matmul(expr, matches, data, weight):
     """``conv2d(x, W)`` -> ``view(reshape(W, [o, i]) @ view(x, [n, i, h*w]), [n, o, h, w])`` when 1x1."""
     attrs = expr.attrs
-    w_shape, x_shape = _shape(matches[weight]), _shape(matches[data])
+    w_shape, x_shape = static_shape(matches[weight]), static_shape(matches[data])
     if (w_shape is None or x_shape is None or w_shape[2:] != [1, 1] or list(attrs.strides) != [1, 1]
             or any(int(p) for p in attrs.padding) or list(attrs.dilation) != [1, 1] or int(attrs.groups) != 1
             or (attrs.data_layout, attrs.kernel_layout, attrs.out_layout) != ("NCHW", "OIHW", "NCHW")):
@@ -52,15 +40,27 @@ def _as_matmul(expr, matches, data, weight):
     return _view(product, [n, w_shape[0], h, w])
 
 
-def _flat_operand(expr, full: list[int], flat: list[int]):
-    """The other operand of an element-wise op on ``view(flat -> full)``, in the flat form: a tensor of
+def _flat_and_full(view: relax.Call) -> tuple[list[int], list[int]] | None:
+    """The 3-D shape under a 4-D view and the view's 4-D shape, if both are static."""
+    flat, full = static_shape(view.args[0]), static_shape(view)
+    return (flat, full) if flat is not None and full is not None and len(flat) == 3 and len(full) == 4 else None
+
+
+def _reapply_view(result, view: relax.Call):
+    shapes = _flat_and_full(view)
+    return None if shapes is None else _view(result, shapes[1])
+
+
+def _flat_operand(expr, view: relax.Call):
+    """The other operand of an element-wise op on ``view`` (flat -> full), in the flat form: a tensor of
     the full shape viewed flat (or unwrapped when it is a view of the flat form itself), a tensor that
     broadcasts over the pixels reshaped to ``[.., c, 1]``; None if it does neither."""
-    shape = _shape(expr)
-    if shape is None:
+    shapes, shape = _flat_and_full(view), static_shape(expr)
+    if shapes is None or shape is None:
         return None
+    flat, full = shapes
     if shape == full:
-        if isinstance(expr, relax.Call) and expr.op.name == _VIEW and _shape(expr.args[0]) == flat:
+        if isinstance(expr, relax.Call) and expr.op.name == _VIEW and static_shape(expr.args[0]) == flat:
             return expr.args[0]
         return _view(expr, flat)
     padded = [1] * (len(full) - len(shape)) + shape
@@ -69,45 +69,8 @@ def _flat_operand(expr, full: list[int], flat: list[int]):
     return None
 
 
-def _flat_and_full(expr, flat_expr) -> tuple[list[int], list[int]] | None:
-    """The 3-D shape under a 4-D view and the 4-D shape of the element-wise op on it, if both are static."""
-    flat, full = _shape(flat_expr), _shape(expr)
-    return (flat, full) if flat is not None and full is not None and len(flat) == 3 and len(full) == 4 else None
-
-
-def _sinks():
-    """(pattern, rewriter) pairs moving a 4-D view of a 3-D tensor past one element-wise op."""
-    rules = []
-    for op in _UNARY:
-        inner = wildcard()
-        pattern = is_op(op)(is_op(_VIEW)(inner, wildcard(), wildcard(), wildcard()))
-
-        def unary(expr, matches, inner=inner):
-            shapes = _flat_and_full(expr, matches[inner])
-            if shapes is None:
-                return expr
-            return _view(relax.Call(expr.op, [matches[inner], *expr.args[1:]], expr.attrs), shapes[1])
-
-        rules.append((pattern, unary))
-    for op in _BINARY:
-        for side in (0, 1):
-            inner, other = wildcard(), wildcard()
-            view = is_op(_VIEW)(inner, wildcard(), wildcard(), wildcard())
-            pattern = is_op(op)(view, other) if side == 0 else is_op(op)(other, view)
-
-            def binary(expr, matches, inner=inner, other=other, side=side):
-                shapes = _flat_and_full(expr, matches[inner])
-                if shapes is None:
-                    return expr
-                flat, full = shapes
-                operand = _flat_operand(matches[other], full, flat)
-                if operand is None:
-                    return expr
-                args = [matches[inner], operand] if side == 0 else [operand, matches[inner]]
-                return _view(relax.Call(expr.op, args, expr.attrs), full)
-
-            rules.append((pattern, binary))
-    return rules
+#: A 4-D view of a 3-D matmul result.
+_VIEW_CHANGE = LayoutChange(lambda inner: is_op(_VIEW)(inner, wildcard(), wildcard(), wildcard()), _reapply_view, _flat_operand)
 
 
 @relax.transform.function_pass(opt_level=0, name="PointwiseConvAsMatmul")
@@ -115,10 +78,4 @@ def pointwise_conv_as_matmul(func: relax.Function, _mod: IRModule, _ctx) -> rela
     """Rewrite every 1x1 NCHW convolution into a matmul over flattened pixels, its epilogue with it."""
     data, weight = wildcard(), wildcard()
     func = rewrite_call(is_op("relax.nn.conv2d")(data, weight), lambda e, m: _as_matmul(e, m, data, weight), func)
-    sinks = _sinks()
-    while True:  # each pass moves the views one element-wise op further
-        before = func
-        for pattern, rewriter in sinks:
-            func = rewrite_call(pattern, rewriter, func)
-        if tvm_ffi.structural_equal(before, func):
-            return func
+    return sink(func, _VIEW_CHANGE)

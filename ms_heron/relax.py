@@ -8,6 +8,7 @@ the VNNI intrinsic reads packed) are re-laid out once at compile time, not on ev
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import warnings
@@ -23,7 +24,7 @@ from tvm.target import Target
 
 from .intrinsics import ensure_registered
 from .pointwise_conv import pointwise_conv_as_matmul
-from .quantized import keep_int8_matmuls
+from .quantized import channels_last_epilogues, keep_int8_matmuls, onnx_converters
 from .annotations import is_metaschedule_space
 from .records import record_seconds
 
@@ -50,12 +51,27 @@ def from_onnx(model, input_shapes: Mapping[str, tuple[int, ...]] | None = None) 
         raise ModelError(f"--input-shape names {', '.join(unknown)}, but the model's inputs are {', '.join(inputs)}")
     dtypes = {name: onnx.helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type).name for name, i in inputs.items()}
     try:
-        mod = relax_from_onnx(model, shape_dict=dict(input_shapes or {}), dtype_dict=dtypes)
+        with _with_converters(onnx_converters()):
+            mod = relax_from_onnx(model, shape_dict=dict(input_shapes or {}), dtype_dict=dtypes)
     except tvm.error.OpNotImplemented as err:
         raise ModelError(f"{err}. Relax cannot import these ONNX operators; replace them in the model "
                          "(or export it with other operators) before tuning") from err
     require_static_shapes(mod)
     return mod
+
+
+@contextlib.contextmanager
+def _with_converters(extra: Mapping[str, Any]):
+    """TVM's ONNX frontend with ``extra`` converters added: it has no registry for them, so its
+    converter table is wrapped for the duration of one import."""
+    from tvm.relax.frontend.onnx import onnx_frontend  # pylint: disable=import-outside-toplevel
+
+    original = onnx_frontend._get_convert_map  # pylint: disable=protected-access
+    onnx_frontend._get_convert_map = lambda: {**original(), **extra}  # pylint: disable=protected-access
+    try:
+        yield
+    finally:
+        onnx_frontend._get_convert_map = original  # pylint: disable=protected-access
 
 
 def require_static_shapes(mod: IRModule) -> None:
@@ -101,7 +117,9 @@ def lower_for_tuning(
 
     Weights that reach a TIR function as constants are marked layout-free, so schedules may store
     them in whatever layout their kernels read best. 1x1 NCHW convolutions become matmuls over the
-    flattened pixels (:mod:`.pointwise_conv`), so their vector lanes run along contiguous pixels.
+    flattened pixels (:mod:`.pointwise_conv`), so their vector lanes run along contiguous pixels;
+    transposes (the int8 convolutions' channels-last layout, :mod:`.quantized`) move past the
+    element-wise epilogues, which then fuse into the kernels before them.
     Unless ``exact_math``, ``exp``, ``erf``, ``tanh`` and softmax become TVM's polynomial approximations (``FastMathTransform``), as ONNX Runtime's
     kernels use: on the CPU the exact ones are scalar libm calls whose time depends on the data
     (GELU's erf made BERT's FFN kernel 2-3x slower on real activations than on the tuner's inputs),
@@ -117,6 +135,7 @@ def lower_for_tuning(
                 *([] if exact_math else [relax.transform.FastMathTransform()]),
                 relax.transform.CanonicalizeBindings(),
                 keep_int8_matmuls,
+                channels_last_epilogues,
                 pointwise_conv_as_matmul,
                 relax.transform.LegalizeOps(),
                 relax.transform.AnnotateTIROpPattern(),

@@ -139,6 +139,77 @@ def test_int8_onnx_model_through_the_cli_reaches_vnni_and_matches_onnxruntime(tm
     _model_work_dir_reports_shows_and_resumes(tmp_path / "wd", path)
 
 
+def _conv_integer_model(x, w, attrs, weight_zero_point=None):
+    """One ONNX ConvInteger (input zero point 128) over a u8 input of ``x``'s shape, weight ``w``."""
+    inits = [onnx.numpy_helper.from_array(w, "w"), onnx.numpy_helper.from_array(np.array(128, np.uint8), "zp")]
+    if weight_zero_point is not None:
+        inits.append(onnx.numpy_helper.from_array(np.array(weight_zero_point, w.dtype), "w_zp"))
+    node = helper.make_node("ConvInteger", ["x", "w", "zp", *(["w_zp"] if weight_zero_point is not None else [])], ["y"], **attrs)
+    graph = helper.make_graph([node], "conv", [helper.make_tensor_value_info("x", TensorProto.UINT8, x.shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.INT32, None)], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.parametrize(
+    "ci, co, k, attrs, weight_dtype, weight_zero_point",
+    [
+        (8, 16, 3, dict(pads=[1, 1, 1, 1]), np.int8, None),
+        (8, 16, 3, dict(pads=[1, 0, 0, 1], strides=[2, 2]), np.int8, None),
+        (3, 16, 7, dict(auto_pad="SAME_UPPER", strides=[2, 2]), np.int8, None),
+        (3, 8, 2, dict(auto_pad="SAME_LOWER"), np.int8, None),
+        (8, 16, 3, dict(pads=[1, 1, 1, 1], group=2), np.int8, None),
+        (8, 16, 1, dict(), np.uint8, 100),
+    ],
+)
+def test_onnx_conv_integer_imports_and_computes_what_onnxruntime_computes(ci, co, k, attrs, weight_dtype, weight_zero_point, cpu_target):
+    """TVM's frontend has no ConvInteger; ms_heron's converter pads the input with its zero point (as
+    ONNX Runtime does) and gives the same int32 results, bit for bit. A layer with no VNNI form
+    (grouped, u8 weights, a weight zero point) is widened to int32 and named in a warning."""
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 256, (1, ci, 9, 9)).astype(np.uint8)
+    w = rng.integers(-127 if weight_dtype == np.int8 else 0, 128, (co, ci // attrs.get("group", 1), k, k)).astype(weight_dtype)
+    model = _conv_integer_model(x, w, dict(kernel_shape=[k, k], **attrs), weight_zero_point)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        mod = from_onnx(model)
+    widened = [str(c.message) for c in caught if "without VNNI" in str(c.message)]
+    if attrs.get("group", 1) > 1:
+        assert widened == [f"ConvInteger [1, {ci}, 9, 9] x [{co}, {ci // 2}, {k}, {k}]: it is grouped (2 groups), "
+                           "so it runs as an int32 convolution without VNNI"]
+    elif weight_dtype == np.uint8:
+        assert widened and "VNNI multiplies u8 by s8, not uint8 by uint8" in widened[0]
+    else:
+        assert not widened
+    executable = compile_model(ms.database.MemoryDatabase(), mod, None, cpu_target)
+    (got,) = run_model(executable, {"x": x})
+    (expected,), _ = onnxruntime_model(model, {"x": x}, threads=1)
+    assert got.dtype == np.int32 and np.array_equal(got, expected)
+
+
+def test_int8_onnx_convolutions_reach_vnni_with_fused_epilogues_and_match_onnxruntime(tmp_path, cpu_target):
+    """An int8 ResNet bottleneck (ConvInteger): each convolution runs channels-last on VNNI with its
+    weights packed at compile time, its rescale, bias, ReLU and the next layer's quantize fused into
+    its kernel (the transposes between convolutions cancel), and the model computes what ONNX
+    Runtime computes."""
+    model = models.resnet_bottleneck(size=6, channels=32, width=16, int8=True)
+    mod = from_onnx(model.proto, model.input_shapes())
+    names = [t.task_name for t in extract_tasks(lower_for_tuning(mod, None, cpu_target), cpu_target)]
+    convs = [n for n in names if "conv2d" in n]
+    assert len(convs) == 3 and sum("_relu" in n and "_quantize" in n for n in convs) == 2, names
+    assert not any("transpose" in n and ("cast" in n or "conv2d" in n) for n in names), names
+    db = tune_model(mod, None, cpu_target, str(tmp_path), 24, num_trials_per_iter=4, seed=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # every task tuned
+        executable = compile_model(db, mod, None, cpu_target)
+    assert "vpdpbusd" in executable.mod.imports[0].inspect_source("asm")
+    assert "layout_rewrite" not in executable.as_text()  # weights re-laid out once, at compile time
+    (got,) = run_model(executable, model.inputs)
+    (expected,), _ = onnxruntime_model(model.proto, model.inputs, threads=2)
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-5)
+
+
 def _model_work_dir_reports_shows_and_resumes(work_dir, path):
     """A model's work dir is a run like an operator's: report, show TASK, resume, refuse another model."""
     report = ms_heron_cli("report", work_dir)

@@ -7,7 +7,8 @@ ONNX Runtime runs the very same bytes, so comparisons are on the same model.
   ``int8=True`` its six dense layers are quantized the way ONNX Runtime's dynamic-range quantizer
   writes them (``QuantizeLinear`` to u8 with a zero point, ``MatMulInteger`` with s8 weights, rescale).
 * :func:`resnet_bottleneck`: a ResNet-50 bottleneck block (1x1 -> 3x3 -> 1x1 convs with ReLUs and
-  the identity shortcut; batch norms folded into the convs, as deployed models have them).
+  the identity shortcut; batch norms folded into the convs, as deployed models have them); with
+  ``int8=True`` its convolutions are quantized the same way (``ConvInteger``).
 * :func:`mlp`: a small two-layer perceptron for tests.
 * :func:`cnn`: a small NCHW convolution and a dense classifier (fp32 weight layouts, for tests).
 """
@@ -81,18 +82,21 @@ class _Graph:
 
 
 def _dense(g: _Graph, x: str, k: int, n: int, int8: bool) -> str:
-    """``x @ W + b``; int8: u8 activations (zero point 128) x s8 weights -> s32, rescaled to fp32."""
+    """``x @ W + b``; int8: quantized (:func:`_integer_op`)."""
     w = g.weight(k, n, fan_in=k)
     b = g.const((0.1 * g.rng.standard_normal(n)).astype(np.float32), "bias")
-    if not int8:
-        return g.op("Add", g.op("MatMul", x, g.const(w)), b)
+    return g.op("Add", _integer_op(g, "MatMulInteger", x, w) if int8 else g.op("MatMul", x, g.const(w)), b)
+
+
+def _integer_op(g: _Graph, op_type: str, x: str, w: np.ndarray, **attrs) -> str:
+    """``op_type`` (MatMulInteger, ConvInteger) on u8 activations (zero point 128) and s8 weights,
+    rescaled to fp32: what ONNX Runtime's dynamic-range quantizer writes for MatMul and Conv."""
     x_scale, w_scale = 8.0 / 255, float(np.abs(w).max()) / 127
     zero = g.const(np.array(128, np.uint8), "zp")
     xq = g.op("QuantizeLinear", x, g.const(np.array(x_scale, np.float32), "scale"), zero)
     wq = np.clip(np.round(w / w_scale), -127, 127).astype(np.int8)
-    acc = g.op("MatMulInteger", xq, g.const(wq), zero)
-    scaled = g.op("Mul", g.op("Cast", acc, to=g.onnx.TensorProto.FLOAT), g.const(np.array(x_scale * w_scale, np.float32), "scale"))
-    return g.op("Add", scaled, b)
+    acc = g.op(op_type, xq, g.const(wq), zero, **attrs)
+    return g.op("Mul", g.op("Cast", acc, to=g.onnx.TensorProto.FLOAT), g.const(np.array(x_scale * w_scale, np.float32), "scale"))
 
 
 def _layer_norm(g: _Graph, x: str, n: int) -> str:
@@ -128,22 +132,28 @@ def bert_layer(seq: int = 128, hidden: int = 768, heads: int = 12, ffn: int = 30
     return g.model(name, {"x": x_value}, out, [seq, hidden])
 
 
-def _conv(g: _Graph, x: str, ci: int, co: int, k: int, relu: bool) -> str:
+def _conv(g: _Graph, x: str, ci: int, co: int, k: int, relu: bool, int8: bool = False) -> str:
     w = g.weight(co, ci, k, k, fan_in=ci * k * k)
-    b = g.const((0.1 * g.rng.standard_normal(co)).astype(np.float32), "bias")
-    y = g.op("Conv", x, g.const(w), b, kernel_shape=[k, k], pads=[k // 2] * 4)
+    bias = (0.1 * g.rng.standard_normal(co)).astype(np.float32)
+    shape = dict(kernel_shape=[k, k], pads=[k // 2] * 4)
+    if int8:
+        y = g.op("Add", _integer_op(g, "ConvInteger", x, w, **shape), g.const(bias.reshape(1, co, 1, 1), "bias"))
+    else:
+        y = g.op("Conv", x, g.const(w), g.const(bias, "bias"), **shape)
     return g.op("Relu", y) if relu else y
 
 
-def resnet_bottleneck(size: int = 56, channels: int = 256, width: int = 64, seed: int = 0) -> OnnxModel:
-    """ResNet-50's first-stage bottleneck (NCHW, batch 1): 1x1 reduce, 3x3, 1x1 expand, + identity."""
+def resnet_bottleneck(size: int = 56, channels: int = 256, width: int = 64, int8: bool = False, seed: int = 0) -> OnnxModel:
+    """ResNet-50's first-stage bottleneck (NCHW, batch 1): 1x1 reduce, 3x3, 1x1 expand, + identity;
+    int8: each convolution quantized (:func:`_integer_op`), the shortcut and ReLUs in fp32."""
     g = _Graph(seed)
-    y = _conv(g, "x", channels, width, 1, relu=True)
-    y = _conv(g, y, width, width, 3, relu=True)
-    y = _conv(g, y, width, channels, 1, relu=False)
+    y = _conv(g, "x", channels, width, 1, relu=True, int8=int8)
+    y = _conv(g, y, width, width, 3, relu=True, int8=int8)
+    y = _conv(g, y, width, channels, 1, relu=False, int8=int8)
     out = g.op("Relu", g.op("Add", y, "x"))
     x_value = g.rng.standard_normal((1, channels, size, size)).astype(np.float32)
-    return g.model(f"resnet_bottleneck_{channels}x{size}x{size}", {"x": x_value}, out, [1, channels, size, size])
+    name = f"resnet_bottleneck_{'int8_' if int8 else ''}{channels}x{size}x{size}"
+    return g.model(name, {"x": x_value}, out, [1, channels, size, size])
 
 
 def mlp(batch: int = 16, features: int = 64, hidden: int = 128, out: int = 32, int8: bool = False, seed: int = 0) -> OnnxModel:
@@ -162,3 +172,13 @@ def cnn(size: int = 6, channels: int = 8, width: int = 16, classes: int = 32, se
     out = _dense(g, y, width * size * size, classes, int8=False)
     x_value = g.rng.standard_normal((1, channels, size, size)).astype(np.float32)
     return g.model(f"cnn_{channels}x{size}x{size}", {"x": x_value}, out, [1, classes])
+
+
+#: The model zoo by name, as the benchmarks and examples offer it (each builder's defaults: the real
+#: model sizes; BERT-base layer and ResNet-50 bottleneck, fp32 and int8).
+ZOO = {
+    "bert": bert_layer,
+    "bert-int8": lambda: bert_layer(int8=True),
+    "resnet": resnet_bottleneck,
+    "resnet-int8": lambda: resnet_bottleneck(int8=True),
+}

@@ -1,0 +1,102 @@
+"""Moving a layout change (a view, a transpose) past the element-wise ops that follow it.
+
+Relax's FuseOps fuses element-wise ops into the kernel that produces their input -- a matmul's or a
+convolution's epilogue -- only when nothing else stands between them. A view or a transpose right
+after the kernel does, and the epilogue (bias, activation, rescale, quantize) then runs as a
+separate pass over the whole tensor. Moving the layout change past those ops, one op at a time, puts
+the epilogue back next to its kernel; the change itself is applied to the final result (free for a
+view, one pass for a transpose, which a following layout change may then cancel).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import tvm_ffi
+from tvm import relax
+from tvm.relax.dpl import DFPattern, is_op, rewrite_call, wildcard
+
+#: Element-wise Relax ops with one tensor operand (any other operand a scalar: clip's bounds,
+#: quantize's scale and zero point).
+UNARY = ("relax.nn.relu", "relax.sigmoid", "relax.tanh", "relax.clip", "relax.astype", "relax.exp",
+         "relax.erf", "relax.nn.gelu", "relax.nn.silu", "relax.negative", "relax.sqrt", "relax.quantize")
+#: Element-wise Relax ops on two broadcasting operands.
+BINARY = ("relax.add", "relax.subtract", "relax.multiply", "relax.divide", "relax.maximum", "relax.minimum")
+
+
+def static_shape(expr) -> list[int] | None:
+    """The tensor's shape, or None when it is not a tensor of static shape."""
+    dims = getattr(getattr(expr.ty, "shape", None), "values", None)
+    try:
+        return None if dims is None else [int(d) for d in dims]
+    except TypeError:  # a symbolic dimension
+        return None
+
+
+@dataclass(frozen=True)
+class LayoutChange:
+    """One kind of layout change and how to move it past an element-wise op.
+
+    ``pattern(inner)`` matches the change applied to ``inner``. ``reapply(result, change)`` applies
+    the matched ``change`` to the moved op's ``result`` (None: do not move). ``operand(other,
+    change)`` gives a binary op's other operand in the layout before the change (None: do not move).
+    """
+
+    pattern: Callable[[DFPattern], DFPattern]
+    reapply: Callable[[relax.Expr, relax.Call], relax.Expr | None]
+    operand: Callable[[relax.Expr, relax.Call], relax.Expr | None]
+
+
+def _scalar_operands(expr: relax.Call) -> bool:
+    shapes = [static_shape(a) for a in expr.args[1:]]
+    return all(s is None or math.prod(s) == 1 for s in shapes)
+
+
+def _rules(change: LayoutChange) -> list:
+    """(pattern, rewriter) pairs moving ``change`` past one element-wise op."""
+    rules = []
+
+    def moved(expr, changed: relax.Call, args: list) -> relax.Expr:
+        if static_shape(expr) is None or static_shape(expr) != static_shape(changed):
+            return expr  # the op broadcasts the changed tensor up: its layout is not the change's
+        result = change.reapply(relax.Call(expr.op, args, expr.attrs), changed)
+        return expr if result is None else result
+
+    for op in UNARY:
+        inner = wildcard()
+        changed = change.pattern(inner)
+
+        def unary(expr, matches, inner=inner, changed=changed):
+            if not _scalar_operands(expr):
+                return expr
+            return moved(expr, matches[changed], [matches[inner], *expr.args[1:]])
+
+        rules.append((is_op(op)(changed, varg_default_wildcard=True), unary))
+    for op in BINARY:
+        for side in (0, 1):
+            inner, other = wildcard(), wildcard()
+            changed = change.pattern(inner)
+
+            def binary(expr, matches, inner=inner, other=other, changed=changed, side=side):
+                operand = change.operand(matches[other], matches[changed])
+                if operand is None:
+                    return expr
+                args = [matches[inner], operand] if side == 0 else [operand, matches[inner]]
+                return moved(expr, matches[changed], args)
+
+            rules.append((is_op(op)(changed, other) if side == 0 else is_op(op)(other, changed), binary))
+    return rules
+
+
+def sink(func: relax.Function, change: LayoutChange, extra_rules: list = ()) -> relax.Function:
+    """Move every ``change`` in ``func`` as far past element-wise ops as it goes (with
+    ``extra_rules``, more (pattern, rewriter) pairs applied in the same rounds)."""
+    rules = [*_rules(change), *extra_rules]
+    while True:  # each round moves the changes one op further
+        before = func
+        for pattern, rewriter in rules:
+            func = rewrite_call(pattern, rewriter, func)
+        if tvm_ffi.structural_equal(before, func):
+            return func
