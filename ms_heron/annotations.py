@@ -26,8 +26,10 @@ LANE_REDUCTION = "ms_heron.lane_reduction"
 #: On a tiled block: whether (1) or not (0, a sampled choice) the PackPanels postproc packs the
 #: operand its micro-kernel streams into panels as wide as the sampled vector-lane tile.
 PACK_PANELS = "ms_heron.pack_panels"
+#: On a layout-changing element-wise block: the elements of the tile it is blocked into (read axis x write axis).
+TRANSPOSE_TILE = "ms_heron.transpose_tile"
 #: Block annotations of stages a rule already placed (inside another block's tiles, or parallel itself).
-PLACED = (CACHE_LEVEL, SPM_LEVEL, LANE_REDUCTION)
+PLACED = (CACHE_LEVEL, SPM_LEVEL, LANE_REDUCTION, TRANSPOSE_TILE)
 #: On the root block of a design space HeronSpace took from MetaSchedule's own generator: its
 #: constraint model keeps validity constraints only, so the space keeps all of MetaSchedule's content.
 SPACE_ORIGIN = "ms_heron.space_origin"

@@ -6,6 +6,7 @@ Each rule works in MetaSchedule's stock ``PostOrderApply`` as well as in :class:
 from ..targets import is_cuda
 from .add_cache_stage import AddCacheStage
 from .always_inline import AlwaysInline
+from .blocked_transpose import BlockedTranspose
 from .compute_location import ComputeLocation
 from .lane_reduction import LaneReduction
 from .multi_level_spm import MultiLevelSPM
@@ -35,6 +36,7 @@ def default_rules(target=None) -> list:
         Tensorize(),
         MultiLevelTiling(),
         LaneReduction(),
+        BlockedTranspose(),
         AddCacheStage(),
         MultiLevelSPM(),
         PackOperand(),
@@ -49,6 +51,7 @@ __all__ = [
     "TensorCoreTiling",
     "MultiLevelTiling",
     "LaneReduction",
+    "BlockedTranspose",
     "AddCacheStage",
     "MultiLevelSPM",
     "MultiScopeSPM",

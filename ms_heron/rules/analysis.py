@@ -13,6 +13,7 @@ from tvm import DataType, tirx
 from tvm.tirx.analysis import undefined_vars
 from tvm.s_tir import Schedule, SBlockRealize
 from tvm.s_tir.schedule import LoopRV, SBlockRV
+from tvm.s_tir.schedule.analysis import is_output_block
 
 from ..annotations import (
     AUTO_TENSORIZE,
@@ -113,6 +114,41 @@ def has_data_reuse(sch: Schedule, block: SBlockRV) -> bool:
     exploit (a GEMM's A ignores j, its B ignores i).
     """
     return "R" in iter_kinds(sch, block) and bool(reused_reads(sch, block))
+
+
+def strictly_inlinable(sch: Schedule, block: SBlockRV) -> bool:
+    """Heron's Always-Inline condition: injective, not an output, with consumers, without
+    conditionals (inlining a padding ``if_then_else`` would copy the branch into every use and hide
+    the buffer a tensor intrinsic must read), and not a transpose feeding a GEMM-like block (inlined,
+    the GEMM's vector loads would become strided gathers)."""
+    return (
+        is_injective(sch, block)
+        and not is_output_block(sch, block)
+        and bool(consumers(sch, block))
+        and not has_branch(sch, block)
+        and not (is_transpose(sch, block) and any(has_data_reuse(sch, c) for c in consumers(sch, block)))
+    )
+
+
+def transposed_read(sch: Schedule, block: SBlockRV) -> tuple[int, int] | None:
+    """For a block that copies a buffer in another order: ``(r, w)``, the iterators the first such
+    read and the write index with their last dimension (their contiguous axes), when they differ;
+    None when every read runs along the write's contiguous axis (or is not indexed by plain iterators)."""
+    blk = sch.get(block)
+    position = {iv.var.name: i for i, iv in enumerate(blk.iter_vars)}
+
+    def last_iterator(region) -> int | None:
+        last = region.region[-1].min if region.region else None
+        return position.get(last.name) if isinstance(last, tirx.Var) else None
+
+    written = last_iterator(blk.writes[0]) if len(blk.writes) == 1 else None
+    if written is None:
+        return None
+    for region in blk.reads:
+        read = last_iterator(region)
+        if read is not None and read != written:
+            return read, written
+    return None
 
 
 def consumers(sch: Schedule, block: SBlockRV) -> list[SBlockRV]:
