@@ -11,7 +11,7 @@ from ms_heron.evaluate import build, run_and_check
 from ms_heron.rules import default_rules
 from ms_heron.space import default_postprocs, design_spaces
 from ms_heron.probes import PEAK_CHAINS, fma_chains
-from ms_heron.targets import vector_bytes, vector_registers
+from ms_heron.targets import cpu_cache_bytes, vector_bytes, vector_registers
 from ms_heron.testing import workloads
 from rule_helpers import allocations
 
@@ -117,6 +117,54 @@ def test_register_tile_holds_enough_accumulators_to_hide_fma_latency(cpu_target)
         assert model.violations(Solver(model, seed=0).sample()) == []
 
 
+def test_vectorized_lanes_are_a_power_of_two(cpu_target):
+    """A 48- or 96-lane accumulator (N=96 allows both) lowers to scalar shuffles: samples take
+    power-of-two lanes only, a 48-lane decision is named, and the space without performance
+    constraints still holds it."""
+    workload = workloads.make("gemm", "fp32", M=16, N=96, K=32)
+    space = _spaces(workload, cpu_target)[0]
+    model = derive(space, cpu_target)
+    (lanes,) = [c.name.split(":")[0] for c in model.constraints if c.name.endswith("vector lanes a power of two")]
+    lane_tile = next(d for d in model.decisions if d.kind == "tile" and d.extent == 96)
+    samples = Solver(model, seed=0).samples(40)
+    assert {model.evaluate(v)[lanes] for v in samples} <= {1, 2, 4, 8, 16, 32, 64}
+    assert {model.evaluate(v)[lanes] for v in samples} & {16, 32, 64}
+    wide = Solver(model, seed=0).complete({lane_tile.variables[-1]: 32})
+    wide.update(dict(zip(lane_tile.variables, [2, 1, 1, 48])))
+    assert model.violations(wide) == [f"{lanes}: vector lanes a power of two"]
+    assert model.violations(wide, performance=False) == []
+
+
+def test_analytical_choice_fills_the_registers_and_half_of_each_cache(cpu_target):
+    """BLIS's analytical blocking as CP-SAT objectives, maximized in turn: no sample of the space has
+    a better micro-kernel (more accumulators; then no more loads than FMAs per step; then fewer cache
+    lines per step), and none with as good a one reads less over all parallel jobs; the micro-tile's
+    reads stay within half of L1 and the cache block's within half of L2; the choice is valid and
+    does not depend on the solver's seed."""
+    caches, width = cpu_cache_bytes(cpu_target), vector_bytes(cpu_target)
+    workload = workloads.make("gemm", "fp32", M=64, N=128, K=256)
+    for index, space in enumerate(_spaces(workload, cpu_target)):
+        model = derive(space, cpu_target)
+        choice = Solver(model, seed=0).analytical()
+        assert choice == Solver(model, seed=7).analytical() and model.violations(choice) == []
+
+        def kernel(values):
+            full = model.evaluate(values)
+            rows, vectors = full["register_tile[C].rows"], -(-full["register_tile[C].lane_bytes"] // width)
+            return rows * vectors, -max(rows + vectors - rows * vectors, 0), -(rows + vectors * width // 4)
+
+        def traffic(values):
+            full = model.evaluate(values)
+            return full["jobs[C]"] * sum(full[n] * 4 for n in full if n.startswith("job[C].") and n.count(".") == 1)
+
+        full = model.evaluate(choice)
+        for level in ("L1", "L2"):
+            assert sum(full[w.variable] * w.dtype_bytes for w in model.working_sets if w.scope == level) <= caches[level] // 2
+        for values in Solver(model, seed=index).samples(100):
+            assert kernel(values) <= kernel(choice), (values, choice)
+            assert kernel(values) < kernel(choice) or traffic(values) >= traffic(choice), (values, choice)
+
+
 def _allocated_elements(mod, buffer):
     found = allocations(mod)
     assert buffer in found, f"{buffer} not allocated in the lowered TIR"
@@ -170,7 +218,7 @@ def test_metaschedule_default_spaces_are_modelled_and_replay_valid(cpu_target):
 def test_micro_kernel_tile_and_cache_blocks_equal_lowered_allocations(family, cpu_target):
     """BLIS's quantities as the model has them: the register micro-tile equals the output tile a
     write-back under its level allocates, and each L1 / L2 working set equals the buffer a copy of
-    that operand placed outside the last / first reduction level allocates."""
+    that operand placed outside the last reduction level / inside the first one allocates."""
     workload = workloads.make(family, "fp32", **SMALL_SHAPES[family])
     # The padding stays a stage of its own (no ComputeLocation), so each operand is a buffer that a
     # cache_read can copy; with the padding inlined TVM's read region of the input is conservative.
@@ -187,7 +235,7 @@ def test_micro_kernel_tile_and_cache_blocks_equal_lowered_allocations(family, cp
     checked = 0
     for values in Solver(model, seed=5).samples(4):
         full = model.evaluate(values)
-        for cache, level in (("L1", structure.rfind("R")), ("L2", structure.find("R"))):
+        for cache, level in (("L1", structure.rfind("R")), ("L2", structure.find("R") + 1)):
             for fp in (w for w in model.working_sets if w.scope == cache):
                 sch = replay(model, trace, workload.func, values)
                 block = sch.get_sblock("C")

@@ -188,12 +188,15 @@ def test_merge_combines_records_of_one_target_and_skips_foreign_ones(tmp_path):
     foreign = ms_heron_cli("tune", *SMALL_GEMM, "--trials", "2", "--target", other, "--work-dir", tmp_path / "c")
     assert foreign.returncode == 0, foreign.stderr[-2000:]
     before = {n: (tmp_path / n / "database_tuning_record.json").read_bytes() for n in "abc"}
+    # Both seeds measure each Heron space's analytical choice first: those programs are the same.
+    distinct = len({json.dumps(line[1][0]) for n in "ab" for line in json_lines(tmp_path / n / "database_tuning_record.json")})
+    assert 3 <= distinct <= 6
     proc = ms_heron_cli("merge", tmp_path / "a", tmp_path / "b", tmp_path / "c", tmp_path / "all")
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert f"merged 6 records into {tmp_path / 'all'} (0 already there)" in proc.stdout
+    assert f"merged {distinct} records into {tmp_path / 'all'} ({6 - distinct} already there)" in proc.stdout
     assert "skipped 2 records measured for another target: llvm" in proc.stdout and "num-cores=1" in proc.stdout
     assert {n: (tmp_path / n / "database_tuning_record.json").read_bytes() for n in "abc"} == before
-    assert len(measured_seconds(tmp_path / "all")) == 6
+    assert len(measured_seconds(tmp_path / "all")) == distinct
     again = ms_heron_cli("merge", tmp_path / "a", tmp_path / "all")
     assert "merged 0 records" in again.stdout and "(3 already there)" in again.stdout
     show = ms_heron_cli("show", tmp_path / "all")  # the merged dir is a run: show and report work on it

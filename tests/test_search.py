@@ -9,6 +9,7 @@ from tvm.s_tir.meta_schedule.runner import RunnerResult
 
 from conftest import SMALL_SHAPES, timing_out_runner
 from ms_heron import HeronSearch, HeronSpace
+from ms_heron.annotations import is_metaschedule_space
 from ms_heron.evaluate import build, run_and_check, time_lib
 from ms_heron.search.decision_model import DecisionModel, rank_correlation
 from ms_heron.testing import workloads
@@ -68,12 +69,14 @@ def test_round_zero_is_ranked_by_the_feature_model_other_tasks_trained(cpu_targe
     other_task = _strategy(workloads.make("gemm", "fp32", M=64, N=32, K=64), cpu_target, 3, cost_model=cost_model)
     picked = other_task.generate_measure_candidates()
     assert other_task.guided and other_task.now.ranked_by == FEATURES
-    # The greedy picks: each design space's top prediction first (see the next test), then the rest
-    # of the top predictions, each part in predicted order.
+    # The greedy picks: each Heron space's analytical choice, then each other design space's top
+    # prediction (see the next tests), then the rest of the top predictions, these parts in
+    # predicted order.
     greedy = other_task.pending[: round(len(picked) * (1 - other_task.epsilon))]
-    leaders = len({p.space for p in greedy})
+    leaders, chosen = len({p.space for p in greedy}), sorted(other_task.analytical)
     assert len({p.space for p in greedy[:leaders]}) == leaders
-    for part in (greedy[:leaders], greedy[leaders:]):
+    assert [p.key for p in greedy[: len(chosen)]] == [other_task.analytical[s].key for s in chosen]
+    for part in (greedy[len(chosen):leaders], greedy[leaders:]):
         scores = [p.predicted[FEATURES] for p in part]
         assert scores == sorted(scores, reverse=True)
     assert len(greedy) >= 3
@@ -145,6 +148,43 @@ def test_first_round_measures_every_design_space(cpu_target):
     strategy.pre_tuning(16, 16, spaces, None, None)
     strategy.generate_measure_candidates()
     assert len(spaces) >= 4 and {p.space for p in strategy.pending} == set(range(len(spaces)))
+
+
+def test_first_round_measures_each_spaces_analytical_choice_first(cpu_target):
+    """Every Heron space with a micro-kernel model starts from the program BLIS's analytical model
+    picks; MetaSchedule's validity-only spaces have none and start from their best-ranked sample."""
+    strategy = _strategy(workloads.make("gemm", "fp32", M=16, N=64, K=32), cpu_target, 0, trials=32, per_round=16)
+    heron = {i for i, trace in enumerate(strategy.traces) if not is_metaschedule_space(trace)}
+    assert set(strategy.analytical) == heron
+    strategy.generate_measure_candidates()
+    assert [p.key for p in strategy.pending[: len(heron)]] == [strategy.analytical[i].key for i in sorted(heron)]
+    assert {p.space for p in strategy.pending} == set(range(len(strategy.traces)))
+
+
+def test_fresh_samples_follow_the_spaces_that_measured_fastest(cpu_target):
+    """MetaSchedule's spaces inside HeronSpace share one Heron space's prior (a BERT GEMM spent 19-27
+    of 48 trials on their validity-only samples, none among its best); after measurements each space's
+    weight follows its best time, so a MetaSchedule space that measures fastest gets its full share."""
+    from ms_heron.search.genetic import space_weights  # pylint: disable=import-outside-toplevel
+
+    inf = float("inf")
+    assert space_weights([1.0, 0.5, 0.5], {}) == [1.0, 0.5, 0.5]
+    assert space_weights([1.0, 0.5, 0.5], {0: 2e-3, 1: 1e-3, 2: inf}) == [1.0 / 8, 0.5, 0.5 * 0.02]
+    assert space_weights([1.0, 1.0], {0: inf}) == [1.0, 1.0]  # nothing ran yet: the priors
+
+    strategy = _strategy(workloads.make("gemm", "fp32", M=16, N=64, K=32), cpu_target, 0, trials=32, per_round=8)
+    default = [is_metaschedule_space(trace) for trace in strategy.traces]
+    assert any(default) and not all(default)
+    priors = strategy._space_weights()  # pylint: disable=protected-access
+    assert sum(w for w, d in zip(priors, default) if d) == pytest.approx(1.0)
+    assert all(w == 1.0 for w, d in zip(priors, default) if not d)
+    batch = strategy.generate_measure_candidates()
+    fastest = next(i for i, p in enumerate(strategy.pending) if default[p.space])
+    strategy.notify_runner_results(batch, [RunnerResult(run_secs=[1e-4 if i == fastest else 1e-3], error_msg=None)
+                                           for i in range(len(batch))])
+    weights = strategy._space_weights()  # pylint: disable=protected-access
+    assert weights[strategy.pending[fastest].space] == max(weights) == priors[strategy.pending[fastest].space]
+    assert all(w == pytest.approx(0.02) for w, d in zip(weights, default) if not d)
 
 
 def test_survives_candidates_that_time_out(cpu_target, tmp_path):

@@ -10,7 +10,6 @@ need the whole walk (BLIS's micro-kernel model, L2 capacity, GPU limits) are add
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 
 from tvm.s_tir import Schedule
@@ -46,7 +45,7 @@ def derive(space: Schedule, target: Target, options: ConstraintOptions = Constra
     """
     trace = space.trace.simplified(remove_postproc=True)
     if is_metaschedule_space(trace):
-        options = dataclasses.replace(options, parallel_jobs=False, cache_capacity=False)
+        options = options.validity_only()
     state = Walk(space, trace, target, options)
     for inst in trace.insts:
         kind = inst.kind.name

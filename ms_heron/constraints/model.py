@@ -20,6 +20,14 @@ DecisionKind = Literal["tile", "categorical", "location"]
 #: What a constraint limits: tiles multiplying to the extent, a categorical's range, parallel jobs
 #: covering the cores, vector lanes, registers of the micro-kernel, bytes in a memory level, threads.
 ConstraintKind = Literal["split", "candidates", "parallel", "vector", "register", "memory", "L1", "L2", "threads"]
+#: The stages of a design space's analytical choice (BLIS's model, Low et al. TOMS 2016), maximized
+#: one after another, each held at its optimum while the next is maximized: the register micro-tile's
+#: accumulators, then no more loads than FMAs per micro-kernel step, then the fewest cache lines per
+#: step, then the fewest bytes the parallel jobs read together, then the bytes a micro-tile reads
+#: over KC within half of L1, then the bytes one cache block reads (``MC x KC`` and ``KC x NC``)
+#: within half of L2.
+ObjectiveStage = Literal["registers", "loads", "lines", "traffic", "L1", "L2"]
+OBJECTIVE_STAGES: tuple[ObjectiveStage, ...] = ("registers", "loads", "lines", "traffic", "L1", "L2")
 #: CP-SAT's integer domain is int64; bounds of derived products are capped here (they stay sound:
 #: a product of loop factors never comes near it).
 MAX_BOUND = (1 << 62) - 1
@@ -99,6 +107,10 @@ class ConstraintModel:
         #: Values each primary variable may take.
         self.domains: dict[str, list[int]] = {}
         self._decision_of: dict[str, Decision] = {}
+        #: Stage -> (CP-SAT variable, coefficient) terms to maximize, and the stage's caps (a term
+        #: sum that must stay within a bound while it is maximized): see :data:`OBJECTIVE_STAGES`.
+        self.objectives: dict[str, list[tuple[cp_model.IntVar, int]]] = {}
+        self.objective_caps: dict[str, list[tuple[tuple[tuple[cp_model.IntVar, int], ...], int]]] = {}
 
     # -- building ---------------------------------------------------------------------------
 
@@ -173,6 +185,14 @@ class ConstraintModel:
 
     def add(self, constraint: Constraint) -> None:
         self.constraints.append(constraint)
+
+    def maximize(self, stage: ObjectiveStage, terms, cap: int | None = None) -> None:
+        """Add ``terms`` ((variable, coefficient) pairs) to what the analytical choice maximizes at
+        ``stage``; with ``cap``, their sum stays within it while the stage is maximized."""
+        terms = tuple(terms)
+        self.objectives.setdefault(stage, []).extend(terms)
+        if cap is not None:
+            self.objective_caps.setdefault(stage, []).append((terms, cap))
 
     # -- using --------------------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 from ortools.sat.python import cp_model
 
-from .model import ConstraintModel, Values
+from .model import OBJECTIVE_STAGES, ConstraintModel, Values
 
 
 class Infeasible(RuntimeError):
@@ -80,6 +80,35 @@ class Solver:
             raise Infeasible(f"no solution keeps {fixed}")
         return got
 
+    def analytical(self, stage_time_limit_s: float = 1.0) -> Values | None:
+        """The solution the analytical model picks (the model's objectives maximized stage after
+        stage, :data:`~.model.OBJECTIVE_STAGES`; the best found within the time limit), or None
+        when the model has no objective. A stage whose cap leaves no solution is skipped; what no
+        stage decides is left to CP-SAT's deterministic search."""
+        if not self.model.objectives:
+            return None
+        cp = self.model.cp.clone()
+        solution = None
+        for stage in OBJECTIVE_STAGES:
+            terms = self.model.objectives.get(stage)
+            if not terms:
+                continue
+            trial = cp.clone()
+            for capped, cap in self.model.objective_caps.get(stage, []):
+                trial.Add(_linear(trial, capped) <= cap)
+            trial.Maximize(_linear(trial, terms))
+            solver = _cp_solver()
+            solver.parameters.num_workers = 1
+            solver.parameters.max_time_in_seconds = stage_time_limit_s
+            if solver.Solve(trial) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+                continue
+            solution = {name: int(solver.Value(trial.get_int_var_from_proto_index(self.model.vars[name].Index())))
+                        for name in self.model.primary}
+            cp = trial
+            cp.ClearObjective()
+            cp.Add(_linear(cp, terms) >= int(round(solver.ObjectiveValue())))
+        return solution
+
     def samples(self, n: int, max_tries: int | None = None) -> list[Values]:
         """Up to ``n`` distinct random solutions (fewer when the space is smaller)."""
         seen, out = set(), []
@@ -92,6 +121,11 @@ class Solver:
                 if len(out) == n:
                     break
         return out
+
+
+def _linear(cp: cp_model.CpModel, terms):
+    """``sum(coefficient * variable)`` over ``terms`` of the model ``cp`` was cloned from, in ``cp``."""
+    return sum(cp.get_int_var_from_proto_index(var.Index()) * k for var, k in terms)
 
 
 def _random_tiling(extent: int, levels: int, rng: random.Random) -> list[int]:

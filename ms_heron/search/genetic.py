@@ -42,15 +42,36 @@ def unique(programs: list[Program]) -> list[Program]:
     return out
 
 
-def untried_spaces_first(ranked: list[Program], tried: set[int]) -> list[Program]:
-    """``ranked`` with the best-ranked program of each design space not in ``tried`` moved to the
-    front (in rank order), the rest after it in rank order."""
-    firsts: dict[int, Program] = {}
+def untried_spaces_first(ranked: list[Program], tried: set[int], preferred: dict[int, Program] | None = None) -> list[Program]:
+    """``ranked`` with one program of each design space not in ``tried`` moved to the front: the
+    space's ``preferred`` program if it has one (its analytical choice), else its best-ranked one;
+    the rest after them in rank order."""
+    firsts: dict[int, Program] = {s: p for s, p in (preferred or {}).items() if s not in tried}
     for p in ranked:
         if p.space not in tried and p.space not in firsts:
             firsts[p.space] = p
+    firsts = dict(sorted(firsts.items(), key=lambda item: item[0] not in (preferred or {})))
     lead = {id(p) for p in firsts.values()}
     return [*firsts.values(), *(p for p in ranked if id(p) not in lead)]
+
+
+def space_weights(priors: list[float], best: dict[int, float], sharpness: float = 3.0, floor: float = 0.02) -> list[float]:
+    """How likely each design space is to get the next fresh sample.
+
+    A space not measured yet keeps its prior; a measured one gets ``prior x (best overall / its
+    best) ** sharpness`` (a space whose best program is 2x slower than the best gets an eighth of
+    its prior), never less than ``floor`` of it, so that no space is dropped on a few unlucky draws.
+    ``best`` maps a space to its fastest measured seconds (inf when nothing of it ran).
+    """
+    top = min((s for s in best.values() if s < float("inf")), default=float("inf"))
+    weights = []
+    for space, prior in enumerate(priors):
+        if space not in best or top == float("inf"):
+            weights.append(prior)
+        else:
+            share = (top / best[space]) ** sharpness if best[space] < float("inf") else 0.0
+            weights.append(prior * max(floor, share))
+    return weights
 
 
 def roulette(ranked: list[Program], k: int, rng: random.Random) -> list[Program]:
