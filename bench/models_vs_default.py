@@ -99,6 +99,12 @@ def _time_exported(out: pathlib.Path, names: list[str], rounds: int = TIMING_ROU
     return rows
 
 
+def _task_ratio(task, others) -> float:
+    """MetaSchedule default's best kernel over ms_heron's for ``task`` (> 1: ms_heron faster)."""
+    theirs = next(t.seconds for t in others if t.name == task.name)
+    return theirs / task.seconds if task.seconds > 0 else float("nan")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", choices=list(models.ZOO), default=list(models.ZOO))
@@ -141,12 +147,17 @@ def main() -> None:
             f"**{ort / ours:.2f}x** | {r['ms_heron tuning s']:.0f} / {r['MetaSchedule default tuning s']:.0f} | "
             f"{r['ms_heron max abs diff']:.2g} / {r['MetaSchedule default max abs diff']:.2g} |"
         )
+    ratios = [r["MetaSchedule default ms"] / r["ms_heron ms"] for r in data.values()]
+    lines += ["", f"Geometric mean ms_heron / MetaSchedule default: **{results_io.geomean(ratios):.2f}x** "
+              f"({sum(x >= 1.0 for x in ratios)} of {len(ratios)} models >= 1.0x)."]
     from ms_heron.relax import TaskTime, task_table  # pylint: disable=import-outside-toplevel
 
     for name, r in data.items():
         arms = {arm: [TaskTime(**t) for t in times] for arm, times in r["per task"].items()}
+        slowest = min(arms[ARMS[0]], key=lambda t: _task_ratio(t, arms[ARMS[1]]))
         lines += ["", f"## {name}: per task (best kernel time while tuning; share of the model estimate)", "",
-                  *task_table(arms)]
+                  f"Slowest ms_heron kernel against MetaSchedule default's for the same task: {slowest.name}, "
+                  f"{_task_ratio(slowest, arms[ARMS[1]]):.2f}x.", "", *task_table(arms)]
     subset = "" if args.models == list(models.ZOO) else "_" + "_".join(args.models)
     results_io.write(args.out, f"models_vs_default_{args.trials}{subset}", lines, data)
 

@@ -5,6 +5,7 @@ and the commit of the code that measured it (with "+ changes" when the checkout 
 """
 
 import json
+import math
 import pathlib
 import subprocess
 
@@ -38,3 +39,9 @@ def code_commit() -> str:
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
     return f"{commit} + changes" if dirty else commit
+
+
+def geomean(values) -> float:
+    """The geometric mean of speed-up ratios (nan for none): the one summary of ratios the results quote."""
+    values = list(values)
+    return math.exp(sum(map(math.log, values)) / len(values)) if values else float("nan")

@@ -131,7 +131,7 @@ def _report(args, rows) -> None:
                 f"| {d['tuning_s']:.0f} / {h['tuning_s']:.0f} | {ok} |"
             )
         ratios = [x for x in _ratios(rows, n) if 0 < x < math.inf]
-        geomean = math.exp(sum(map(math.log, ratios)) / len(ratios)) if ratios else float("nan")
+        geomean = results_io.geomean(ratios)
         lines += ["", f"Geometric mean ms_heron / default at {n} trials: **{geomean:.2f}x** "
                   f"({sum(x >= 1.0 for x in ratios)} of {len(rows)} rows >= 1.0x).", ""]
     stem = "te_suite_" + "_".join(map(str, args.trials))

@@ -146,7 +146,7 @@ def _report(args, rows) -> None:
         ratios = [r["ratio"] for r in rows if r["trials"] == trials and r["ratio"]]
         if ratios:
             lines += ["", f"Geometric mean ms_heron / default at {trials} trials: "
-                      f"**{math.exp(sum(map(math.log, ratios)) / len(ratios)):.2f}x** ({len(ratios)} cases)."]
+                      f"**{results_io.geomean(ratios):.2f}x** ({len(ratios)} cases)."]
     budgets = "_".join(str(t) for t in args.trials)
     subset = "_awkward" if args.cases == AWKWARD else ""
     results_io.write(args.out, f"tuning_vs_default_{args.search}_{args.dtype}_{budgets}{subset}", lines, rows)
