@@ -437,6 +437,21 @@ def test_int8_shapes_vnni_tiles_do_not_divide_are_tensorized_through_padding(fam
     assert true_weight < padded_weight <= (1 + Tensorize().max_waste) * true_weight
 
 
+def test_a_stage_left_at_the_root_runs_on_every_core(cpu_target):
+    """A padded int8 weight's pad-and-pack copy stays at the root when no rule places it: the root's
+    parallel annotation lets MetaSchedule's postproc run it on every core (serial, it took longer
+    than the GEMM reading it), and the result copied back with it; the tiled GEMM keeps its own
+    parallel loop."""
+    workload = workloads.make("gemm", "int8", M=16, N=40, K=64)
+    rules = [Tensorize(), MultiLevelTiling(), ParallelVectorizeUnroll()]
+    (space,) = stock_design_spaces(workload.func, rules, cpu_target)
+    sch = finished(space, workload)
+    kinds = tvm.tirx.ForKind
+    assert sch.get(sch.get_loops(sch.get_sblock("W_pad"))[0]).kind == kinds.PARALLEL
+    assert sch.mod.script().count("T.parallel(") == 3  # the copy, the GEMM's outer tiles, the result copied back
+    check_random_samples(space, workload, cpu_target, samples=1)
+
+
 def _channels_last_to_first(n=1, h=4, w=6, c=32, swap=True) -> Workload:
     """``relu(transpose(Y) + X)``: an NHWC result back to NCHW with the residual add and ReLU fused
     (an int8 ResNet block's last kernel); with ``swap=False`` a transpose that keeps the contiguous

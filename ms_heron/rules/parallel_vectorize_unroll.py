@@ -4,13 +4,16 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir import Schedule
 from tvm.s_tir.schedule import SBlockRV
 
-from ..targets import is_cpu
+from ..targets import is_cpu, num_cores
 from ..annotations import TILING_STRUCTURE, block_annotations, iter_kinds
 from .analysis import is_root, is_tensorized, is_tiled, needs_sampled_location, placed_by_rule, tile_levels, working_block
 from .base import HeronRule
 
 #: Root-block annotation MetaSchedule's RewriteParallelVectorizeUnroll postproc turns into unroll pragmas.
 UNROLL_EXPLICIT = "meta_schedule.unroll_explicit"
+#: Root-block annotation the same postproc reads as the most parallel jobs a stage left at the root
+#: may fuse its outer loops into (it parallelizes every such stage whose loops are still serial).
+PARALLEL = "meta_schedule.parallel"
 
 
 @derived_object
@@ -25,21 +28,29 @@ class ParallelVectorizeUnroll(HeronRule):
       loops outside the innermost loop and the first reduction loop; ``vectorize`` an innermost
       spatial loop, split to the largest factor of at most ``max_vector_extent`` lanes;
     * root block, on every target (Heron's unrollPragmaOp): sample the unroll depth from
-      ``unroll_steps`` (MetaSchedule's postproc applies it).
+      ``unroll_steps`` (MetaSchedule's postproc applies it); on CPU also allow
+      ``max_jobs_per_core`` parallel jobs per core to the stages whose place is sampled and lands
+      at the root (a weight's pad-and-pack copy, a convolution's padding), which MetaSchedule's
+      postproc then parallelizes: left serial, the pad-and-pack of a 768 x 1000 int8 weight took
+      longer on one core than the VNNI GEMM reading it on two.
     """
 
-    def __init__(self, unroll_steps: tuple = (0, 16, 64, 512), max_vector_extent: int = 64):
+    def __init__(self, unroll_steps: tuple = (0, 16, 64, 512), max_vector_extent: int = 64, *, max_jobs_per_core: int = 16):
         self.unroll_steps = tuple(unroll_steps)
         self.max_vector_extent = max_vector_extent
+        self.max_jobs_per_core = max_jobs_per_core
 
     def _params(self):
-        return {"unroll_steps": self.unroll_steps, "max_vector_extent": self.max_vector_extent}
+        return {"unroll_steps": self.unroll_steps, "max_vector_extent": self.max_vector_extent,
+                "max_jobs_per_core": self.max_jobs_per_core}
 
     def apply(self, sch: Schedule, block: SBlockRV) -> list[Schedule]:
         if is_root(sch, block):
             probs = [1.0 / len(self.unroll_steps)] * len(self.unroll_steps)
             depth = sch.sample_categorical(candidates=list(self.unroll_steps), probs=probs)
             sch.annotate(block, UNROLL_EXPLICIT, depth)
+            if self.target is not None and is_cpu(self.target):
+                sch.annotate(block, PARALLEL, self.max_jobs_per_core * num_cores(self.target))
             return [sch]
         if self.target is not None and not is_cpu(self.target):
             return [sch]  # GPU: thread binding and vector loads come with the TensorCore rule
