@@ -4,6 +4,7 @@ import json
 import os
 import pathlib
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -56,6 +57,22 @@ def test_demo_rejects_shape_vnni_cannot_take():
 # -- ms-heron tune / report / show -------------------------------------------------------------
 
 SMALL_GEMM = ("gemm", "--shape", "M=64", "N=64", "K=64")
+
+
+@pytest.fixture(scope="module")
+def _tuned_once(tmp_path_factory):
+    work = tmp_path_factory.mktemp("four_trials")
+    proc = ms_heron_cli("tune", *SMALL_GEMM, "--trials", "4", "--work-dir", str(work))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return work
+
+
+@pytest.fixture
+def four_trial_run(_tuned_once, tmp_path):
+    """A finished ``tune`` of SMALL_GEMM with 4 trials in this test's own work dir (tuned once per
+    worker and copied: each tune is a subprocess that costs seconds)."""
+    shutil.copytree(_tuned_once, tmp_path, dirs_exist_ok=True)
+    return tmp_path
 
 
 def _trace_lines(work_dir):
@@ -151,10 +168,10 @@ def test_ctrl_c_stops_after_the_round_in_flight_and_a_second_one_at_once(tmp_pat
     assert len(_trace_lines(tmp_path)) == now + 4
 
 
+@pytest.mark.usefixtures("four_trial_run")
 def test_torn_last_record_is_left_by_show_and_cut_on_resume(tmp_path):
     """A kill inside a write leaves half a line: show and report read around it without writing the
     database (byte-identical beside a live run); the next tune cuts it and goes on."""
-    assert ms_heron_cli("tune", *SMALL_GEMM, "--trials", "4", "--work-dir", str(tmp_path)).returncode == 0
     records = tmp_path / "database_tuning_record.json"
     records.write_text(records.read_text() + '[0, [[["GetSBlock", [], ["C"')
     before = records.read_bytes()
@@ -167,8 +184,8 @@ def test_torn_last_record_is_left_by_show_and_cut_on_resume(tmp_path):
     assert "resuming from 4 records" in again.stdout and len(_trace_lines(tmp_path)) == 8
 
 
+@pytest.mark.usefixtures("four_trial_run")
 def test_second_process_on_a_live_work_dir_is_refused_naming_the_holder(tmp_path):
-    assert ms_heron_cli("tune", *SMALL_GEMM, "--trials", "4", "--work-dir", str(tmp_path)).returncode == 0
     with session._work_dir_lock(tmp_path):  # pylint: disable=protected-access  # this process is the live run
         proc = ms_heron_cli("tune", *SMALL_GEMM, "--trials", "8", "--work-dir", str(tmp_path))
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
@@ -188,8 +205,8 @@ def test_resume_with_another_target_is_refused_naming_both(tmp_path):
     assert run_file["versions"]["tvm"] == tvm.__version__ and run_file["versions"]["ms_heron"] == ms_heron.__version__
 
 
+@pytest.mark.usefixtures("four_trial_run")
 def test_corrupt_middle_record_is_skipped_with_a_warning_naming_its_line(tmp_path):
-    assert ms_heron_cli("tune", *SMALL_GEMM, "--trials", "4", "--work-dir", str(tmp_path)).returncode == 0
     records = tmp_path / "database_tuning_record.json"
     lines = records.read_text().splitlines(keepends=True)
     records.write_text("".join([*lines[:2], "{not json\n", *lines[2:]]))
@@ -227,8 +244,8 @@ def test_a_malformed_run_file_gets_one_line(tmp_path):
         assert f"{tmp_path / session.RUN_FILE} is not an ms-heron run file (" in proc.stderr
 
 
+@pytest.mark.usefixtures("four_trial_run")
 def test_work_dir_of_another_workload_or_unwritable_is_refused(tmp_path):
-    assert ms_heron_cli("tune", *SMALL_GEMM, "--trials", "2", "--work-dir", str(tmp_path)).returncode == 0
     other = ms_heron_cli("tune", "bmm", "--shape", "B=2", "M=8", "N=16", "K=8", "--trials", "2", "--work-dir", str(tmp_path))
     assert other.returncode == 2 and "holds a run of gemm M=64 N=64 K=64 int8" in other.stderr
     blocker = tmp_path / "a_file"
@@ -273,8 +290,8 @@ def test_kernel_file_errors_name_the_fix(tmp_path):
     assert f"{broken} does not load (" in proc.stderr and "@T.prim_func(s_tir=True)" in proc.stderr
 
 
+@pytest.mark.usefixtures("four_trial_run")
 def test_resume_sets_a_corrupt_middle_record_aside_and_keeps_every_good_one(tmp_path):
-    assert ms_heron_cli("tune", *SMALL_GEMM, "--trials", "4", "--work-dir", str(tmp_path)).returncode == 0
     records = tmp_path / "database_tuning_record.json"
     lines = records.read_text().splitlines(keepends=True)
     records.write_text("".join([*lines[:2], "{not json\n", *lines[2:]]))
@@ -297,8 +314,8 @@ runpy.run_module("ms_heron.cli", run_name="__main__")
 """
 
 
+@pytest.mark.usefixtures("four_trial_run")
 def test_a_disk_that_fills_up_mid_run_stops_with_one_line_and_keeps_every_record(tmp_path):
-    assert ms_heron_cli("tune", *SMALL_GEMM, "--trials", "4", "--work-dir", str(tmp_path)).returncode == 0
     records = tmp_path / "database_tuning_record.json"
     before = records.read_bytes()
     proc = subprocess.run([sys.executable, "-c", LIMITED_CLI, str(len(before) + 100), "tune", *SMALL_GEMM, "--trials", "12",
