@@ -40,7 +40,20 @@ def timing_out_runner():
     return runner
 
 
+def _command(args) -> list[str]:
+    return [sys.executable, "-m", "ms_heron.cli", *map(str, args)]
+
+
 def ms_heron_cli(*args, timeout=600, cwd=None) -> subprocess.CompletedProcess:
     """The ``ms-heron`` command as a user runs it: a subprocess, output captured."""
-    return subprocess.run([sys.executable, "-m", "ms_heron.cli", *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, cwd=cwd)
+    return subprocess.run(_command(args), capture_output=True, text=True, timeout=timeout, cwd=cwd)
+
+
+def ms_heron_clis(*commands, timeout=600) -> list[subprocess.CompletedProcess]:
+    """Several ``ms-heron`` commands run side by side (most of a small run is start-up), in order."""
+    procs = [subprocess.Popen(_command(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for args in commands]
+    done = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=timeout)
+        done.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
+    return done

@@ -82,27 +82,27 @@ def _trace_lines(work_dir):
 
 def test_tune_resume_report_show(tmp_path):
     work = tmp_path / "run"
-    proc = ms_heron_cli("tune", *SMALL_GEMM, "--trials", "8", "--round-size", "4", "--work-dir", str(work), "--baseline", "metaschedule")
+    proc = ms_heron_cli("tune", *SMALL_GEMM, "--trials", "4", "--round-size", "4", "--work-dir", str(work), "--baseline", "metaschedule")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert re.search(r"ms_heron:\s+8/8 trials \| best [\d.]+ ms = [\d.]+ GOPS \| valid 100%", proc.stdout), proc.stdout
-    assert re.search(r"speed-up\s+[\d.]+x", proc.stdout) and "MetaSchedule default:    8/8 trials" in proc.stdout, proc.stdout
-    assert len(_trace_lines(work)) == 8 and len(_trace_lines(work / "baseline")) == 8
+    assert re.search(r"ms_heron:\s+4/4 trials \| best [\d.]+ ms = [\d.]+ GOPS \| valid 100%", proc.stdout), proc.stdout
+    assert re.search(r"speed-up\s+[\d.]+x", proc.stdout) and "MetaSchedule default:    4/4 trials" in proc.stdout, proc.stdout
+    assert len(_trace_lines(work)) == 4 and len(_trace_lines(work / "baseline")) == 4
     assert "best kernel of ms_heron and MetaSchedule default checked against the reference: correct" in proc.stdout
 
-    again = ms_heron_cli("tune", *SMALL_GEMM, "--trials", "12", "--round-size", "4", "--work-dir", str(work))
+    again = ms_heron_cli("tune", *SMALL_GEMM, "--trials", "8", "--round-size", "4", "--work-dir", str(work))
     assert again.returncode == 0, again.stderr[-3000:]
-    assert "resuming from 8 records" in again.stdout and "12/12 trials" in again.stdout
+    assert "resuming from 4 records" in again.stdout and "8/8 trials" in again.stdout
     traces = _trace_lines(work)
-    assert len(traces) == 12 and len(set(traces)) == 12  # nothing measured twice
+    assert len(traces) == 8 and len(set(traces)) == 8  # nothing measured twice
     log = "".join(p.read_text() for p in (work / "logs").glob("*task*"))
-    assert "warm start: 8 of 8 earlier records" in log
+    assert "warm start: 4 of 4 earlier records" in log
 
     report = ms_heron_cli("report", str(work))
     assert report.returncode == 0, report.stderr[-3000:]
     png = (work / "tuning_curve.png").read_bytes()
     assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 10_000
     text = (work / "report.md").read_text()
-    assert "| trials | 12 | 8 |" in text and "% of measured VNNI peak" in text and "unconstrained size" in text
+    assert "| trials | 8 | 4 |" in text and "% of measured VNNI peak" in text and "unconstrained size" in text
 
     show = ms_heron_cli("show", str(work))
     assert show.returncode == 0, show.stderr[-3000:]

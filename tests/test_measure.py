@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import ms_heron_cli
+from conftest import ms_heron_cli, ms_heron_clis
 from ms_heron import session
 from ms_heron.measure import DEFAULT_TIMEOUT_S, MeasureError, Tracker
 from ms_heron.records import json_lines, measured_seconds
@@ -182,11 +182,11 @@ def test_a_model_under_a_tiny_budget_gives_every_task_a_round(tmp_path):
 
 
 def test_merge_combines_records_of_one_target_and_skips_foreign_ones(tmp_path):
-    for name, seed in (("a", 1), ("b", 2)):
-        assert ms_heron_cli("tune", *SMALL_GEMM, "--trials", "3", "--seed", seed, "--work-dir", tmp_path / name).returncode == 0
     other = json.dumps(target_json(host_target(num_cores=1)))
-    foreign = ms_heron_cli("tune", *SMALL_GEMM, "--trials", "2", "--target", other, "--work-dir", tmp_path / "c")
-    assert foreign.returncode == 0, foreign.stderr[-2000:]
+    for tuned in ms_heron_clis(("tune", *SMALL_GEMM, "--trials", "3", "--seed", 1, "--work-dir", tmp_path / "a"),
+                               ("tune", *SMALL_GEMM, "--trials", "3", "--seed", 2, "--work-dir", tmp_path / "b"),
+                               ("tune", *SMALL_GEMM, "--trials", "2", "--target", other, "--work-dir", tmp_path / "c")):
+        assert tuned.returncode == 0, tuned.stderr[-2000:]
     before = {n: (tmp_path / n / "database_tuning_record.json").read_bytes() for n in "abc"}
     # Both seeds measure each Heron space's analytical choice first: those programs are the same.
     distinct = len({json.dumps(line[1][0]) for n in "ab" for line in json_lines(tmp_path / n / "database_tuning_record.json")})
