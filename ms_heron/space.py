@@ -18,8 +18,9 @@ from tvm.s_tir.meta_schedule.space_generator import PySpaceGenerator, SpaceGener
 from tvm.s_tir.schedule.analysis import has_block
 
 from .intrinsics import ensure_registered
-from .postprocs import PackPanels
+from .postprocs import PackPanels, UnrollTiles
 from .rules import default_rules
+from .rules.analysis import needs_sampled_location
 from .annotations import METASCHEDULE_SPACE, SPACE_ORIGIN
 from .targets import is_cuda
 
@@ -44,6 +45,7 @@ def default_postprocs(target=None) -> list:
         ms.postproc.DisallowDynamicLoop(),
         PackPanels(),  # before the reduction is decomposed: it finds the streamed input on the block
         ms.postproc.RewriteParallelVectorizeUnroll(),
+        UnrollTiles(),  # after: the parallel rewrite fuses outer loops, never unrolled ones
         ms.postproc.RewriteReductionBlock(),
         ms.postproc.RewriteTensorize(vectorize_init_loop=True),
         # Layout-free weights (a model's constants) get the layout the tiled kernel streams: packed
@@ -140,11 +142,28 @@ class HeronSpace(PySpaceGenerator):
 
     def generate_design_space(self, mod: IRModule) -> list[Schedule]:
         spaces = [Schedule(mod, seed=self.rand_state, debug_mask="none")]  # -1: random, as in TVM
-        for name in _blocks_consumers_first(spaces[0]):
-            for rule, rule_name in zip(self.sch_rules, self.rule_names):
-                spaces = [out for sch in spaces for out in _apply(rule, rule_name, sch, name)]
+        *blocks, root = _blocks_consumers_first(spaces[0])
+        for name in blocks:
+            spaces = self._apply_rules(spaces, name)
+        spaces = [out for sch in spaces for out in self._place_created_producers(sch, set(blocks))]
+        spaces = self._apply_rules(spaces, root)
         if self.default_space is not None and not any(_tensorized(s) for s in spaces):
             spaces += self._default_spaces(mod)
+        return spaces
+
+    def _apply_rules(self, spaces: list[Schedule], name: str) -> list[Schedule]:
+        for rule, rule_name in zip(self.sch_rules, self.rule_names):
+            spaces = [out for sch in spaces for out in _apply(rule, rule_name, sch, name)]
+        return spaces
+
+    def _place_created_producers(self, sch: Schedule, visited: set[str]) -> list[Schedule]:
+        """Producers the rules created and left unplaced (a padded weight's pad-and-pack copy) go
+        through the rules too, so that their place is sampled: packed per panel inside the GEMM's
+        tiles, as MLAS does, instead of in a whole extra pass over the weight."""
+        spaces = [sch]
+        for name in _blocks_consumers_first(sch)[:-1]:
+            if name not in visited and needs_sampled_location(sch, sch.get_sblock(name)):
+                spaces = self._apply_rules(spaces, name)
         return spaces
 
     def _default_spaces(self, mod: IRModule) -> list[Schedule]:

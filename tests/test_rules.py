@@ -3,6 +3,7 @@ its design space builds and computes the right answer for randomly sampled decis
 
 import dataclasses
 import math
+import re
 
 import numpy as np
 import pytest
@@ -387,8 +388,10 @@ def test_prime_extent_is_padded_into_a_space_with_real_tiles(cpu_target):
                    if i.kind.name == "SamplePerfectTile" and math.prod(int(x) for x in space.trace.decisions[i]) == 128)
     assert any(1 < int(t) < 128 for t in m_tiles)
     check_random_samples(space, workload, cpu_target, samples=2)
-    buffers = allocations(finished(space, workload).mod)
-    padded_a = next(size for name, size in buffers.items() if name.startswith("A") and "pad" in name)
+    # The padded copy's place is sampled (computed per tile, its allocation compacts to the tile):
+    # the padded extent is the buffer the finished program declares.
+    declared = re.search(r"A_pad = T\.sblock_alloc_buffer\(\((\d+), (\d+)\)", finished(space, workload).mod.script())
+    padded_a = int(declared.group(1)) * int(declared.group(2))
     assert padded_a == 128 * 32 and padded_a / (127 * 32) <= 1 + PadExtents().max_waste
 
 
@@ -450,6 +453,31 @@ def test_a_stage_left_at_the_root_runs_on_every_core(cpu_target):
     assert sch.get(sch.get_loops(sch.get_sblock("W_pad"))[0]).kind == kinds.PARALLEL
     assert sch.mod.script().count("T.parallel(") == 3  # the copy, the GEMM's outer tiles, the result copied back
     check_random_samples(space, workload, cpu_target, samples=1)
+
+
+def test_a_padded_weight_is_packed_tile_by_tile_where_the_search_places_it(cpu_target):
+    """In HeronSpace the pad-and-pack copy of a padded int8 weight walks the packed layout with each
+    16 x 4 tile unrolled (so LLVM vectorizes it; byte by byte it took longer than the GEMM), and its
+    place is a sampled decision whose candidates leave out inlining into the tensorized GEMM:
+    samples placed inside the GEMM's tiles pack per panel, as MLAS does, and are bit-exact."""
+    from ms_heron.constraints import Solver, derive, replay  # pylint: disable=import-outside-toplevel
+    from ms_heron.space import HeronSpace, design_spaces  # pylint: disable=import-outside-toplevel
+
+    workload = workloads.make("gemm", "int8", M=16, N=40, K=64)
+    space = design_spaces(workload.func, cpu_target, HeronSpace(include_default_spaces=False))[0]
+    model = derive(space, cpu_target)
+    (location,) = [d for d in model.decisions if d.kind == "location"]
+    assert -2 not in location.candidates and len(location.candidates) > 2  # the root, and loops of the GEMM
+    places = set()
+    for values in Solver(model, seed=0).samples(8):
+        sch = replay(model, space.trace.simplified(remove_postproc=True), workload.func, values)
+        assert all(p.apply(sch) for p in default_postprocs())
+        loops = [sch.get(loop) for loop in sch.get_loops(sch.get_sblock("W_pad"))]
+        assert [(int(lp.extent), lp.kind) for lp in loops[-2:]] == [(16, tvm.tirx.ForKind.UNROLLED), (4, tvm.tirx.ForKind.UNROLLED)]
+        if len(loops) not in places:  # each place once: bit-exact
+            run_and_check(build(sch.mod, cpu_target), workload)
+            places.add(len(loops))
+    assert len(places) > 1  # at the root and inside the GEMM's tiles
 
 
 def _channels_last_to_first(n=1, h=4, w=6, c=32, swap=True) -> Workload:

@@ -17,6 +17,7 @@ from tvm import tirx
 from tvm.s_tir import Schedule, Trace
 from tvm.target import Target
 
+from ..annotations import AUTO_TENSORIZE, block_annotations
 from .model import Constraint, ConstraintModel, Decision, divisors
 
 
@@ -193,14 +194,18 @@ def _location_candidates(space: Schedule, block: str | None) -> tuple[int, ...]:
     TVM's own candidate list (``CollectComputeLocation``) also drops unit loops and loops after the
     first reduction, which depend on the sampled tiles; this is its superset, and TVM maps a position
     it rejects to the next valid one further out when the program is replayed (``replay`` reads
-    the normalized decision back).
+    the normalized decision back). Inline is left out where a consumer is tensorized: the intrinsic
+    must read the block's buffer (a padded weight's packed copy), not the expression that fills it.
     """
     try:
         rv = space.get_sblock(block)
-        depth = max((len(space.get_loops(c)) for c in space.get_consumers(rv)), default=0)
+        consumers = space.get_consumers(rv)
+        depth = max((len(space.get_loops(c)) for c in consumers), default=0)
+        inline = () if any(AUTO_TENSORIZE in block_annotations(space, c) for c in consumers) else (-2,)
     except Exception:  # pylint: disable=broad-except  # inlined in this space: no loops to name
         depth = max((len(space.get_loops(b)) for b in space.get_child_blocks(space.get_sblock("root"))), default=0)
-    return (-2, -1, *range(depth))
+        inline = (-2,)
+    return (*inline, -1, *range(depth))
 
 
 def _add_split(model: ConstraintModel, decision: Decision, max_inner: int) -> None:

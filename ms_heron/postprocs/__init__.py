@@ -2,5 +2,6 @@
 out once every sampled decision of the program is known."""
 
 from .pack_panels import PackPanels
+from .unroll_tiles import UnrollTiles
 
-__all__ = ["PackPanels"]
+__all__ = ["PackPanels", "UnrollTiles"]

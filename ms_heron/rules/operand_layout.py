@@ -17,9 +17,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tvm import tirx
+from tvm.tirx import IndexMap
 from tvm.s_tir import Schedule, SBlockRealize
-from tvm.s_tir.schedule import SBlockRV
+from tvm.s_tir.schedule import SBlockRV, ScheduleError
 
+from ..annotations import UNROLL_TILE
 from .analysis import block_realize, is_layout_free, param_index
 
 #: Block annotation of the copy that re-lays out a weight (MetaSchedule and Relax read this key).
@@ -168,4 +170,27 @@ def prepare_operands(sch: Schedule, block: SBlockRV, operands: list[Operand]) ->
             copy = sch.cache_read(block, op.read_index, "global")
             sch.annotate(copy, LAYOUT_REWRITE_PREPROC, 1)
         sch.transform_layout(block, ("read", op.read_index), op.packed_index_map())
+        if intermediate:
+            _write_in_packed_order(sch, block, op)
     return True
+
+
+def _write_in_packed_order(sch: Schedule, block: SBlockRV, op: Operand) -> None:
+    """Make the copy that writes a packed operand iterate in the packed order, its tile unrolled.
+
+    Left in the source's order, the copy writes each tile (16 x 4 bytes for VNNI) one scattered byte
+    at a time: on a 30522-row vocabulary weight it took longer than the GEMM reading it. Iterating
+    the tile contiguously and unrolled lets LLVM's SLP vectorizer turn its rows into vector loads
+    and shuffles (4.3x faster on that weight, close to the memory's bandwidth).
+    """
+    name = op.buffer.name  # transform_layout replaced the buffer object
+    producer = next((p for p in sch.get_producers(block) if sch.get(p).writes[0].source.name == name), None)
+    if producer is None:
+        return
+    iters = sch.get(producer).iter_vars
+    index_map = IndexMap.from_func(op.packed_index_map(), ndim=len(iters), index_dtype=str(iters[0].var.ty))
+    try:
+        sch.transform_block_layout(producer, index_map)
+    except ScheduleError:  # the copy's iterators are not the buffer's dims: leave its order
+        return
+    sch.annotate(producer, UNROLL_TILE, len(op.tile_shape))  # wherever its place is sampled
