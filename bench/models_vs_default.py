@@ -74,7 +74,7 @@ def _time_exported(out: pathlib.Path, names: list[str], rounds: int = TIMING_ROU
     (a neighbour's load); timed one after the other, that drift would land on one of them."""
     import tvm  # pylint: disable=import-outside-toplevel
 
-    from ms_heron.testing.baselines import median_seconds, onnxruntime_model, onnxruntime_session  # pylint: disable=import-outside-toplevel
+    from ms_heron.testing.baselines import median_seconds, medians_in_turn, onnxruntime_model, onnxruntime_session  # pylint: disable=import-outside-toplevel
     from ms_heron.relax import run_model, time_model  # pylint: disable=import-outside-toplevel
 
     threads = num_cores(host_target())
@@ -88,13 +88,10 @@ def _time_exported(out: pathlib.Path, names: list[str], rounds: int = TIMING_ROU
         for arm, lib in libs.items():
             got = run_model(lib, inputs)
             row[f"{arm} max abs diff"] = max(float(np.abs(a - b).max()) for a, b in zip(got, expected))
-        samples = {"ONNX Runtime": [], **{arm: [] for arm in ARMS}}
-        for _ in range(rounds):
-            samples["ONNX Runtime"].append(median_seconds(lambda: session.run(None, inputs)))
-            for arm, lib in libs.items():
-                samples[arm].append(time_model(lib, inputs))
-        for who, secs in samples.items():
-            row[f"{who} ms"] = float(np.median(secs)) * 1e3
+        samplers = {"ONNX Runtime": lambda: median_seconds(lambda: session.run(None, inputs)),
+                    **{arm: (lambda lib=lib: time_model(lib, inputs)) for arm, lib in libs.items()}}
+        for who, secs in medians_in_turn(samplers, rounds).items():
+            row[f"{who} ms"] = secs * 1e3
         rows[name] = row
     return rows
 

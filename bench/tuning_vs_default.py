@@ -21,6 +21,7 @@ import argparse
 import json
 import tempfile
 import time
+from collections.abc import Callable
 
 import results_io
 
@@ -30,10 +31,12 @@ from ms_heron.records import record_seconds
 from ms_heron.search import WatchedSearch
 from ms_heron.targets import host_target, num_cores
 from ms_heron.testing import workloads
-from ms_heron.testing.baselines import numpy_matmul_seconds, onnxruntime_matmul_integer_seconds, onnxruntime_operator_seconds
+from ms_heron.testing.baselines import medians_in_turn, median_seconds, numpy_matmul, onnxruntime_matmul_integer, onnxruntime_operator
 from ms_heron.testing.peak import fma_peak_gops, vnni_peak_gops
 from ms_heron.tune import best_schedule, tune_workload
 
+#: Rounds in which both arms' best kernels and the libraries are timed in turn (medians kept).
+TIMING_ROUNDS = 7
 #: One representative Heron case per family, small enough for a 2-core machine.
 CASES = ["gemm.G3", "bmm.B1", "gemv.V2", "c1d.C1", "c2d.C3", "c3d.C3", "dil.D3", "t2d.T1", "scan.S1"]
 #: Shapes whose extents perfect tiles split badly (``--cases awkward``): 1000 classes, 197 and 127
@@ -53,24 +56,25 @@ def _summary(db, workload) -> dict:
     }
 
 
-def _library_gops(workload, target) -> dict[str, float]:
+def _library_calls(workload, target) -> dict[str, Callable[[], object]]:
     """What a user would otherwise call on the same shape, by library name (empty if none)."""
     threads = num_cores(target)
     if workload.dtype == "int8":
         if workload.family != "gemm":
             return {}
         M, N, K = (workload.shape[k] for k in "MNK")
-        return {"ONNX Runtime": workload.ops / onnxruntime_matmul_integer_seconds(M, N, K, threads=threads) / 1e9}
+        return {"ONNX Runtime": onnxruntime_matmul_integer(M, N, K, threads=threads)}
     out = {}
     if workload.family in ("gemm", "c2d"):
-        out["ONNX Runtime"] = workload.ops / onnxruntime_operator_seconds(workload, threads) / 1e9
+        out["ONNX Runtime"] = onnxruntime_operator(workload, threads)
     if workload.family == "gemm":
         M, N, K = (workload.shape[k] for k in "MNK")
-        out["numpy"] = workload.ops / numpy_matmul_seconds(M, N, K) / 1e9
+        out["numpy"] = numpy_matmul(M, N, K)
     return out
 
 
-def _tune(workload, target, trials: int, space, strategy) -> dict:
+def _tune(workload, target, trials: int, space, strategy) -> tuple[dict, object]:
+    """One arm's tuning summary and its best kernel, built and checked."""
     watched = WatchedSearch(strategy)
     with tempfile.TemporaryDirectory() as work_dir:
         start = time.perf_counter()
@@ -82,12 +86,18 @@ def _tune(workload, target, trials: int, space, strategy) -> dict:
     run_and_check(lib, workload)
     return {
         **_summary(db, workload),
-        # The runner's few short repeats flatter small kernels; re-time the best one like the demo does.
-        "retimed_gops": time_lib(lib, workload).gops,
         "tuning_s": total,
         "setup_s": watched.search_seconds[0],
         "search_s_per_round": watched.per_round_seconds(),
-    }
+    }, lib
+
+
+def _retimed_gops(workload, libs: dict, calls: dict) -> dict[str, float]:
+    """Both arms' best kernels and the libraries, timed in turn (the runner's few short repeats
+    flatter small kernels, and the machine drifts between one timing and the next)."""
+    samplers = {arm: (lambda lib=lib: time_lib(lib, workload, repeat=3).seconds) for arm, lib in libs.items()}
+    samplers.update({name: (lambda call=call: median_seconds(call, repeat=3)) for name, call in calls.items()})
+    return {name: workload.ops / secs / 1e9 for name, secs in medians_in_turn(samplers, TIMING_ROUNDS).items()}
 
 
 def main() -> None:
@@ -108,11 +118,14 @@ def main() -> None:
             workload = workloads.case(name, args.dtype)
             row = {"case": name, "dtype": args.dtype, "trials": trials, "peak_gops": peak}
             heron_strategy = HeronSearch() if args.search == "heron" else "evolutionary"
-            row["default"] = _tune(workload, target, trials, "post-order-apply", "evolutionary")
-            row["heron"] = _tune(workload, target, trials, HeronSpace(), heron_strategy)
+            row["default"], default_lib = _tune(workload, target, trials, "post-order-apply", "evolutionary")
+            row["heron"], heron_lib = _tune(workload, target, trials, HeronSpace(), heron_strategy)
+            gops = _retimed_gops(workload, {"default": default_lib, "heron": heron_lib}, _library_calls(workload, target))
+            for arm in ("default", "heron"):
+                row[arm]["retimed_gops"] = gops.pop(arm)
             d, h = row["default"]["retimed_gops"], row["heron"]["retimed_gops"]
             row["ratio"] = h / d if d else None
-            row["library_gops"] = _library_gops(workload, target)
+            row["library_gops"] = gops
             rows.append(row)
             print(json.dumps(row), flush=True)
     _report(args, rows)
@@ -123,7 +136,8 @@ def _report(args, rows) -> None:
     lines = [
         f"# ms_heron (HeronSpace + {args.search} search) vs MetaSchedule default ({args.dtype}, one run)",
         "",
-        f"GOPS: each arm's best record rebuilt, checked against numpy and re-timed (median of 10 repeats of >= 100 ms). "
+        f"GOPS: each arm's best record rebuilt and checked against numpy; both arms and the libraries then timed in turn, "
+        f"{TIMING_ROUNDS} rounds of 3 repeats of >= 100 ms, medians kept. "
         f"% of peak: of the {peak_name} peak measured in the same run ({rows[0]['peak_gops']:.0f} GOPS). Libraries in the "
         "same run, operands fed as inputs. Search s/round: the strategy's own work per round of 32 "
         "(generating candidates and taking in results; build and measurement excluded).",

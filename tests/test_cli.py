@@ -120,11 +120,11 @@ def test_a_spent_time_budget_measures_only_until_the_first_valid_candidate(tmp_p
 
 def test_killed_run_loses_at_most_the_round_in_flight_and_resumes(tmp_path):
     cmd = [sys.executable, "-m", "ms_heron.cli", "tune", *SMALL_GEMM, "--trials", "40", "--round-size", "4", "--work-dir", str(tmp_path)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, start_new_session=True)
     for line in proc.stdout:  # progress lines arrive once a round is stored
         if re.search(r"\b8/40 trials", line):
             break
-    proc.send_signal(signal.SIGKILL)
+    os.killpg(proc.pid, signal.SIGKILL)  # the whole job, its builder and runner workers too
     proc.wait()
     kept = len(_trace_lines(tmp_path))
     assert 4 <= kept < 40  # the round just reported may still have been on its way to the database
@@ -137,7 +137,7 @@ def test_killed_run_loses_at_most_the_round_in_flight_and_resumes(tmp_path):
 def _tune_until(tmp_path, trials_line):
     """A ``tune`` of 40 trials in rounds of 4, returned once it printed ``trials_line``."""
     cmd = [sys.executable, "-m", "ms_heron.cli", "tune", *SMALL_GEMM, "--trials", "40", "--round-size", "4", "--work-dir", str(tmp_path)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     for line in proc.stdout:
         if re.search(rf"\b{trials_line}/40 trials", line):
             return proc
@@ -146,7 +146,7 @@ def _tune_until(tmp_path, trials_line):
 
 def test_ctrl_c_stops_after_the_round_in_flight_and_a_second_one_at_once(tmp_path):
     proc = _tune_until(tmp_path, 8)
-    proc.send_signal(signal.SIGINT)
+    os.killpg(proc.pid, signal.SIGINT)  # as a terminal sends it: to the builder and runner workers too
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 130 and "Traceback" not in err, err[-3000:]
     assert "stopping after the round in flight (CTRL-C again to stop now)" in err
@@ -156,9 +156,9 @@ def test_ctrl_c_stops_after_the_round_in_flight_and_a_second_one_at_once(tmp_pat
     assert (tmp_path / "database_tuning_record.json").read_text().endswith("\n")
 
     proc = _tune_until(tmp_path, kept + 4)
-    proc.send_signal(signal.SIGINT)
+    os.killpg(proc.pid, signal.SIGINT)
     time.sleep(0.05)  # the second arrives while the first still winds down (the round, the table, the check)
-    proc.send_signal(signal.SIGINT)
+    os.killpg(proc.pid, signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130 and "stopped; the records stored in" in err and "Traceback" not in err
     now = len(_trace_lines(tmp_path))

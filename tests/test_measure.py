@@ -2,7 +2,9 @@
 hold against hanging candidates, crashing candidates, merged databases."""
 
 import json
+import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -66,8 +68,9 @@ class Fleet:
 
     @staticmethod
     def _start(module, *args):
+        # Its own process group: an RPC server's popen workers go with it when it is killed.
         return subprocess.Popen([sys.executable, "-m", f"tvm.exec.{module}", "--host", "127.0.0.1", *map(str, args)],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 
     def add_servers(self, count: int) -> None:
         for _ in range(count):
@@ -88,10 +91,17 @@ class Fleet:
             assert time.monotonic() < deadline, failure
             time.sleep(0.5)
 
+    @staticmethod
+    def kill(proc) -> None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:  # killed already
+            pass
+        proc.wait()
+
     def close(self) -> None:
         for proc in [*self.servers, self.tracker]:
-            proc.kill()
-            proc.wait()
+            self.kill(proc)
 
 
 @pytest.fixture
@@ -119,7 +129,7 @@ def test_a_killed_rpc_server_leaves_tuning_to_the_other_and_loses_no_record(tmp_
 
     def kill_after_first_round(progress):
         if progress.trials == 4:
-            fleet.servers[0].kill()
+            fleet.kill(fleet.servers[0])
 
     state = run.tune(12, per_round=4, runner=fleet.address.runner(), on_round=kill_after_first_round)
     seconds = measured_seconds(run.work_dir)

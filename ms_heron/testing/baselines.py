@@ -7,6 +7,7 @@ ONNX Runtime is an optional dependency (the ``bench`` extra); a clear error says
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
@@ -29,6 +30,17 @@ def median_seconds(fn, repeat: int = 10, min_repeat_s: float = 0.1) -> float:
                 break
         samples.append(elapsed / n)
     return float(np.median(samples))
+
+
+def medians_in_turn(samplers: Mapping[str, Callable[[], float]], rounds: int) -> dict[str, float]:
+    """Each sampler (a function returning a latency in seconds) called in turn, ``rounds`` times;
+    each one's median. Two cores drift within a minute (a neighbour's load halved ONNX Runtime's
+    speed for minutes in one run): timed one after the other, the drift would land on one of them."""
+    samples: dict[str, list[float]] = {name: [] for name in samplers}
+    for _ in range(rounds):
+        for name, sample in samplers.items():
+            samples[name].append(sample())
+    return {name: float(np.median(secs)) for name, secs in samples.items()}
 
 
 def _onnx_modules():
@@ -59,6 +71,11 @@ def onnxruntime_model(model, inputs: dict[str, np.ndarray], threads: int) -> tup
 
 def onnxruntime_matmul_integer_seconds(M: int, N: int, K: int, threads: int) -> float:
     """Latency of ONNX Runtime's ``MatMulInteger`` (u8 [M, K] x s8 [K, N] -> s32), the int8 GEMM users reach for."""
+    return median_seconds(onnxruntime_matmul_integer(M, N, K, threads))
+
+
+def onnxruntime_matmul_integer(M: int, N: int, K: int, threads: int) -> Callable[[], object]:
+    """One call of ONNX Runtime's ``MatMulInteger`` on fixed random operands, its result checked first."""
     onnx, _ = _onnx_modules()
     helper, TensorProto = onnx.helper, onnx.TensorProto
     graph = helper.make_graph(
@@ -82,21 +99,26 @@ def onnxruntime_matmul_integer_seconds(M: int, N: int, K: int, threads: int) -> 
     expected = feeds["A"].astype(np.int64) @ feeds["B"].astype(np.int64)
     if not np.array_equal(sess.run(None, feeds)[0], expected):
         raise AssertionError("ONNX Runtime MatMulInteger disagrees with numpy; baseline not trustworthy")
-    return median_seconds(lambda: sess.run(None, feeds))
+    return lambda: sess.run(None, feeds)
 
 
-def numpy_matmul_seconds(M: int, N: int, K: int, dtype: str = "float32") -> float:
-    """Latency of ``a @ b`` in numpy (its BLAS), the fp32 baseline."""
+def numpy_matmul(M: int, N: int, K: int, dtype: str = "float32") -> Callable[[], object]:
+    """One ``a @ b`` in numpy (its BLAS), the fp32 baseline, on fixed random operands."""
     rng = np.random.default_rng(0)
     a = rng.standard_normal((M, K)).astype(dtype)
     b = rng.standard_normal((K, N)).astype(dtype)
     out = np.empty((M, N), dtype)
-    return median_seconds(lambda: np.matmul(a, b, out=out))
+    return lambda: np.matmul(a, b, out=out)
 
 
 def onnxruntime_operator_seconds(workload, threads: int) -> float:
-    """ONNX Runtime's latency on an fp32 ``gemm`` (MatMul) or ``c2d`` (Conv) workload, both operands
-    fed as inputs like the tuned kernel's; its result is checked against the workload's reference.
+    """ONNX Runtime's latency on an fp32 ``gemm`` (MatMul) or ``c2d`` (Conv) workload."""
+    return median_seconds(onnxruntime_operator(workload, threads))
+
+
+def onnxruntime_operator(workload, threads: int) -> Callable[[], object]:
+    """One call of ONNX Runtime on an fp32 ``gemm`` (MatMul) or ``c2d`` (Conv) workload, both operands
+    fed as inputs like the tuned kernel's; its result is checked against the workload's reference first.
 
     ONNX Runtime's Conv is NCHW with ``[CO, CI, KH, KW]`` weights: the same data is fed transposed.
     """
@@ -126,4 +148,4 @@ def onnxruntime_operator_seconds(workload, threads: int) -> float:
     got = from_ort(sess.run(None, feeds)[0])
     if not np.allclose(got, expected, rtol=1e-3, atol=1e-3):
         raise AssertionError(f"ONNX Runtime's {node.op_type} disagrees with the reference; baseline not trustworthy")
-    return median_seconds(lambda: sess.run(None, feeds))
+    return lambda: sess.run(None, feeds)
