@@ -139,6 +139,8 @@ def test_first_round_measures_every_design_space(cpu_target):
 
     ranked = [Program(1, {"a": 1}), Program(1, {"a": 2}), Program(2, {"b": 1}), Program(0, {}), Program(2, {"b": 2})]
     assert [p.key for p in untried_spaces_first(ranked, tried={2})] == [ranked[i].key for i in (0, 3, 1, 2, 4)]
+    preferred = {1: Program(1, {"a": 2})}  # a space's analytical choice, also ranked: listed once, first
+    assert [p.key for p in untried_spaces_first(ranked, tried={2}, preferred=preferred)] == [ranked[i].key for i in (1, 3, 0, 2, 4)]
 
     workload = workloads.make("layernorm", "fp32", M=4, N=64)
     strategy = HeronSearch()

@@ -35,4 +35,3 @@ class UnrollTiles(PyPostproc):
 
     def clone(self) -> "UnrollTiles":
         return UnrollTiles()
-

@@ -45,14 +45,14 @@ def unique(programs: list[Program]) -> list[Program]:
 def untried_spaces_first(ranked: list[Program], tried: set[int], preferred: dict[int, Program] | None = None) -> list[Program]:
     """``ranked`` with one program of each design space not in ``tried`` moved to the front: the
     space's ``preferred`` program if it has one (its analytical choice), else its best-ranked one;
-    the rest after them in rank order."""
+    the rest after them in rank order, each program once."""
     firsts: dict[int, Program] = {s: p for s, p in (preferred or {}).items() if s not in tried}
     for p in ranked:
         if p.space not in tried and p.space not in firsts:
             firsts[p.space] = p
     firsts = dict(sorted(firsts.items(), key=lambda item: item[0] not in (preferred or {})))
-    lead = {id(p) for p in firsts.values()}
-    return [*firsts.values(), *(p for p in ranked if id(p) not in lead)]
+    lead = {p.key for p in firsts.values()}  # a preferred program may also be among the ranked
+    return [*firsts.values(), *(p for p in ranked if p.key not in lead)]
 
 
 def space_weights(priors: list[float], best: dict[int, float], sharpness: float = 3.0, floor: float = 0.02) -> list[float]:
