@@ -118,22 +118,6 @@ def test_a_spent_time_budget_measures_only_until_the_first_valid_candidate(tmp_p
     assert len(seconds) == 1 and seconds[0] < float("inf"), seconds
 
 
-def test_killed_run_loses_at_most_the_round_in_flight_and_resumes(tmp_path):
-    cmd = [sys.executable, "-m", "ms_heron.cli", "tune", *SMALL_GEMM, "--trials", "40", "--round-size", "4", "--work-dir", str(tmp_path)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, start_new_session=True)
-    for line in proc.stdout:  # progress lines arrive once a round is stored
-        if re.search(r"\b8/40 trials", line):
-            break
-    os.killpg(proc.pid, signal.SIGKILL)  # the whole job, its builder and runner workers too
-    proc.wait()
-    kept = len(_trace_lines(tmp_path))
-    assert 4 <= kept < 40  # the round just reported may still have been on its way to the database
-    again = ms_heron_cli("tune", *SMALL_GEMM, "--trials", "16", "--round-size", "4", "--work-dir", str(tmp_path))
-    assert again.returncode == 0, again.stderr[-3000:]
-    assert f"resuming from {kept} records" in again.stdout or kept >= 16
-    assert len(_trace_lines(tmp_path)) == max(kept, 16)
-
-
 def _tune_until(tmp_path, trials_line):
     """A ``tune`` of 40 trials in rounds of 4, returned once it printed ``trials_line``."""
     cmd = [sys.executable, "-m", "ms_heron.cli", "tune", *SMALL_GEMM, "--trials", "40", "--round-size", "4", "--work-dir", str(tmp_path)]
@@ -142,6 +126,18 @@ def _tune_until(tmp_path, trials_line):
         if re.search(rf"\b{trials_line}/40 trials", line):
             return proc
     raise AssertionError(proc.stderr.read()[-3000:])
+
+
+def test_killed_run_loses_at_most_the_round_in_flight_and_resumes(tmp_path):
+    proc = _tune_until(tmp_path, 8)  # progress lines arrive once a round is stored
+    os.killpg(proc.pid, signal.SIGKILL)  # the whole job, its builder and runner workers too
+    proc.wait()
+    kept = len(_trace_lines(tmp_path))
+    assert 4 <= kept < 40  # the round just reported may still have been on its way to the database
+    again = ms_heron_cli("tune", *SMALL_GEMM, "--trials", "16", "--round-size", "4", "--work-dir", str(tmp_path))
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"resuming from {kept} records" in again.stdout or kept >= 16
+    assert len(_trace_lines(tmp_path)) == max(kept, 16)
 
 
 def test_ctrl_c_stops_after_the_round_in_flight_and_a_second_one_at_once(tmp_path):
