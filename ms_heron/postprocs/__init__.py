@@ -2,6 +2,6 @@
 out once every sampled decision of the program is known."""
 
 from .pack_panels import PackPanels
-from .unroll_tiles import UnrollTiles
+from .placed_stage_loops import PlacedStageLoops
 
-__all__ = ["PackPanels", "UnrollTiles"]
+__all__ = ["PackPanels", "PlacedStageLoops"]
