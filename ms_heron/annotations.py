@@ -28,10 +28,8 @@ LANE_REDUCTION = "ms_heron.lane_reduction"
 PACK_PANELS = "ms_heron.pack_panels"
 #: On a layout-changing element-wise block: the elements of the tile it is blocked into (read axis x write axis).
 TRANSPOSE_TILE = "ms_heron.transpose_tile"
-#: On a copy block: how many of its innermost loops (one tile) the PlacedStageLoops postproc unrolls.
+#: On a copy block: how many of its innermost loops (one tile) the UnrollTiles postproc unrolls.
 UNROLL_TILE = "ms_heron.unroll_tile"
-#: On a stage whose place is sampled: the most vector lanes PlacedStageLoops gives its innermost loop.
-VECTORIZE_LANES = "ms_heron.vectorize_lanes"
 #: Block annotations of stages a rule already placed (inside another block's tiles, or parallel itself).
 PLACED = (CACHE_LEVEL, SPM_LEVEL, LANE_REDUCTION, TRANSPOSE_TILE)
 #: On the root block of a design space HeronSpace took from MetaSchedule's own generator: its

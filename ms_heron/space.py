@@ -18,7 +18,7 @@ from tvm.s_tir.meta_schedule.space_generator import PySpaceGenerator, SpaceGener
 from tvm.s_tir.schedule.analysis import has_block
 
 from .intrinsics import ensure_registered
-from .postprocs import PackPanels, PlacedStageLoops
+from .postprocs import PackPanels, UnrollTiles
 from .rules import default_rules
 from .rules.analysis import needs_sampled_location
 from .annotations import METASCHEDULE_SPACE, SPACE_ORIGIN
@@ -45,7 +45,7 @@ def default_postprocs(target=None) -> list:
         ms.postproc.DisallowDynamicLoop(),
         PackPanels(),  # before the reduction is decomposed: it finds the streamed input on the block
         ms.postproc.RewriteParallelVectorizeUnroll(),
-        PlacedStageLoops(),  # after: the parallel rewrite fuses outer loops, never unrolled or vector ones
+        UnrollTiles(),  # after: the parallel rewrite fuses outer loops, never unrolled ones
         ms.postproc.RewriteReductionBlock(),
         ms.postproc.RewriteTensorize(vectorize_init_loop=True),
         # Layout-free weights (a model's constants) get the layout the tiled kernel streams: packed

@@ -2,6 +2,6 @@
 out once every sampled decision of the program is known."""
 
 from .pack_panels import PackPanels
-from .placed_stage_loops import PlacedStageLoops
+from .unroll_tiles import UnrollTiles
 
-__all__ = ["PackPanels", "PlacedStageLoops"]
+__all__ = ["PackPanels", "UnrollTiles"]

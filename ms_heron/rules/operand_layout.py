@@ -177,7 +177,7 @@ def prepare_operands(sch: Schedule, block: SBlockRV, operands: list[Operand]) ->
 
 def _write_in_packed_order(sch: Schedule, block: SBlockRV, op: Operand) -> None:
     """Make the copy that writes a packed operand iterate in the packed order, its tile marked for
-    unrolling (the PlacedStageLoops postproc unrolls it wherever the copy's sampled place puts it).
+    unrolling (the UnrollTiles postproc unrolls it wherever the copy's sampled place puts it).
 
     Left in the source's order, the copy writes each tile (16 x 4 bytes for VNNI) one scattered byte
     at a time: on a 30522-row vocabulary weight it took longer than the GEMM reading it. Iterating

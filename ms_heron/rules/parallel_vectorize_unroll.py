@@ -2,10 +2,10 @@
 
 from tvm.ir.utils import derived_object
 from tvm.s_tir import Schedule
-from tvm.s_tir.schedule import LoopRV, SBlockRV
+from tvm.s_tir.schedule import SBlockRV
 
 from ..targets import is_cpu, num_cores
-from ..annotations import TILING_STRUCTURE, UNROLL_TILE, VECTORIZE_LANES, block_annotations, iter_kinds
+from ..annotations import TILING_STRUCTURE, block_annotations, iter_kinds
 from .analysis import is_root, is_tensorized, is_tiled, needs_sampled_location, placed_by_rule, tile_levels, working_block
 from .base import HeronRule
 
@@ -27,8 +27,6 @@ class ParallelVectorizeUnroll(HeronRule):
       row reductions (softmax's max and sum, layer norm's mean): ``parallel`` its fused spatial
       loops outside the innermost loop and the first reduction loop; ``vectorize`` an innermost
       spatial loop, split to the largest factor of at most ``max_vector_extent`` lanes;
-    * a producer whose place is sampled later (ComputeLocation): the same vector lanes, asked of the
-      PlacedStageLoops postproc, which finds the loops the place produced;
     * root block, on every target (Heron's unrollPragmaOp): sample the unroll depth from
       ``unroll_steps`` (MetaSchedule's postproc applies it); on CPU also allow
       ``max_jobs_per_core`` parallel jobs per core to the stages whose place is sampled and lands
@@ -66,11 +64,8 @@ class ParallelVectorizeUnroll(HeronRule):
                 sch.vectorize(lanes)
             outer = levels["S0"]
             sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])
-        elif needs_sampled_location(sch, block):
-            if UNROLL_TILE not in block_annotations(sch, block):  # a packing copy's tile is unrolled instead
-                sch.annotate(block, VECTORIZE_LANES, self.max_vector_extent)
-        elif not placed_by_rule(sch, block):
-            self._parallel_untiled(sch, block)
+        elif not placed_by_rule(sch, block) and not needs_sampled_location(sch, block):
+            self._parallel_untiled(sch, block)  # (a producer ComputeLocation places is left to it)
         return [sch]
 
     def _parallel_untiled(self, sch: Schedule, block: SBlockRV) -> None:
@@ -82,12 +77,10 @@ class ParallelVectorizeUnroll(HeronRule):
         if outer:
             sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])
         if spatial == len(kinds):
-            vectorize_lanes(sch, loops[-1], self.max_vector_extent)
+            self._vectorize(sch, loops[-1])
 
-
-def vectorize_lanes(sch: Schedule, loop: LoopRV, max_lanes: int) -> None:
-    """Vectorize ``loop``, split to its largest factor of at most ``max_lanes`` lanes (none below 2)."""
-    extent = int(sch.get(loop).extent)
-    lanes = max(d for d in range(1, min(extent, max_lanes) + 1) if extent % d == 0)
-    if lanes > 1:
-        sch.vectorize(loop if lanes == extent else sch.split(loop, [None, lanes])[1])
+    def _vectorize(self, sch: Schedule, loop) -> None:
+        extent = int(sch.get(loop).extent)
+        lanes = max(d for d in range(1, min(extent, self.max_vector_extent) + 1) if extent % d == 0)
+        if lanes > 1:
+            sch.vectorize(loop if lanes == extent else sch.split(loop, [None, lanes])[1])
