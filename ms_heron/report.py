@@ -52,7 +52,7 @@ def constraint_summaries(run: TuningRun) -> list[dict]:
     return [derive(space, run.target).summary() for space in design_spaces(run.workload.func, run.target, run.space())]
 
 
-def write(run: TuningRun, peak_gops: float | None = None) -> tuple[Path, Path]:
+def write(run: TuningRun, peak: tuple[str, float] | None = None) -> tuple[Path, Path]:
     """``report.md`` and ``tuning_curve.png`` in the work dir; returns their paths.
 
     A kernel's report shows its GOPS curve and its design spaces' constraint models; a model's shows
@@ -63,7 +63,7 @@ def write(run: TuningRun, peak_gops: float | None = None) -> tuple[Path, Path]:
     curve = plot(found, ops, run.work_dir / CURVE_FILE, title=run.spec.describe())
     lines = [f"# ms-heron report: {run.spec.describe()}", "", f"Target: `{run.target}`", ""]
     lines += ["| | " + " | ".join(a.label for a in found) + " |", "|---" * (len(found) + 1) + "|"]
-    rows = summary_rows([a.run.state() for a in found], ops, peak_gops)
+    rows = summary_rows([a.run.state() for a in found], ops, peak)
     lines += [f"| {name} | " + " | ".join(cells) + " |" for name, cells in rows.items()]
     lines += ["", f"![tuning curve]({CURVE_FILE})", ""]
     if run.is_model:

@@ -161,6 +161,13 @@ def require_vnni(target: Target) -> None:
         )
 
 
+def native_dtype(target: Target) -> str:
+    """The operator suite's form this CPU has a dot-product instruction for: ``int8`` with AVX-512
+    VNNI (``vpdpbusd``), else ``fp32`` (FMA). The default of ``ms-heron tune`` and ``demo``, so that
+    they run on every x86 host (Zen 3 has AVX2 and no VNNI)."""
+    return "int8" if has_vnni(target) else "fp32"
+
+
 def vector_bytes(target: Target) -> int:
     """Width of the widest vector register of the target's CPU, in bytes, from its LLVM features.
 
@@ -267,6 +274,7 @@ __all__ = [
     "cpu_name",
     "num_cores",
     "has_vnni",
+    "native_dtype",
     "require_vnni",
     "vector_bytes",
     "vector_registers",

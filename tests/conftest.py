@@ -6,7 +6,7 @@ import sys
 import pytest
 from tvm.s_tir import meta_schedule as ms
 
-from ms_heron.targets import host_target
+from ms_heron.targets import cpu_name, has_vnni, host_target, native_dtype
 
 #: Small shapes of every family that still exercise their index arithmetic (stride, pad, dilation).
 SMALL_SHAPES = {
@@ -22,10 +22,24 @@ SMALL_SHAPES = {
 }
 
 
+#: The suite form this machine tunes by default: int8 where it has AVX-512 VNNI, else fp32. Tests
+#: whose subject is not VNNI (resume, budgets, RPC, merging) use it, so they run on any x86 host.
+HOST_DTYPE = native_dtype(host_target())
+
+
 @pytest.fixture(scope="session")
 def cpu_target():
-    """This machine; the suite needs AVX-512 VNNI (see README), like the project's machines."""
+    """This machine."""
     return host_target()
+
+
+@pytest.fixture(scope="session")
+def vnni_target(cpu_target):
+    """This machine, for tests that run VNNI code; skipped, and reported so, on a CPU without it
+    (Zen 3 has AVX2 only)."""
+    if not has_vnni(cpu_target):
+        pytest.skip(f"the host CPU ({cpu_name(cpu_target)}) has no AVX-512 VNNI to run vpdpbusd on")
+    return cpu_target
 
 
 def timing_out_runner():

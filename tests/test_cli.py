@@ -14,7 +14,7 @@ import pytest
 import tvm
 
 import ms_heron
-from conftest import ms_heron_cli
+from conftest import HOST_DTYPE, ms_heron_cli
 from ms_heron import session
 from ms_heron.records import json_lines, measured_seconds
 from ms_heron.targets import host_target, num_cores
@@ -25,12 +25,12 @@ def test_demo_tunes_checks_and_compares(tmp_path):
     proc = ms_heron_cli("demo", "--shape", "64", "64", "64", "--trials", "4", "--work-dir", str(tmp_path))
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout
-    assert "checked bit-exact against numpy" in out
+    assert re.search("checked (bit-exact )?against numpy", out)
     tuned = re.search(r"\(tuned\)\s+([\d.]+) ms\s+([\d.]+)\s+([\d.]+)%", out)
-    ort = re.search(r"ONNX Runtime MatMulInteger\s+([\d.]+) ms", out)
+    ort = re.search(r"ONNX Runtime MatMul(Integer)?\s+([\d.]+) ms", out)
     assert tuned and ort, out
     assert float(tuned.group(1)) > 0 and float(tuned.group(2)) > 0
-    assert re.search(r"measured VNNI peak of this machine: \d+ GOPS", out)
+    assert re.search(r"measured (VNNI|FMA) peak of this machine: \d+ GOPS", out)
     assert (tmp_path / "database_tuning_record.json").stat().st_size > 0
 
 
@@ -43,13 +43,13 @@ def test_demo_rejects_old_target_string():
 
 def test_demo_rejects_cpu_without_vnni():
     target = json.dumps({"kind": "llvm", "mcpu": "haswell", "num-cores": 2})
-    proc = ms_heron_cli("demo", "--target", target, "--trials", "2")
+    proc = ms_heron_cli("demo", "--target", target, "--trials", "2", "--dtype", "int8")
     assert proc.returncode == 2
     assert "'haswell' has none" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_demo_rejects_shape_vnni_cannot_take():
-    proc = ms_heron_cli("demo", "--shape", "64", "1", "2")
+    proc = ms_heron_cli("demo", "--shape", "64", "1", "2", "--dtype", "int8")
     assert proc.returncode == 2
     assert "nearest that is: N=16" in proc.stderr
 
@@ -102,11 +102,12 @@ def test_tune_resume_report_show(tmp_path):
     png = (work / "tuning_curve.png").read_bytes()
     assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 10_000
     text = (work / "report.md").read_text()
-    assert "| trials | 8 | 4 |" in text and "% of measured VNNI peak" in text and "unconstrained size" in text
+    assert "| trials | 8 | 4 |" in text and "% of measured" in text and "unconstrained size" in text
 
     show = ms_heron_cli("show", str(work))
     assert show.returncode == 0, show.stderr[-3000:]
-    assert "T.call_llvm_pure_intrin" in show.stdout and "sch.sample_perfect_tile" in show.stdout
+    assert "sch.sample_perfect_tile" in show.stdout
+    assert HOST_DTYPE != "int8" or "T.call_llvm_pure_intrin" in show.stdout  # the VNNI intrinsic
 
 
 def test_a_spent_time_budget_measures_only_until_the_first_valid_candidate(tmp_path):
@@ -215,7 +216,7 @@ def test_corrupt_middle_record_is_skipped_with_a_warning_naming_its_line(tmp_pat
     "args,message",
     [
         (("tune", "gemx.G1"), "unknown case 'gemx.G1'"),
-        (("tune", "gemm", "--shape", "M=64", "N=1", "K=2"), "nearest that is: N=16"),
+        (("tune", "gemm", "--shape", "M=64", "N=1", "K=2", "--dtype", "int8"), "nearest that is: N=16"),
         (("tune", "gemm.G1", "--target", "llvm -mcpu=znver4"), "old CLI form"),
         (("tune", "gemm", "--shape", "M64"), "NAME=INT"),
         (("tune", "gemm.G1", "--time-budget", "soon"), "duration such as 90s"),
@@ -243,7 +244,7 @@ def test_a_malformed_run_file_gets_one_line(tmp_path):
 @pytest.mark.usefixtures("four_trial_run")
 def test_work_dir_of_another_workload_or_unwritable_is_refused(tmp_path):
     other = ms_heron_cli("tune", "bmm", "--shape", "B=2", "M=8", "N=16", "K=8", "--trials", "2", "--work-dir", str(tmp_path))
-    assert other.returncode == 2 and "holds a run of gemm M=64 N=64 K=64 int8" in other.stderr
+    assert other.returncode == 2 and f"holds a run of gemm M=64 N=64 K=64 {HOST_DTYPE}" in other.stderr
     blocker = tmp_path / "a_file"
     blocker.write_text("")
     unwritable = ms_heron_cli("tune", *SMALL_GEMM, "--work-dir", str(blocker / "run"))

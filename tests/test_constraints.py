@@ -133,7 +133,8 @@ def test_vectorized_lanes_are_a_power_of_two(cpu_target):
     assert {model.evaluate(v)[lanes] for v in samples} & {16, 32, 64}
     wide = Solver(model, seed=0).complete({lane_tile.variables[-1]: 32})
     wide.update(dict(zip(lane_tile.variables, [2, 1, 1, 48])))
-    assert model.violations(wide) == [f"{lanes}: vector lanes a power of two"]
+    # 48 lanes are also 6 (AVX2) or 3 (AVX-512) vectors, which may break the register bounds too
+    assert f"{lanes}: vector lanes a power of two" in model.violations(wide)
     assert model.violations(wide, performance=False) == []
 
 

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import ms_heron_cli, ms_heron_clis
+from conftest import HOST_DTYPE, ms_heron_cli, ms_heron_clis
 from ms_heron import session
 from ms_heron.measure import DEFAULT_TIMEOUT_S, MeasureError, Tracker
 from ms_heron.records import json_lines, measured_seconds
@@ -112,7 +112,7 @@ def fleet():
 
 
 def _run(tmp_path, name, seed=0):
-    workload = workloads.make("gemm", "int8", M=64, N=64, K=64)
+    workload = workloads.make("gemm", HOST_DTYPE, M=64, N=64, K=64)
     return session.TuningRun.create(tmp_path / name, session.RunSpec.of(workload, host_target(), seed))
 
 

@@ -114,16 +114,16 @@ def test_a_transpose_feeding_a_gemm_is_placed_not_inlined(cpu_target):
     check_random_samples(space, workload, cpu_target, samples=2)
 
 
-def test_tensorize_fires_on_int8_with_vnni_only(cpu_target):
+def test_tensorize_fires_on_int8_with_vnni_only(vnni_target):
     int8 = workloads.make("gemm", "int8", **SMALL_SHAPES["gemm"])
-    (space,) = stock_design_spaces(int8.func, [Tensorize()], cpu_target)
+    (space,) = stock_design_spaces(int8.func, [Tensorize()], vnni_target)
     outer = space.get(space.get_sblock("C_o"))
     assert outer.annotations[AUTO_TENSORIZE] == "ms_heron_dot_16x4_vnni"
-    check_random_samples(space, int8, cpu_target, samples=1)
-    assert "vpdpbusd" in build(finished(space, int8).mod, cpu_target).mod.inspect_source("asm")
+    check_random_samples(space, int8, vnni_target, samples=1)
+    assert "vpdpbusd" in build(finished(space, int8).mod, vnni_target).mod.inspect_source("asm")
 
     fp32 = workloads.make("gemm", "fp32", **SMALL_SHAPES["gemm"])
-    (space,) = stock_design_spaces(fp32.func, [Tensorize()], cpu_target)
+    (space,) = stock_design_spaces(fp32.func, [Tensorize()], vnni_target)
     assert block_names(space) == ["C"] and not schedule_steps(space)
     haswell = Target({"kind": "llvm", "mcpu": "haswell", "num-cores": 2})
     (space,) = stock_design_spaces(int8.func, [Tensorize()], haswell)
@@ -144,11 +144,11 @@ def test_multi_level_tiling_fires_on_data_reuse(family, cpu_target):
     check_random_samples(space, workload, cpu_target)
 
 
-def test_multi_level_tiling_tiles_the_outer_block_of_tensorized_code(cpu_target):
+def test_multi_level_tiling_tiles_the_outer_block_of_tensorized_code(vnni_target):
     workload = workloads.make("c2d", "int8", **SMALL_SHAPES["c2d"])
-    (space,) = stock_design_spaces(workload.func, [Tensorize(), MultiLevelTiling()], cpu_target)
+    (space,) = stock_design_spaces(workload.func, [Tensorize(), MultiLevelTiling()], vnni_target)
     assert TILING_STRUCTURE in space.get(space.get_sblock("C_o")).annotations
-    check_random_samples(space, workload, cpu_target)
+    check_random_samples(space, workload, vnni_target)
 
 
 def test_add_cache_stage_writes_back_at_each_level(cpu_target):
@@ -236,14 +236,14 @@ def test_add_cache_stage_needs_a_tiled_block(cpu_target):
     assert not schedule_steps(space)
 
 
-def test_multi_level_spm_adds_tile_buffers_as_a_second_space(cpu_target):
+def test_multi_level_spm_adds_tile_buffers_as_a_second_space(vnni_target):
     workload = workloads.make("gemm", "int8", **SMALL_SHAPES["gemm"])
     rules = [Tensorize(), MultiLevelTiling(), MultiLevelSPM()]
-    plain, packed = sorted(stock_design_spaces(workload.func, rules, cpu_target), key=lambda s: len(block_names(s)))
+    plain, packed = sorted(stock_design_spaces(workload.func, rules, vnni_target), key=lambda s: len(block_names(s)))
     assert block_names(plain) == ["C_o"]
     copies = [n for n in block_names(packed) if SPM_LEVEL in packed.get(packed.get_sblock(n)).annotations]
     assert sorted(copies) == ["A_global", "W_global"]
-    check_random_samples(packed, workload, cpu_target)
+    check_random_samples(packed, workload, vnni_target)
 
 
 def test_multi_scope_spm_only_on_targets_with_scratchpads(cpu_target):
@@ -264,10 +264,13 @@ def test_parallel_vectorize_unroll(cpu_target):
     assert "T.parallel" in text and "T.vectorized" in text
     assert "meta_schedule.unroll_explicit" in text
     check_random_samples(space, workload, cpu_target)
+
+
+def test_parallel_vectorize_unroll_never_vectorizes_around_tensorized_code(vnni_target):
     int8 = workloads.make("gemm", "int8", **SMALL_SHAPES["gemm"])
-    (space,) = stock_design_spaces(int8.func, [Tensorize(), MultiLevelTiling(), ParallelVectorizeUnroll()], cpu_target)
+    (space,) = stock_design_spaces(int8.func, [Tensorize(), MultiLevelTiling(), ParallelVectorizeUnroll()], vnni_target)
     assert "T.vectorized" not in space.mod.script()  # never around tensorized code
-    check_random_samples(space, int8, cpu_target)
+    check_random_samples(space, int8, vnni_target)
 
 
 def _row_centering() -> Workload:
@@ -361,7 +364,8 @@ def test_lane_reduction_fuses_a_norms_two_reduction_axes(cpu_target):
 
     workload = from_func(te.create_prim_func(norm_bmn(2, 32, 48)), "nrm")
     (space,) = stock_design_spaces(workload.func, [LaneReduction(), ParallelVectorizeUnroll()], cpu_target)
-    assert 'T.sblock("C_rf")' in space.mod.script() and "T.vectorized(64)" in space.mod.script()
+    lanes = vector_bytes(cpu_target) // 4  # four vector accumulators of fp32 lanes (32 x 48 has room for them)
+    assert 'T.sblock("C_rf")' in space.mod.script() and f"T.vectorized({4 * lanes})" in space.mod.script()
     run_and_check(build(finished(space, workload).mod, cpu_target), workload)
 
 
@@ -396,7 +400,7 @@ def test_prime_extent_is_padded_into_a_space_with_real_tiles(cpu_target):
 @pytest.mark.parametrize(
     "shape,expected",
     [
-        (dict(M=128, N=1000, K=64), "lanes"),  # 1000 classes: the lane extent padded to whole vectors
+        (dict(M=128, N=1004, K=64), "lanes"),  # the lane extent padded to whole 8- or 16-lane vectors
         (dict(M=17, N=64, K=64), None),  # 17 -> 24 would add 41% work: over the bound, left alone
         (dict(M=128, N=64, K=768), None),  # nothing awkward
     ],
@@ -413,7 +417,7 @@ def test_padding_pads_only_awkward_extents_within_the_waste_bound(shape, expecte
         assert padding is None
     else:
         extents = [int(iv.dom.extent) for iv in space.get(block).iter_vars]
-        assert padding == [lanes if e == 1000 else 1 for e in extents]
+        assert padding == [lanes if e == 1004 else 1 for e in extents]
 
 
 @pytest.mark.parametrize(
@@ -423,37 +427,37 @@ def test_padding_pads_only_awkward_extents_within_the_waste_bound(shape, expecte
         ("c2d", dict(N=1, H=8, W=8, CI=3, CO=16, KH=3, KW=3, pad=1)),  # an RGB input's 3 channels
     ],
 )
-def test_int8_shapes_vnni_tiles_do_not_divide_are_tensorized_through_padding(family, shape, cpu_target):
+def test_int8_shapes_vnni_tiles_do_not_divide_are_tensorized_through_padding(family, shape, vnni_target):
     """The Tensorize rule pads the block to whole VNNI tiles (zero-filled input copies, the result
     copied back): random samples are bit-exact, the assembly has ``vpdpbusd``, and the padded work
     stays within ``max_waste`` in the lowered TIR."""
     workload = workloads.make(family, "int8", **shape)
-    (space,) = stock_design_spaces(workload.func, [Tensorize(), MultiLevelTiling()], cpu_target)
+    (space,) = stock_design_spaces(workload.func, [Tensorize(), MultiLevelTiling()], vnni_target)
     assert space.get(space.get_sblock("C_o")).annotations[AUTO_TENSORIZE] == "ms_heron_dot_16x4_vnni"
-    check_random_samples(space, workload, cpu_target, samples=1)
+    check_random_samples(space, workload, vnni_target, samples=1)
     mod = finished(space, workload).mod
-    assert "vpdpbusd" in build(mod, cpu_target).mod.inspect_source("asm")
+    assert "vpdpbusd" in build(mod, vnni_target).mod.inspect_source("asm")
     padded_weight = allocations(mod)["W_pad"]  # zero-filled and packed in VNNI's layout by one pass
     true_weight = workload.random_inputs()[1].size
     assert true_weight < padded_weight <= (1 + Tensorize().max_waste) * true_weight
 
 
-def test_a_stage_left_at_the_root_runs_on_every_core(cpu_target):
+def test_a_stage_left_at_the_root_runs_on_every_core(vnni_target):
     """A padded int8 weight's pad-and-pack copy stays at the root when no rule places it: the root's
     parallel annotation lets MetaSchedule's postproc run it on every core (serial, it took longer
     than the GEMM reading it), and the result copied back with it; the tiled GEMM keeps its own
     parallel loop."""
     workload = workloads.make("gemm", "int8", M=16, N=40, K=64)
     rules = [Tensorize(), MultiLevelTiling(), ParallelVectorizeUnroll()]
-    (space,) = stock_design_spaces(workload.func, rules, cpu_target)
+    (space,) = stock_design_spaces(workload.func, rules, vnni_target)
     sch = finished(space, workload)
     kinds = tvm.tirx.ForKind
     assert sch.get(sch.get_loops(sch.get_sblock("W_pad"))[0]).kind == kinds.PARALLEL
     assert sch.mod.script().count("T.parallel(") == 3  # the copy, the GEMM's outer tiles, the result copied back
-    check_random_samples(space, workload, cpu_target, samples=1)
+    check_random_samples(space, workload, vnni_target, samples=1)
 
 
-def test_a_padded_weight_is_packed_tile_by_tile_where_the_search_places_it(cpu_target):
+def test_a_padded_weight_is_packed_tile_by_tile_where_the_search_places_it(vnni_target):
     """In HeronSpace the pad-and-pack copy of a padded int8 weight walks the packed layout with each
     16 x 4 tile unrolled (so LLVM vectorizes it; byte by byte it took longer than the GEMM), and its
     place is a sampled decision whose candidates leave out inlining into the tensorized GEMM:
@@ -462,8 +466,8 @@ def test_a_padded_weight_is_packed_tile_by_tile_where_the_search_places_it(cpu_t
     from ms_heron.space import HeronSpace, design_spaces  # pylint: disable=import-outside-toplevel
 
     workload = workloads.make("gemm", "int8", M=16, N=40, K=64)
-    space = design_spaces(workload.func, cpu_target, HeronSpace(include_default_spaces=False))[0]
-    model = derive(space, cpu_target)
+    space = design_spaces(workload.func, vnni_target, HeronSpace(include_default_spaces=False))[0]
+    model = derive(space, vnni_target)
     (location,) = [d for d in model.decisions if d.kind == "location"]
     assert -2 not in location.candidates and len(location.candidates) > 2  # the root, and loops of the GEMM
     places = set()
@@ -473,7 +477,7 @@ def test_a_padded_weight_is_packed_tile_by_tile_where_the_search_places_it(cpu_t
         loops = [sch.get(loop) for loop in sch.get_loops(sch.get_sblock("W_pad"))]
         assert [(int(lp.extent), lp.kind) for lp in loops[-2:]] == [(16, tvm.tirx.ForKind.UNROLLED), (4, tvm.tirx.ForKind.UNROLLED)]
         if len(loops) not in places:  # each place once: bit-exact
-            run_and_check(build(sch.mod, cpu_target), workload)
+            run_and_check(build(sch.mod, vnni_target), workload)
             places.add(len(loops))
     assert len(places) > 1  # at the root and inside the GEMM's tiles
 

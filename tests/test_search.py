@@ -7,7 +7,7 @@ import tvm_ffi
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.runner import RunnerResult
 
-from conftest import SMALL_SHAPES, timing_out_runner
+from conftest import HOST_DTYPE, SMALL_SHAPES, timing_out_runner
 from ms_heron import HeronSearch, HeronSpace
 from ms_heron.annotations import is_metaschedule_space
 from ms_heron.evaluate import build, run_and_check, time_lib
@@ -19,7 +19,7 @@ from ms_heron.workload import load_kernel
 
 @pytest.mark.parametrize("family", sorted(SMALL_SHAPES))
 def test_tunes_every_family_and_best_record_is_correct(family, cpu_target, tmp_path):
-    workload = workloads.make(family, "int8", **SMALL_SHAPES[family])
+    workload = workloads.make(family, HOST_DTYPE, **SMALL_SHAPES[family])
     db = tune_workload(
         workload, cpu_target, str(tmp_path), 8, num_trials_per_iter=4, space=HeronSpace(), strategy=HeronSearch(), seed=0
     )
@@ -191,7 +191,7 @@ def test_fresh_samples_follow_the_spaces_that_measured_fastest(cpu_target):
 
 def test_survives_candidates_that_time_out(cpu_target, tmp_path):
     """A runner whose time limit every candidate exceeds: all are recorded as failed, tuning finishes."""
-    workload = workloads.make("gemm", "int8", M=256, N=256, K=256)
+    workload = workloads.make("gemm", HOST_DTYPE, M=256, N=256, K=256)
     runner = timing_out_runner()
     db = tune_workload(
         workload, cpu_target, str(tmp_path), 4, num_trials_per_iter=2, space=HeronSpace(), strategy=HeronSearch(),

@@ -16,10 +16,12 @@ from ms_heron.tune import tune_workload
 
 
 @pytest.mark.parametrize("family,dtype", [("gemm", "fp32"), ("c2d", "fp32"), ("t2d", "fp32"), ("scan", "fp32"), ("gemm", "int8")])
-def test_stock_evolutionary_search_tunes_heron_spaces(family, dtype, cpu_target, tmp_path):
+def test_stock_evolutionary_search_tunes_heron_spaces(family, dtype, cpu_target, tmp_path, request):
     """A GEMM, a strided and a transposed convolution, a scan with its computed operand, and the
     VNNI-tensorized int8 GEMM (every family's spaces are sampled, replayed and built in
     test_constraints, and tuned by HeronSearch in test_search)."""
+    if dtype == "int8":
+        request.getfixturevalue("vnni_target")  # skips on a CPU without VNNI
     workload = workloads.make(family, dtype, **SMALL_SHAPES[family])
     db = tune_workload(workload, cpu_target, str(tmp_path), 8, num_trials_per_iter=8, space=HeronSpace(), seed=0)
     sch = ms.tir_integration.compile_tir(db, workload.func, cpu_target)  # stock MetaSchedule rebuilds it
@@ -82,11 +84,11 @@ class AccumulateInInt8(HeronRule):
         return [sch]
 
 
-def test_a_wrong_kernel_is_reported_as_wrong(cpu_target, tmp_path):
+def test_a_wrong_kernel_is_reported_as_wrong(vnni_target, tmp_path):
     """``ms-heron tune`` checks the best kernel before reporting it (``TuningRun.check_best``): a
     kernel that runs fast but computes the wrong thing is caught there, not trusted for its time."""
     workload = workloads.make("gemm", "int8", M=16, N=16, K=64)
-    run = session.TuningRun.create(tmp_path, session.RunSpec.of(workload, cpu_target, seed=0))
+    run = session.TuningRun.create(tmp_path, session.RunSpec.of(workload, vnni_target, seed=0))
     state = run.tune(2, per_round=2, space=HeronSpace(rules=[AccumulateInInt8()], include_default_spaces=False))
     assert state.valid >= 1  # it built and ran: only the check can tell
     with pytest.raises(WrongResult, match=r"gemm.*int outputs differ from numpy"):

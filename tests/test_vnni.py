@@ -23,10 +23,10 @@ def _tensorized_dense(intrin, M=32, N=64, K=32):
 
 
 @pytest.mark.parametrize("intrin", [VNNI_INTRIN, TVM_VNNI_INTRIN])
-def test_vnni_dense_is_bit_exact_and_uses_vpdpbusd(intrin, cpu_target):
+def test_vnni_dense_is_bit_exact_and_uses_vpdpbusd(intrin, vnni_target):
     ensure_registered()
     workload, sch = _tensorized_dense(intrin)
-    lib = build(sch.mod, cpu_target)
+    lib = build(sch.mod, vnni_target)
     assert "vpdpbusd" in lib.mod.inspect_source("asm")
     for seed in range(3):
         run_and_check(lib, workload, seed=seed)

@@ -1,5 +1,6 @@
-"""``ms-heron demo``: tune an int8 VNNI GEMM on this CPU and compare it with ONNX Runtime's
-``MatMulInteger`` in the same run."""
+"""``ms-heron demo``: tune a GEMM on this CPU and compare it with ONNX Runtime in the same run:
+int8 (u8 x s8 -> s32, against ``MatMulInteger``) where the CPU has AVX-512 VNNI, else fp32
+(against ``MatMul``)."""
 
 from __future__ import annotations
 
@@ -7,14 +8,16 @@ import argparse
 import tempfile
 import time
 
-from ..targets import cpu_name, num_cores, parse_target
+from ..targets import cpu_name, native_dtype, num_cores, parse_target
 from ..testing import workloads
 from .common import quiet_metaschedule
 
 
 def add_parser(sub, shared: argparse.ArgumentParser) -> None:
-    demo = sub.add_parser("demo", parents=[shared], help="tune an int8 VNNI GEMM on this CPU and compare with ONNX Runtime")
+    demo = sub.add_parser("demo", parents=[shared], help="tune a GEMM on this CPU and compare with ONNX Runtime")
     demo.add_argument("--shape", type=int, nargs=3, metavar=("M", "N", "K"), default=(512, 512, 512))
+    demo.add_argument("--dtype", choices=["int8", "fp32"],
+                      help="int8 (u8 x s8 -> s32 on VNNI) or fp32; default int8 where the CPU has AVX-512 VNNI, else fp32")
     demo.add_argument("--trials", type=int, default=64, help="measured candidates (default 64)")
     demo.add_argument("--work-dir", help="keep the tuning database and logs here (default: a temp dir)")
     demo.set_defaults(run=run)
@@ -22,49 +25,47 @@ def add_parser(sub, shared: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     # pylint: disable=import-outside-toplevel
-    from ..testing.baselines import BaselineUnavailable, onnxruntime_matmul_integer_seconds
     from ..evaluate import build, run_and_check, time_lib
-    from ..testing.peak import vnni_peak_gops
     from ..search import HeronSearch
     from ..space import HeronSpace
+    from ..testing.baselines import BaselineUnavailable, onnxruntime_matmul_integer_seconds, onnxruntime_operator_seconds
+    from ..testing.peak import fma_peak_gops, vnni_peak_gops
     from ..tune import best_schedule, tune_workload
 
     target = parse_target(args.target)
+    dtype = args.dtype or native_dtype(target)
     M, N, K = args.shape
-    workload = workloads.gemm(M=M, N=N, K=K, dtype="int8")
+    workload = workloads.gemm(M=M, N=N, K=K, dtype=dtype)
     cores = num_cores(target)
-    print(f"ms-heron demo: int8 GEMM {M}x{N}x{K} (u8 x s8 -> s32) on {cpu_name(target)}, {cores} cores")
+    int8 = dtype == "int8"
+    form = "int8 GEMM {}x{}x{} (u8 x s8 -> s32)" if int8 else "fp32 GEMM {}x{}x{}"
+    print(f"ms-heron demo: {form.format(M, N, K)} on {cpu_name(target)}, {cores} cores"
+          + ("" if int8 or args.dtype else " (no AVX-512 VNNI on this CPU: the fp32 form)"))
     print("search: HeronSpace + HeronSearch (constrained genetic search over CP-SAT solutions)")
     quiet_metaschedule(args.verbose)
     with tempfile.TemporaryDirectory(prefix="ms_heron_demo_") as tmp:
         work_dir = args.work_dir or tmp
         print(f"tuning {args.trials} trials (records and logs in {work_dir}) ...", flush=True)
         start = time.perf_counter()
-        db = tune_workload(
-            workload,
-            target,
-            work_dir,
-            args.trials,
-            num_trials_per_iter=min(32, args.trials),
-            space=HeronSpace(),
-            strategy=HeronSearch(),
-            seed=args.seed,
-        )
+        db = tune_workload(workload, target, work_dir, args.trials, num_trials_per_iter=min(32, args.trials),
+                           space=HeronSpace(), strategy=HeronSearch(), seed=args.seed)
         tuning_s = time.perf_counter() - start
         lib = build(best_schedule(db, workload, target).mod, target)
     run_and_check(lib, workload)
     tuned = time_lib(lib, workload)
-    peak = vnni_peak_gops(target)
+    peak, unit = (vnni_peak_gops(target), "VNNI") if int8 else (fma_peak_gops(target), "FMA")
+    ort_name = "ONNX Runtime MatMulInteger" if int8 else "ONNX Runtime MatMul"
     try:
-        ort_s = onnxruntime_matmul_integer_seconds(M, N, K, threads=cores)
+        ort_s = (onnxruntime_matmul_integer_seconds(M, N, K, threads=cores) if int8
+                 else onnxruntime_operator_seconds(workload, threads=cores))
     except BaselineUnavailable as err:
         ort_s = None
         print(f"note: {err}")
-    print(f"tuned in {tuning_s:.0f} s; best kernel checked bit-exact against numpy")
-    print(f"measured VNNI peak of this machine: {peak:.0f} GOPS")
+    print(f"tuned in {tuning_s:.0f} s; best kernel checked {'bit-exact ' if int8 else ''}against numpy")
+    print(f"measured {unit} peak of this machine: {peak:.0f} GOPS")
     rows = [("ms_heron (tuned)", tuned.seconds)]
     if ort_s is not None:
-        rows.append(("ONNX Runtime MatMulInteger", ort_s))
+        rows.append((ort_name, ort_s))
     print(f"{'':28s} {'latency':>11s} {'GOPS':>7s} {'% peak':>7s}")
     for name, secs in rows:
         gops = workload.ops / secs / 1e9

@@ -21,11 +21,15 @@ def add_parsers(sub) -> None:
 def run_report(args: argparse.Namespace) -> int:
     # pylint: disable=import-outside-toplevel
     from ..report import write
-    from ..testing.peak import vnni_peak_gops
+    from ..testing.peak import fma_peak_gops, vnni_peak_gops
 
     run = TuningRun.open(args.work_dir)
-    peak = vnni_peak_gops(run.target) if run.spec.dtype == "int8" else None
-    report, curve = write(run, peak_gops=peak)
+    peak = None
+    if run.spec.dtype == "int8":
+        peak = ("VNNI", vnni_peak_gops(run.target))
+    elif run.spec.dtype == "fp32" and not run.spec.kernel:
+        peak = ("FMA", fma_peak_gops(run.target))
+    report, curve = write(run, peak)
     print(report.read_text())
     print(f"wrote {report} and {curve}")
     return 0

@@ -10,7 +10,7 @@ import sys
 import time
 
 from ..session import TRIALS_PER_ROUND, RunSpec, TuningRun, summary_rows
-from ..targets import cpu_name, host_target, is_cpu, parse_target, require_vnni
+from ..targets import cpu_name, host_target, is_cpu, native_dtype, parse_target, require_vnni
 from ..testing import workloads
 from ..workload import Workload, load_kernel
 from .common import Interrupts, UsageError, add_measure_options, clock, parse_duration, quiet_metaschedule, runner
@@ -21,7 +21,9 @@ def add_parser(sub, shared: argparse.ArgumentParser) -> None:
     tune.add_argument("workload", help=f"a case such as gemm.G1, a family ({', '.join(workloads.FAMILIES)}) with --shape, "
                       "or your TVMScript kernel as kernel.py[:name]")
     tune.add_argument("--shape", nargs="+", metavar="NAME=INT", help="the family's dimensions, e.g. M=512 N=512 K=512")
-    tune.add_argument("--dtype", default="int8", choices=list(workloads.DTYPES), help="a case's or family's form (a kernel has its own)")
+    tune.add_argument("--dtype", choices=list(workloads.DTYPES),
+                      help="a case's or family's form (a kernel has its own); default int8 where the target has "
+                      "AVX-512 VNNI, else fp32")
     tune.add_argument("--trials", type=int, default=200, help="records the work dir should hold in the end (default 200)")
     tune.add_argument("--time-budget", help="wall-clock limit such as 10m, set-up included; past it nothing more is measured "
                       "(candidates left unmeasured wait for a resume; each task's first round still gets a valid kernel)")
@@ -34,7 +36,7 @@ def add_parser(sub, shared: argparse.ArgumentParser) -> None:
     tune.set_defaults(run=run)
 
 
-def _workload(args: argparse.Namespace) -> Workload:
+def _workload(args: argparse.Namespace, dtype: str) -> Workload:
     """A case name (``gemm.G1``), a family with ``--shape NAME=INT ...``, or ``kernel.py[:name]``."""
     if re.fullmatch(r".+\.py(:\w+)?", args.workload):
         if args.shape:
@@ -43,7 +45,7 @@ def _workload(args: argparse.Namespace) -> Workload:
     if "." in args.workload:
         if args.shape:
             raise UsageError(f"{args.workload} is a named case with a fixed shape; drop --shape or name a family")
-        return workloads.case(args.workload, args.dtype)
+        return workloads.case(args.workload, dtype)
     shape = {}
     for item in args.shape or []:
         match = re.fullmatch(r"(\w+)=(\d+)", item)
@@ -53,7 +55,7 @@ def _workload(args: argparse.Namespace) -> Workload:
     if args.workload in workloads.FAMILIES and not shape:
         cases = [c for c in workloads.CASES if c.startswith(args.workload + ".")]
         raise UsageError(f"{args.workload} needs --shape (e.g. M=1024 N=1024 K=1024) or a named case such as {cases[0]}")
-    return workloads.make(args.workload, args.dtype, **shape)
+    return workloads.make(args.workload, dtype, **shape)
 
 
 class _ProgressLine:
@@ -99,8 +101,8 @@ def _tune_arm(run: TuningRun, label: str, args: argparse.Namespace, trials: int,
 
 
 def run(args: argparse.Namespace) -> int:
-    workload = _workload(args)
     target = parse_target(args.target)
+    workload = _workload(args, args.dtype or native_dtype(target))
     if workload.dtype == "int8":
         require_vnni(target)
     if args.trials < 1 or args.round_size < 1:

@@ -190,10 +190,13 @@ class _Latency:
 
 def _fills_vectors(model, factors, element_bytes: int, width: int) -> bool:
     """Whether the innermost axis can be cut into whole vectors: its extent is a multiple of the
-    vector width (a one-decision tile factor), so a partly filled vector would only waste lanes."""
+    vector width (a one-decision tile factor), so a partly filled vector would only waste lanes.
+    An axis one vector long is left free: whole vectors would leave it no outer tile to run in
+    parallel (a 8-row GEMV on AVX2)."""
     names = [f for f in factors if not isinstance(f, int)]
     decision = model.decision_of(names[0]) if len(names) == 1 else None
-    return decision is not None and decision.kind == "tile" and decision.extent * element_bytes % width == 0
+    return (decision is not None and decision.kind == "tile" and decision.extent * element_bytes % width == 0
+            and decision.extent * element_bytes > width)
 
 
 def _value(values, factors) -> int:
