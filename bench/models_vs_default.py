@@ -68,10 +68,11 @@ def _tune_and_export(name: str, trials: int, out: pathlib.Path, work_root: pathl
     return row
 
 
-def _time_exported(out: pathlib.Path, names: list[str], rounds: int = TIMING_ROUNDS) -> dict:
-    """Fresh process: load each compiled model, check it against ONNX Runtime, then time the three
-    in turn, ``rounds`` times, and keep each one's median. Two cores drift by 10% within a minute
-    (a neighbour's load); timed one after the other, that drift would land on one of them."""
+def time_exported(out: pathlib.Path, names: list[str], arms=ARMS, rounds: int = TIMING_ROUNDS) -> dict:
+    """Fresh process: load each compiled model (``<name>_<arm>.so`` in ``out``), check it against ONNX
+    Runtime, then time ONNX Runtime and the arms in turn, ``rounds`` times, and keep each one's
+    median. Two cores drift by 10% within a minute (a neighbour's load); timed one after the other,
+    that drift would land on one of them."""
     import tvm  # pylint: disable=import-outside-toplevel
 
     from ms_heron.testing.baselines import median_seconds, medians_in_turn, onnxruntime_model, onnxruntime_session  # pylint: disable=import-outside-toplevel
@@ -83,7 +84,7 @@ def _time_exported(out: pathlib.Path, names: list[str], rounds: int = TIMING_ROU
         inputs = dict(np.load(out / f"{name}_inputs.npz"))
         expected, _ = onnxruntime_model(onnx.load(out / f"{name}.onnx"), inputs, threads)
         session = onnxruntime_session(onnx.load(out / f"{name}.onnx"), threads)
-        libs = {arm: tvm.runtime.load_module(str(out / f"{name}_{arm.replace(' ', '_')}.so")) for arm in ARMS}
+        libs = {arm: tvm.runtime.load_module(str(out / f"{name}_{arm.replace(' ', '_')}.so")) for arm in arms}
         row = {}
         for arm, lib in libs.items():
             got = run_model(lib, inputs)
@@ -113,7 +114,7 @@ def main() -> None:
     args = parser.parse_args()
     logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)  # per-round logs stay in the work dirs
     if args.time_exported:
-        print(json.dumps(_time_exported(pathlib.Path(args.time_exported), args.models)))
+        print(json.dumps(time_exported(pathlib.Path(args.time_exported), args.models)))
         return
 
     work_root = pathlib.Path(args.work_root or tempfile.mkdtemp(prefix="ms_heron_models_"))

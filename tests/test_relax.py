@@ -114,7 +114,7 @@ def test_failed_tasks_fall_back_to_untuned_kernels(tmp_path, cpu_target):
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
 
 
-def test_int8_onnx_model_through_the_cli_reaches_vnni_and_matches_onnxruntime(tmp_path, cpu_target):
+def test_int8_onnx_model_through_the_cli_reaches_vnni_and_matches_onnxruntime(tmp_path, vnni_target):
     """MatMulInteger layers (u8 with zero point x s8) become VNNI kernels with weights packed at compile time."""
     model = models.mlp(int8=True)
     path = tmp_path / "mlp.onnx"
@@ -133,7 +133,7 @@ def test_int8_onnx_model_through_the_cli_reaches_vnni_and_matches_onnxruntime(tm
     np.testing.assert_allclose(got, expected, rtol=0, atol=1e-5)
 
     mod = from_onnx(model.proto, model.input_shapes())
-    executable = compile_model(open_database(tmp_path / "wd"), mod, None, cpu_target)
+    executable = compile_model(open_database(tmp_path / "wd"), mod, None, vnni_target)
     assert "vpdpbusd" in executable.mod.imports[0].inspect_source("asm")
     assert "layout_rewrite" not in executable.as_text()  # weights were re-laid out once, at compile time
     _model_work_dir_reports_shows_and_resumes(tmp_path / "wd", path)
@@ -188,21 +188,21 @@ def test_onnx_conv_integer_imports_and_computes_what_onnxruntime_computes(ci, co
     assert got.dtype == np.int32 and np.array_equal(got, expected)
 
 
-def test_int8_onnx_convolutions_reach_vnni_with_fused_epilogues_and_match_onnxruntime(tmp_path, cpu_target):
+def test_int8_onnx_convolutions_reach_vnni_with_fused_epilogues_and_match_onnxruntime(tmp_path, vnni_target):
     """An int8 ResNet bottleneck (ConvInteger): each convolution runs channels-last on VNNI with its
     weights packed at compile time, its rescale, bias, ReLU and the next layer's quantize fused into
     its kernel (the transposes between convolutions cancel), and the model computes what ONNX
     Runtime computes."""
     model = models.resnet_bottleneck(size=6, channels=32, width=16, int8=True)
     mod = from_onnx(model.proto, model.input_shapes())
-    names = [t.task_name for t in extract_tasks(lower_for_tuning(mod, None, cpu_target), cpu_target)]
+    names = [t.task_name for t in extract_tasks(lower_for_tuning(mod, None, vnni_target), vnni_target)]
     convs = [n for n in names if "conv2d" in n]
     assert len(convs) == 3 and sum("_relu" in n and "_quantize" in n for n in convs) == 2, names
     assert not any("transpose" in n and ("cast" in n or "conv2d" in n) for n in names), names
-    db = tune_model(mod, None, cpu_target, str(tmp_path), 24, num_trials_per_iter=4, seed=0)
+    db = tune_model(mod, None, vnni_target, str(tmp_path), 24, num_trials_per_iter=4, seed=0)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # every task tuned
-        executable = compile_model(db, mod, None, cpu_target)
+        executable = compile_model(db, mod, None, vnni_target)
     assert "vpdpbusd" in executable.mod.imports[0].inspect_source("asm")
     assert "layout_rewrite" not in executable.as_text()  # weights re-laid out once, at compile time
     (got,) = run_model(executable, model.inputs)
@@ -334,3 +334,46 @@ def test_a_relax_module_is_a_run_with_resume_report_and_show(tmp_path, cpu_targe
     assert report.returncode == 0 and "estimated model latency" in report.stdout, report.stderr[-2000:]
     with pytest.raises(RunError, match="holds a run of model tiny"):
         TuningRun.create(work, RunSpec.of_relax(*exported(48), work, cpu_target, 0, label="wider"))
+
+
+# -- what ONNX Runtime's graph optimizer does, at import --------------------------------------------
+
+
+def _untuned_against_onnxruntime(model, cpu_target):
+    """The model compiled without tuning records: its output against ONNX Runtime's on the same file."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # every task runs untuned here
+        executable = compile_model(ms.database.MemoryDatabase(), from_onnx(model.proto), None, cpu_target)
+    (got,) = run_model(executable, model.inputs)
+    (expected,), _ = onnxruntime_model(model.proto, model.inputs, threads=1)
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_a_resnet_lowers_to_one_kernel_per_convolution_with_batch_norm_folded_and_no_stack(cpu_target):
+    """Conv + BatchNorm + residual ``Sum`` + ReLU: the BatchNorm is folded into the weights and bias
+    (no subtract / divide left), the Sum is an add (no stack), and the add and ReLU run in the
+    convolution's kernel, so the tasks are one per convolution plus pooling and the classifier;
+    the compiled model matches ONNX Runtime."""
+    model = models.resnet50(size=32, width=8, blocks=(1, 2, 1, 1), classes=10)
+    graph = model.proto.graph
+    convs = sum(n.op_type == "Conv" for n in graph.node)
+    assert {"BatchNormalization", "Sum"} <= {n.op_type for n in graph.node}
+    tasks = extract_tasks(lower_for_tuning(from_onnx(model.proto), None, cpu_target), cpu_target)
+    names = [t.task_name for t in tasks]
+    kernels = [t for t in tasks if re.match(r"fused_(conv2d|matmul)", t.task_name)]
+    assert sum(int(t.weight) for t in kernels) == convs + 1  # + the classifier's Gemm
+    assert not any(re.search("stack|subtract|divide|batch_norm", n) for n in names), names
+    others = sorted(set(names) - {t.task_name for t in kernels})
+    assert [re.sub(r"\d+$", "", n) for n in others] == ["max_pool2d", "mean", "reshape"], others
+    assert sum(int(t.weight) for t in kernels if "relu" in t.task_name) == sum(n.op_type == "Relu" for n in graph.node)
+    _untuned_against_onnxruntime(model, cpu_target)
+
+
+def test_relu6_as_clip_fuses_into_the_depthwise_and_pointwise_convolutions(cpu_target):
+    """MobileNetV2's ``Clip(0, 6)``: TVM's importer emits two TIR calls FuseOps cannot merge; imported
+    as ``relax.op.clip`` it joins the kernel before it, also after a 1x1 convolution run as a matmul."""
+    model = models.mobilenet_v2(size=32, stages=((1, 16, 1, 1), (6, 24, 2, 2)), last=64, classes=10)
+    names = [t.task_name for t in extract_tasks(lower_for_tuning(from_onnx(model.proto), None, cpu_target), cpu_target)]
+    assert not any(re.match(r"(tir_clip|maximum|minimum|clip)", n) for n in names), names
+    assert sum("clip" in n for n in names) >= 4 and any(re.match(r"fused_matmul\d*_add\d*_tir_clip", n) for n in names)
+    _untuned_against_onnxruntime(model, cpu_target)

@@ -8,9 +8,7 @@ the VNNI intrinsic reads packed) are re-laid out once at compile time, not on ev
 
 from __future__ import annotations
 
-import contextlib
 import math
-import os
 import warnings
 from dataclasses import dataclass
 from typing import Any, Mapping
@@ -22,56 +20,15 @@ from tvm.relax import pipeline as relax_pipeline
 from tvm.s_tir import meta_schedule as ms
 from tvm.target import Target
 
-from .intrinsics import ensure_registered
-from .pointwise_conv import pointwise_conv_as_matmul
-from .quantized import channels_last_epilogues, keep_int8_matmuls, onnx_converters
-from .annotations import is_metaschedule_space
-from .records import record_seconds
+from ..annotations import is_metaschedule_space
+from ..intrinsics import ensure_registered
+from ..records import record_seconds
+from .passes import (chain_stacked_reductions, channels_last_epilogues, fold_scale_shift, keep_int8_matmuls,
+                     pointwise_conv_as_matmul)
 
 
 class ModelError(ValueError):
     """A model ms_heron cannot tune as given; the message names the fix."""
-
-
-def from_onnx(model, input_shapes: Mapping[str, tuple[int, ...]] | None = None) -> IRModule:
-    """Import an ONNX model (a ``ModelProto`` or a path) as a Relax module with static shapes.
-
-    ``input_shapes`` fixes inputs whose shapes the model leaves symbolic (``{"x": (1, 128)}``).
-    """
-    try:
-        import onnx  # pylint: disable=import-outside-toplevel
-        from tvm.relax.frontend.onnx import from_onnx as relax_from_onnx  # pylint: disable=import-outside-toplevel
-    except ImportError as err:
-        raise ModelError("ONNX import needs the onnx package: pip install 'ms_heron[onnx]'") from err
-    if isinstance(model, (str, os.PathLike)):
-        model = onnx.load(os.fspath(model))
-    inputs = {i.name: i for i in model.graph.input}
-    unknown = sorted(set(input_shapes or {}) - set(inputs))
-    if unknown:
-        raise ModelError(f"--input-shape names {', '.join(unknown)}, but the model's inputs are {', '.join(inputs)}")
-    dtypes = {name: onnx.helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type).name for name, i in inputs.items()}
-    try:
-        with _with_converters(onnx_converters()):
-            mod = relax_from_onnx(model, shape_dict=dict(input_shapes or {}), dtype_dict=dtypes)
-    except tvm.error.OpNotImplemented as err:
-        raise ModelError(f"{err}. Relax cannot import these ONNX operators; replace them in the model "
-                         "(or export it with other operators) before tuning") from err
-    require_static_shapes(mod)
-    return mod
-
-
-@contextlib.contextmanager
-def _with_converters(extra: Mapping[str, Any]):
-    """TVM's ONNX frontend with ``extra`` converters added: it has no registry for them, so its
-    converter table is wrapped for the duration of one import."""
-    from tvm.relax.frontend.onnx import onnx_frontend  # pylint: disable=import-outside-toplevel
-
-    original = onnx_frontend._get_convert_map  # pylint: disable=protected-access
-    onnx_frontend._get_convert_map = lambda: {**original(), **extra}  # pylint: disable=protected-access
-    try:
-        yield
-    finally:
-        onnx_frontend._get_convert_map = original  # pylint: disable=protected-access
 
 
 def require_static_shapes(mod: IRModule) -> None:
@@ -115,6 +72,10 @@ def lower_for_tuning(
 ) -> IRModule:
     """Bind weights, legalize and fuse: the fused TIR functions are the tuning tasks.
 
+    First what ONNX Runtime's graph optimizer does before it runs a model (:mod:`.passes`):
+    BatchNorms and constant per-channel scales are folded into the weights and bias of the
+    convolution or matmul before them, and n-ary sums are chained adds, so that a ResNet's
+    residual add and ReLU fuse into the convolution's kernel.
     Weights that reach a TIR function as constants are marked layout-free, so schedules may store
     them in whatever layout their kernels read best. 1x1 NCHW convolutions become matmuls over the
     flattened pixels (:mod:`.pointwise_conv`), so their vector lanes run along contiguous pixels;
@@ -131,6 +92,10 @@ def lower_for_tuning(
         return tvm.transform.Sequential(
             [
                 *relax_pipeline.library_dispatch_passes(target),
+                relax.transform.FoldConstant(),  # a bias reshaped by the importer becomes a constant
+                chain_stacked_reductions,
+                fold_scale_shift,
+                relax.transform.DeadCodeElimination(),
                 relax.transform.DecomposeOpsForInference(),
                 *([] if exact_math else [relax.transform.FastMathTransform()]),
                 relax.transform.CanonicalizeBindings(),

@@ -3,6 +3,8 @@
 ONNX is the one definition both sides read: ms_heron imports it through Relax's ONNX frontend and
 ONNX Runtime runs the very same bytes, so comparisons are on the same model.
 
+* :func:`resnet50`, :func:`mobilenet_v2`, :func:`bert`: whole networks as exported from PyTorch
+  (BatchNorms unfolded, ResNet's residual adds as ``Sum``, ReLU6 as ``Clip``), BERT-base's 12 layers.
 * :func:`bert_layer`: one BERT-base encoder layer (seq 128, hidden 768, 12 heads, FFN 3072); with
   ``int8=True`` its six dense layers are quantized the way ONNX Runtime's dynamic-range quantizer
   writes them (``QuantizeLinear`` to u8 with a zero point, ``MatMulInteger`` with s8 weights, rescale).
@@ -105,7 +107,23 @@ def _layer_norm(g: _Graph, x: str, n: int) -> str:
 
 def bert_layer(seq: int = 128, hidden: int = 768, heads: int = 12, ffn: int = 3072, int8: bool = False, seed: int = 0) -> OnnxModel:
     """One BERT encoder layer (post-norm, GELU via erf), batch 1."""
+    return bert(layers=1, seq=seq, hidden=hidden, heads=heads, ffn=ffn, int8=int8, seed=seed)
+
+
+def bert(layers: int = 12, seq: int = 128, hidden: int = 768, heads: int = 12, ffn: int = 3072, int8: bool = False,
+         seed: int = 0) -> OnnxModel:
+    """BERT's encoder (BERT-base by default: 12 layers), batch 1, on embeddings ``x`` [seq, hidden]."""
     g = _Graph(seed)
+    out = "x"
+    for _ in range(layers):
+        out = _encoder_layer(g, out, seq, hidden, heads, ffn, int8)
+    x_value = g.rng.standard_normal((seq, hidden)).astype(np.float32)
+    kind = "bert_layer" if layers == 1 else f"bert_{layers}layers"
+    name = f"{kind}_{'int8' if int8 else 'fp32'}_seq{seq}_h{hidden}"
+    return g.model(name, {"x": x_value}, out, [seq, hidden])
+
+
+def _encoder_layer(g: _Graph, x: str, seq: int, hidden: int, heads: int, ffn: int, int8: bool) -> str:
     head = hidden // heads
     shape_heads = g.const(np.array([seq, heads, head], np.int64), "shape")
     shape_flat = g.const(np.array([seq, hidden], np.int64), "shape")
@@ -113,7 +131,6 @@ def bert_layer(seq: int = 128, hidden: int = 768, heads: int = 12, ffn: int = 30
     def split_heads(t: str, perm: list[int]) -> str:
         return g.op("Transpose", g.op("Reshape", t, shape_heads), perm=perm)
 
-    x = "x"
     q = split_heads(_dense(g, x, hidden, hidden, int8), [1, 0, 2])  # [heads, seq, head]
     k = split_heads(_dense(g, x, hidden, hidden, int8), [1, 2, 0])  # [heads, head, seq]
     v = split_heads(_dense(g, x, hidden, hidden, int8), [1, 0, 2])
@@ -126,10 +143,7 @@ def bert_layer(seq: int = 128, hidden: int = 768, heads: int = 12, ffn: int = 30
     one = g.const(np.array(1.0, np.float32), "one")
     erf = g.op("Erf", g.op("Mul", up, g.const(np.array(1 / math.sqrt(2), np.float32), "rsqrt2")))
     gelu = g.op("Mul", g.op("Mul", up, half), g.op("Add", erf, one))
-    out = _layer_norm(g, g.op("Add", _dense(g, gelu, ffn, hidden, int8), attn), hidden)
-    x_value = g.rng.standard_normal((seq, hidden)).astype(np.float32)
-    name = f"bert_layer_{'int8' if int8 else 'fp32'}_seq{seq}_h{hidden}"
-    return g.model(name, {"x": x_value}, out, [seq, hidden])
+    return _layer_norm(g, g.op("Add", _dense(g, gelu, ffn, hidden, int8), attn), hidden)
 
 
 def _conv(g: _Graph, x: str, ci: int, co: int, k: int, relu: bool, int8: bool = False) -> str:
@@ -156,6 +170,81 @@ def resnet_bottleneck(size: int = 56, channels: int = 256, width: int = 64, int8
     return g.model(name, {"x": x_value}, out, [1, channels, size, size])
 
 
+def _conv_bn(g: _Graph, x: str, ci: int, co: int, k: int, stride: int = 1, act: str = "", groups: int = 1) -> str:
+    """Conv (no bias) -> BatchNormalization -> ``act`` ("relu", "relu6" or none), as PyTorch exports a
+    trained CNN: the BatchNorm's statistics are not 0 and 1, so folding them changes the weights."""
+    w = g.weight(co, ci // groups, k, k, fan_in=ci // groups * k * k)
+    y = g.op("Conv", x, g.const(w), kernel_shape=[k, k], pads=[k // 2] * 4, strides=[stride] * 2, group=groups)
+    stats = [g.rng.uniform(0.5, 1.5, co), 0.1 * g.rng.standard_normal(co), 0.1 * g.rng.standard_normal(co),
+             g.rng.uniform(0.5, 1.5, co)]  # scale, bias, mean, variance
+    y = g.op("BatchNormalization", y, *[g.const(v.astype(np.float32), "bn") for v in stats], epsilon=1e-5)
+    if act == "relu":
+        return g.op("Relu", y)
+    if act == "relu6":
+        return g.op("Clip", y, g.const(np.array(0, np.float32), "min"), g.const(np.array(6, np.float32), "max"))
+    return y
+
+
+def _classifier(g: _Graph, x: str, features: int, classes: int) -> str:
+    """Global average pool, flatten, and a dense layer as ``Gemm`` with a transposed weight (PyTorch's export)."""
+    flat = g.op("Flatten", g.op("GlobalAveragePool", x), axis=1)
+    w = g.weight(classes, features, fan_in=features)
+    return g.op("Gemm", flat, g.const(w), g.const((0.1 * g.rng.standard_normal(classes)).astype(np.float32), "bias"), transB=1)
+
+
+def resnet50(size: int = 224, classes: int = 1000, width: int = 64, blocks: tuple[int, ...] = (3, 4, 6, 3),
+             seed: int = 0) -> OnnxModel:
+    """ResNet-50 v1.5 (batch 1, NCHW): 53 convolutions, each with its BatchNorm, the residual adds as
+    ``Sum`` (as converters of Caffe2-era models write them) followed by ReLU, max and average pooling
+    and the classifier. ``width`` and ``blocks`` shrink it for tests."""
+    g = _Graph(seed)
+    y = g.op("MaxPool", _conv_bn(g, "x", 3, width, 7, stride=2, act="relu"), kernel_shape=[3, 3], strides=[2, 2],
+             pads=[1, 1, 1, 1])
+    channels = width
+    for stage, count in enumerate(blocks):
+        inner = width * 2**stage
+        for block in range(count):
+            stride = 2 if block == 0 and stage > 0 else 1
+            shortcut = y if block else _conv_bn(g, y, channels, 4 * inner, 1, stride=stride)
+            z = _conv_bn(g, y, channels, inner, 1, act="relu")
+            z = _conv_bn(g, z, inner, inner, 3, stride=stride, act="relu")
+            z = _conv_bn(g, z, inner, 4 * inner, 1)
+            y = g.op("Relu", g.op("Sum", z, shortcut))
+            channels = 4 * inner
+    out = _classifier(g, y, channels, classes)
+    x_value = g.rng.standard_normal((1, 3, size, size)).astype(np.float32)
+    return g.model(f"resnet50_{size}" if (width, blocks) == (64, (3, 4, 6, 3)) else f"resnet_w{width}_{size}",
+                   {"x": x_value}, out, [1, classes])
+
+
+#: MobileNetV2's inverted residual stages: expansion, output channels, blocks, first stride.
+MOBILENET_V2_STAGES = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2),
+                       (6, 320, 1, 1))
+
+
+def mobilenet_v2(size: int = 224, classes: int = 1000, stages=MOBILENET_V2_STAGES, last: int = 1280,
+                 seed: int = 0) -> OnnxModel:
+    """MobileNetV2 (batch 1, NCHW): inverted residual blocks of a 1x1 expansion, a 3x3 depthwise
+    convolution and a 1x1 projection, each with its BatchNorm, ReLU6 as ``Clip``, residual ``Add``
+    where the shape stays. ``stages`` and ``last`` shrink it for tests."""
+    g = _Graph(seed)
+    y = _conv_bn(g, "x", 3, 32, 3, stride=2, act="relu6")
+    channels = 32
+    for expansion, out, count, first_stride in stages:
+        for block in range(count):
+            stride = first_stride if block == 0 else 1
+            hidden = channels * expansion
+            z = _conv_bn(g, y, channels, hidden, 1, act="relu6") if expansion != 1 else y
+            z = _conv_bn(g, z, hidden, hidden, 3, stride=stride, act="relu6", groups=hidden)
+            z = _conv_bn(g, z, hidden, out, 1)
+            y = g.op("Add", y, z) if stride == 1 and channels == out else z
+            channels = out
+    y = _conv_bn(g, y, channels, last, 1, act="relu6")
+    x_value = g.rng.standard_normal((1, 3, size, size)).astype(np.float32)
+    return g.model(f"mobilenet_v2_{size}" if stages == MOBILENET_V2_STAGES else f"mobilenet_v2_small_{size}",
+                   {"x": x_value}, _classifier(g, y, last, classes), [1, classes])
+
+
 def mlp(batch: int = 16, features: int = 64, hidden: int = 128, out: int = 32, int8: bool = False, seed: int = 0) -> OnnxModel:
     """Dense -> ReLU -> dense: the smallest model with two tuning tasks."""
     g = _Graph(seed)
@@ -175,8 +264,12 @@ def cnn(size: int = 6, channels: int = 8, width: int = 16, classes: int = 32, se
 
 
 #: The model zoo by name, as the benchmarks and examples offer it (each builder's defaults: the real
-#: model sizes; BERT-base layer and ResNet-50 bottleneck, fp32 and int8).
+#: model sizes): whole networks (ResNet-50, MobileNetV2, BERT-base's 12 layers; fp32), and one BERT-base
+#: layer and one ResNet-50 bottleneck, fp32 and int8.
 ZOO = {
+    "resnet50": resnet50,
+    "mobilenetv2": mobilenet_v2,
+    "bert-base": bert,
     "bert": bert_layer,
     "bert-int8": lambda: bert_layer(int8=True),
     "resnet": resnet_bottleneck,

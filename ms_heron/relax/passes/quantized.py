@@ -26,7 +26,7 @@ import tvm
 from tvm import IRModule, relax
 from tvm.relax.dpl import is_const, is_op, rewrite_call, wildcard
 
-from .sinking import LayoutChange, sink, static_shape
+from .sinking import LayoutChange, constant_value, sink, static_shape
 
 
 def _dtype(expr) -> str:
@@ -75,10 +75,6 @@ def keep_int8_matmuls(func: relax.Function, _mod: IRModule, _ctx) -> relax.Funct
     return func
 
 
-def _constant_value(expr) -> np.ndarray | None:
-    return expr.value.numpy() if isinstance(expr, tvm.ir.expr.Constant) else None
-
-
 def _same_pads(in_shape, kernel, strides, dilations, mode: str) -> list[int]:
     """ONNX ``auto_pad`` SAME_UPPER / SAME_LOWER as explicit ``[begins..., ends...]``."""
     begins, ends = [], []
@@ -101,7 +97,7 @@ def _no_vnni_form(x_dtype: str, w_dtype: str, x_zero, w_zero, groups: int) -> st
     return f"it is grouped ({groups} groups)" if groups != 1 else ""
 
 
-def _conv_integer(inputs, attr):
+def conv_integer(inputs, attr):
     """ONNX ``ConvInteger`` (2-D, NCHW in and out) as Relax; see the module docstring."""
     x, w = inputs[0], inputs[1]
     x_zp = inputs[2] if len(inputs) > 2 else None
@@ -118,8 +114,8 @@ def _conv_integer(inputs, attr):
         pads = _same_pads(x_shape[2:], w_shape[2:], strides, dilations, auto_pad)
     else:
         pads = [0] * 4 if auto_pad == "VALID" else list(attr.get("pads", [0] * 4))
-    x_zero = _constant_value(x_zp) if x_zp is not None else np.zeros((), "int32")
-    w_zero = _constant_value(w_zp) if w_zp is not None else np.zeros((), "int32")
+    x_zero = constant_value(x_zp) if x_zp is not None else np.zeros((), "int32")
+    w_zero = constant_value(w_zp) if w_zp is not None else np.zeros((), "int32")
     conv = dict(strides=strides, dilation=dilations, groups=groups, out_dtype="int32")
     why = _no_vnni_form(_dtype(x), _dtype(w), x_zero, w_zero, groups)
     if why:
@@ -139,22 +135,6 @@ def _conv_integer(inputs, attr):
         sums = relax.op.sum(relax.op.astype(w, "int32"), axis=[1, 2, 3])  # per output channel, NHWC's last axis
         y = relax.op.subtract(y, relax.op.multiply(relax.const(zero, "int32"), sums))
     return relax.op.permute_dims(y, [0, 3, 1, 2])
-
-
-def onnx_converters() -> dict:
-    """ONNX operator name -> Relax frontend converter, for the quantized operators TVM's frontend
-    lacks (needs the onnx package)."""
-    # pylint: disable-next=import-outside-toplevel
-    from tvm.relax.frontend.onnx.onnx_frontend import OnnxOpConverter
-
-    class ConvInteger(OnnxOpConverter):
-        """ONNX ConvInteger (opset 10): u8 x s8 with zero points -> s32."""
-
-        @classmethod
-        def _impl_v10(cls, _bb, inputs, attr, _params):
-            return _conv_integer(inputs, attr)
-
-    return {"ConvInteger": ConvInteger}
 
 
 def _reapply_permute(result, permute: relax.Call):

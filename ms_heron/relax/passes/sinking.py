@@ -14,6 +14,8 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
+import numpy as np
+import tvm
 import tvm_ffi
 from tvm import relax
 from tvm.relax.dpl import DFPattern, is_op, rewrite_call, wildcard
@@ -24,6 +26,11 @@ UNARY = ("relax.nn.relu", "relax.sigmoid", "relax.tanh", "relax.clip", "relax.as
          "relax.erf", "relax.nn.gelu", "relax.nn.silu", "relax.negative", "relax.sqrt", "relax.quantize")
 #: Element-wise Relax ops on two broadcasting operands.
 BINARY = ("relax.add", "relax.subtract", "relax.multiply", "relax.divide", "relax.maximum", "relax.minimum")
+
+
+def constant_value(expr) -> np.ndarray | None:
+    """The value of a constant expression, or None when ``expr`` is not a constant."""
+    return expr.value.numpy() if isinstance(expr, tvm.ir.expr.Constant) else None
 
 
 def static_shape(expr) -> list[int] | None:

@@ -1,0 +1,136 @@
+"""Whole networks under a wall-clock budget: ms_heron vs MetaSchedule's default search, and ONNX Runtime.
+
+One network per invocation (a ResNet-50 arm of 15 minutes plus compilation fits a session; a result
+file gathers the networks). Each arm tunes the network's ONNX graph (``ms_heron.testing.models``)
+through ``TuningRun.tune`` with ``time_budget_s``, the way ``ms-heron tune-model --time-budget``
+does, ms_heron in the run's work dir and MetaSchedule's default search in its ``baseline/``; the
+compiled models are then timed with ONNX Runtime (all graph optimizations) on the same file in one
+fresh process, in turn (medians). Per arm it also gives the tuner's model estimate (best kernel x
+calls, summed over tasks) against the measured latency. Usage (repository root, nothing else running):
+
+    .venv/bin/python bench/networks.py resnet50 --budget 15m
+    .venv/bin/python bench/networks.py mobilenetv2 --budget 15m --baseline-budget 15m
+
+Adds the network to bench/results/networks_<budget>.json and rewrites networks_<budget>.md from it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import pathlib
+import subprocess
+import sys
+import tempfile
+
+import models_vs_default
+import numpy as np
+import onnx
+import results_io
+
+from ms_heron.targets import host_target, num_cores
+from ms_heron.testing import models
+
+NETWORKS = ("resnet50", "mobilenetv2", "bert-base")
+ARMS = ("ms_heron", "MetaSchedule default")
+#: Candidates per task round, as ``ms-heron tune-model`` measures them.
+PER_ROUND = 16
+#: More than any budget here can measure: the budget ends tuning.
+TRIALS = 1_000_000
+TIMING_ROUNDS = 7
+
+
+def _tune_and_export(name: str, budgets: dict[str, float], out: pathlib.Path, work_root: pathlib.Path, seed: int) -> dict:
+    # pylint: disable=import-outside-toplevel
+    from ms_heron.relax import compile_model
+    from ms_heron.session import RunSpec, TuningRun
+
+    model = models.ZOO[name]()
+    work_root.mkdir(parents=True, exist_ok=True)
+    onnx.save(model.proto, work_root / f"{name}.onnx")
+    onnx.save(model.proto, out / f"{name}.onnx")
+    np.savez(out / f"{name}_inputs.npz", **model.inputs)
+    run = TuningRun.create(work_root / name, RunSpec.of_model(work_root / f"{name}.onnx", model.input_shapes(), host_target(), seed))
+    row = {"per task": {}}
+    for arm, arm_run in zip(ARMS, (run, run.baseline())):
+        state = arm_run.tune(TRIALS, time_budget_s=budgets[arm], per_round=PER_ROUND, metaschedule_default=arm_run is not run)
+        times = arm_run.task_times()
+        if arm_run is not run:
+            times = [dataclasses.replace(t, space="") for t in times]
+        row.update({f"{arm} tuning s": state.elapsed_s, f"{arm} records": state.trials, "tasks": len(times),
+                    f"{arm} estimate ms": sum(t.calls * t.seconds for t in times) * 1e3})
+        row["per task"][arm] = [dataclasses.asdict(t) for t in times]
+        print(f"{name} {arm}: {state.trials} records in {state.elapsed_s:.0f} s, estimate "
+              f"{row[f'{arm} estimate ms']:.2f} ms", flush=True)
+        compile_model(arm_run.database(), run.model, None, run.target).export_library(
+            str(out / f"{name}_{arm.replace(' ', '_')}.so"))
+    return row
+
+
+def _markdown(data: dict, budget: str) -> list[str]:
+    from ms_heron.relax import TaskTime, task_table  # pylint: disable=import-outside-toplevel
+
+    lines = [
+        f"# Whole networks, {budget} of tuning per arm, {num_cores(host_target())} cores",
+        "",
+        "Each arm tuned under a wall-clock budget (set-up included), then the compiled models and ONNX Runtime "
+        f"(all graph optimizations, same ONNX file) timed in turn in one fresh process ({TIMING_ROUNDS} rounds, medians). "
+        "Ratios > 1 mean ms_heron is faster. The estimate is the tuner's: best kernel x calls, summed over tasks.",
+        "",
+        "| network | tasks | ms_heron ms | MS default ms | ONNX Runtime ms | vs MS default | vs ORT | records (ms_heron / default) "
+        "| estimate / measured (ms_heron / default) | max abs diff vs ORT |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, r in data.items():
+        ours, default, ort = r["ms_heron ms"], r["MetaSchedule default ms"], r["ONNX Runtime ms"]
+        lines.append(
+            f"| {name} | {r['tasks']} | {ours:.2f} | {default:.2f} | {ort:.2f} | **{default / ours:.2f}x** | **{ort / ours:.2f}x** | "
+            f"{r['ms_heron records']} / {r['MetaSchedule default records']} | "
+            f"{r['ms_heron estimate ms'] / ours:.2f} / {r['MetaSchedule default estimate ms'] / default:.2f} | "
+            f"{r['ms_heron max abs diff']:.2g} |")
+    ratios = [r["MetaSchedule default ms"] / r["ms_heron ms"] for r in data.values()]
+    lines += ["", f"Geometric mean ms_heron / MetaSchedule default: **{results_io.geomean(ratios):.2f}x**; "
+              f"ms_heron / ONNX Runtime: **{results_io.geomean(r['ONNX Runtime ms'] / r['ms_heron ms'] for r in data.values()):.2f}x**."]
+    for name, r in data.items():
+        arms = {arm: [TaskTime(**t) for t in times] for arm, times in r["per task"].items()}
+        lines += ["", f"## {name}: per task (best kernel time while tuning; share of the model estimate)", "",
+                  *task_table(arms)]
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("network", choices=NETWORKS)
+    parser.add_argument("--budget", default="15m", help="ms_heron's wall-clock tuning budget (default 15m)")
+    parser.add_argument("--baseline-budget", help="MetaSchedule default's budget (default: the same)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--work-root", help="where the runs stay (default: a new temporary dir); ms-heron report works on them")
+    parser.add_argument("--out", default=str(results_io.DEFAULT_DIR))
+    parser.add_argument("--time-exported", metavar="DIR", help=argparse.SUPPRESS)  # the fresh timing process
+    args = parser.parse_args()
+    logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
+    if args.time_exported:
+        print(json.dumps(models_vs_default.time_exported(pathlib.Path(args.time_exported), [args.network], ARMS,
+                                                         TIMING_ROUNDS)))
+        return
+    from ms_heron.cli.common import parse_duration  # pylint: disable=import-outside-toplevel
+
+    budgets = {ARMS[0]: parse_duration(args.budget), ARMS[1]: parse_duration(args.baseline_budget or args.budget)}
+    work_root = pathlib.Path(args.work_root or tempfile.mkdtemp(prefix="ms_heron_networks_"))
+    print(f"runs under {work_root}", flush=True)
+    with tempfile.TemporaryDirectory(prefix="ms_heron_networks_") as tmp:
+        row = _tune_and_export(args.network, budgets, pathlib.Path(tmp), work_root, args.seed)
+        timing = subprocess.run([sys.executable, __file__, args.network, "--time-exported", tmp],
+                                check=True, capture_output=True, text=True)
+        row.update(json.loads(timing.stdout.strip().splitlines()[-1])[args.network])
+    stem = f"networks_{args.budget}" + (f"_vs_{args.baseline_budget}" if args.baseline_budget else "")
+    path = pathlib.Path(args.out) / f"{stem}.json"
+    data = json.loads(path.read_text())["data"] if path.exists() else {}
+    data[args.network] = {**row, "commit": results_io.code_commit()}
+    results_io.write(args.out, stem, _markdown(data, args.budget), data)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,24 @@
+"""Relax graph rewrites ms_heron's lowering runs before tasks are extracted; each is a pass a user
+can add to a stock Relax pipeline (weights bound as constants first, before ``LegalizeOps``).
+
+* :func:`fold_scale_shift`: inference BatchNorm and constant per-channel scales and shifts folded
+  into the convolution's or matmul's weight and bias;
+* :func:`chain_stacked_reductions`: ONNX's n-ary ``Sum``/``Mean``/``Max``/``Min`` as chained binary
+  ops instead of a stack and a reduction, so residual adds fuse into the kernel before them;
+* :func:`pointwise_conv_as_matmul`: 1x1 NCHW convolutions as matmuls over contiguous pixels;
+* :func:`keep_int8_matmuls`, :func:`channels_last_epilogues`: quantized matmuls and convolutions in
+  the u8 x s8 form VNNI executes, their epilogues fused.
+"""
+
+from .fold_scale_shift import fold_scale_shift
+from .nary import chain_stacked_reductions
+from .pointwise_conv import pointwise_conv_as_matmul
+from .quantized import channels_last_epilogues, keep_int8_matmuls
+
+__all__ = [
+    "chain_stacked_reductions",
+    "channels_last_epilogues",
+    "fold_scale_shift",
+    "keep_int8_matmuls",
+    "pointwise_conv_as_matmul",
+]
