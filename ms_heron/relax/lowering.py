@@ -78,8 +78,8 @@ def lower_for_tuning(
     residual add and ReLU fuse into the convolution's kernel.
     Weights that reach a TIR function as constants are marked layout-free, so schedules may store
     them in whatever layout their kernels read best. 1x1 NCHW convolutions become matmuls over the
-    flattened pixels (:mod:`.pointwise_conv`), so their vector lanes run along contiguous pixels;
-    transposes (the int8 convolutions' channels-last layout, :mod:`.quantized`) move past the
+    flattened pixels (:mod:`.passes.pointwise_conv`), so their vector lanes run along contiguous pixels;
+    transposes (the int8 convolutions' channels-last layout, :mod:`.passes.quantized`) move past the
     element-wise epilogues, which then fuse into the kernels before them.
     Unless ``exact_math``, ``exp``, ``erf``, ``tanh`` and softmax become TVM's polynomial approximations (``FastMathTransform``), as ONNX Runtime's
     kernels use: on the CPU the exact ones are scalar libm calls whose time depends on the data

@@ -14,11 +14,10 @@ kernel's rescale stays in its epilogue.
 from __future__ import annotations
 
 import numpy as np
-import tvm_ffi
 from tvm import IRModule, relax
-from tvm.relax.dpl import TupleGetItemPattern, is_const, is_op, rewrite_call, wildcard
+from tvm.relax.dpl import TupleGetItemPattern, is_const, is_op, wildcard
 
-from .sinking import constant_value, static_shape
+from .sinking import constant_value, rewrite_until_fixed, static_shape
 
 
 def _floating(expr) -> bool:
@@ -103,35 +102,34 @@ def _rules() -> list:
         return expr if folded is None else folded
 
     def through_shift(expr, m):  # (y + b) * c = y * c + b * c, when y * c folds into y's weight
-        inner = m[x]
-        if not (isinstance(inner, relax.Call) and getattr(inner.op, "name", "") == "relax.add" and constant_value(inner.args[1]) is not None):
-            return expr
-        folded = _scaled(inner.args[0], constant_value(m[c]))
+        shifted, scale = _shifted(m[x]), constant_value(m[c])
+        folded = None if shifted is None else _scaled(shifted[0], scale)
         if folded is None:
             return expr
-        return relax.op.add(folded, relax.const((constant_value(inner.args[1]) * constant_value(m[c])).astype(constant_value(m[c]).dtype)))
+        return relax.op.add(folded, relax.const((shifted[1] * scale).astype(scale.dtype)))
 
     def merged_shifts(expr, m):  # (y + b1) + b2 = y + (b1 + b2)
-        inner = m[x]
-        if not (isinstance(inner, relax.Call) and getattr(inner.op, "name", "") == "relax.add" and constant_value(inner.args[1]) is not None
-                and _floating(expr)):
+        shifted = _shifted(m[x])
+        if shifted is None or not _floating(expr):
             return expr
-        return relax.op.add(inner.args[0], relax.const(constant_value(inner.args[1]) + constant_value(m[c])))
+        return relax.op.add(shifted[0], relax.const(shifted[1] + constant_value(m[c])))
 
-    for op in ("relax.multiply",):
-        rules += [(is_op(op)(x, c), into_weight), (is_op(op)(x, c), through_shift)]
-    rules.append((is_op("relax.add")(x, c), merged_shifts))
+    rules += [(is_op("relax.multiply")(x, c), into_weight), (is_op("relax.multiply")(x, c), through_shift),
+              (is_op("relax.add")(x, c), merged_shifts)]
     return rules
+
+
+def _shifted(expr) -> tuple[relax.Expr, np.ndarray] | None:
+    """``(y, b)`` when ``expr`` is ``y + b`` with a constant ``b``."""
+    if isinstance(expr, relax.Call) and getattr(expr.op, "name", "") == "relax.add":
+        shift = constant_value(expr.args[1])
+        if shift is not None:
+            return expr.args[0], shift
+    return None
 
 
 @relax.transform.function_pass(opt_level=0, name="FoldScaleShift")
 def fold_scale_shift(func: relax.Function, _mod: IRModule, _ctx) -> relax.Function:
     """Fold inference BatchNorms and constant per-channel scales into the preceding convolution's or
     matmul's constant weight, and constant shifts into one bias (weights must be bound first)."""
-    rules = _rules()
-    while True:  # each round moves a scale one op closer to its weight
-        before = func
-        for pattern, rewriter in rules:
-            func = rewrite_call(pattern, rewriter, func)
-        if tvm_ffi.structural_equal(before, func):
-            return func
+    return rewrite_until_fixed(func, _rules())  # each round moves a scale one op closer to its weight

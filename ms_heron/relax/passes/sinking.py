@@ -100,8 +100,12 @@ def _rules(change: LayoutChange) -> list:
 def sink(func: relax.Function, change: LayoutChange, extra_rules: list = ()) -> relax.Function:
     """Move every ``change`` in ``func`` as far past element-wise ops as it goes (with
     ``extra_rules``, more (pattern, rewriter) pairs applied in the same rounds)."""
-    rules = [*_rules(change), *extra_rules]
-    while True:  # each round moves the changes one op further
+    return rewrite_until_fixed(func, [*_rules(change), *extra_rules])  # each round moves the changes one op further
+
+
+def rewrite_until_fixed(func: relax.Function, rules: list) -> relax.Function:
+    """Apply every (pattern, rewriter) pair of ``rules`` in turn, in rounds, until a round changes nothing."""
+    while True:
         before = func
         for pattern, rewriter in rules:
             func = rewrite_call(pattern, rewriter, func)
