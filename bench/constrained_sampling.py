@@ -26,7 +26,7 @@ from ms_heron.constraints import Solver, count_solutions, derive, replay, unifor
 from ms_heron.evaluate import build, run_and_check, time_lib
 from ms_heron.intrinsics import ensure_registered
 from ms_heron.space import design_spaces, design_spaces_and_postprocs
-from ms_heron.targets import host_target
+from ms_heron.hardware.targets import host_target
 from ms_heron.testing import workloads
 
 CASES = ["gemm.G1", "c2d.C3"]

@@ -32,7 +32,7 @@ import numpy as np
 import onnx
 import results_io
 
-from ms_heron.targets import host_target, num_cores
+from ms_heron.hardware.targets import host_target, num_cores
 from ms_heron.testing import models
 
 ARMS = ("ms_heron", "MetaSchedule default")

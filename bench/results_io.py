@@ -9,7 +9,7 @@ import math
 import pathlib
 import subprocess
 
-from ms_heron.targets import host_cpu_model
+from ms_heron.hardware.targets import host_cpu_model
 
 DEFAULT_DIR = pathlib.Path(__file__).parent / "results"
 

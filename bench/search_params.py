@@ -15,7 +15,7 @@ import results_io
 from tuning_vs_default import _tune
 
 from ms_heron import HeronSearch, HeronSpace
-from ms_heron.targets import host_target
+from ms_heron.hardware.targets import host_target
 from ms_heron.testing import workloads
 
 #: (population, generations, epsilon): Heron's defaults, ms_heron's, and neighbours of both.

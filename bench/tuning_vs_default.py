@@ -29,10 +29,10 @@ from ms_heron import HeronSearch, HeronSpace
 from ms_heron.evaluate import build, run_and_check, time_lib
 from ms_heron.records import record_seconds
 from ms_heron.search import WatchedSearch
-from ms_heron.targets import host_target, num_cores
+from ms_heron.hardware.targets import host_target, num_cores
 from ms_heron.testing import workloads
 from ms_heron.testing.baselines import medians_in_turn, median_seconds, numpy_matmul, onnxruntime_matmul_integer, onnxruntime_operator
-from ms_heron.testing.peak import fma_peak_gops, vnni_peak_gops
+from ms_heron.hardware.peak import fma_peak_gops, vnni_peak_gops
 from ms_heron.tune import best_schedule, tune_workload
 
 #: Rounds in which both arms' best kernels and the libraries are timed in turn (medians kept).

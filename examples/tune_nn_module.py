@@ -16,7 +16,7 @@ from tvm.relax.frontend import nn
 
 from ms_heron.relax import compile_model, run_model, time_model
 from ms_heron.tune import tune_model
-from ms_heron.targets import host_target
+from ms_heron.hardware.targets import host_target
 
 
 class FeedForward(nn.Module):

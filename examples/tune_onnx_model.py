@@ -18,7 +18,7 @@ import numpy as np
 
 from ms_heron.relax import compile_model, from_onnx, run_model, time_model
 from ms_heron.tune import tune_model
-from ms_heron.targets import host_target, num_cores
+from ms_heron.hardware.targets import host_target, num_cores
 from ms_heron.testing import models
 from ms_heron.testing.baselines import onnxruntime_model
 

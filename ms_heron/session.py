@@ -50,7 +50,7 @@ from .records import (DATABASE_FILES, Merged, cut_torn_line, first_records, json
 from .relax import TaskTime, bind_params, extract_tasks, from_onnx, lower_for_tuning, task_times
 from .search import HeronSearch, WatchedSearch
 from .space import HeronSpace
-from .targets import target_json
+from .hardware.targets import target_json
 from .testing import workloads
 from .tune import ModelRound, NoValidRecord, best_schedule, tune_model, tune_workload
 from .workload import KERNEL, Workload, from_func
@@ -376,6 +376,8 @@ class TuningRun:
         if runner is not None:
             options["runner"] = runner
         if self.is_model:
+            if metaschedule_default:
+                options["task_scheduler"] = "gradient"
             tune_model(self.model, None, self.target, str(self.work_dir), todo, num_trials_per_iter=per_round,
                        strategy=WatchedSearch(strategy, stop=stop), on_round=model_round,
                        exact_math=self.spec.exact_math, **options)

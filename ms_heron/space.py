@@ -22,7 +22,7 @@ from .postprocs import PackPanels, UnrollTiles
 from .rules import default_rules
 from .rules.analysis import needs_sampled_location
 from .annotations import METASCHEDULE_SPACE, SPACE_ORIGIN
-from .targets import is_cuda
+from .hardware.targets import is_cuda
 
 
 def default_postprocs(target=None) -> list:

@@ -31,8 +31,9 @@ from .records import DATABASE_FILES, open_database, record_seconds
 from .relax import lower_for_tuning
 from .search import HeronSearch, WatchedSearch
 from .search.features import xgb_cost_model
+from .search.task_scheduler import ExpectedGain
 from .space import HeronSpace
-from .targets import is_cpu, num_cores, require_vnni
+from .hardware.targets import is_cpu, num_cores, require_vnni
 from .workload import Workload
 
 
@@ -178,15 +179,16 @@ def tune_model(
     num_trials_per_iter: int = 16,
     space: Any = None,
     strategy: Any = None,
+    task_scheduler: Any = None,
     seed: int | None = None,
     on_round: Callable[[ModelRound], None] | None = None,
     time_budget_s: float | None = None,
     exact_math: bool = False,
     **tune_kwargs: Any,
 ) -> ms.Database:
-    """Tune every task of the model; ``max_trials`` in total, shared by MetaSchedule's gradient task
-    scheduler. ``space``/``strategy`` default to HeronSpace/HeronSearch; pass "post-order-apply" /
-    "evolutionary" for MetaSchedule's defaults. Records go to a JSONDatabase in ``work_dir``; running
+    """Tune every task of the model; ``max_trials`` in total, shared out by ``task_scheduler``.
+    ``space``/``strategy``/``task_scheduler`` default to HeronSpace/HeronSearch/ExpectedGain; pass
+    "post-order-apply"/"evolutionary"/"gradient" for MetaSchedule's defaults. Records go to a JSONDatabase in ``work_dir``; running
     again on the same ``work_dir`` adds trials, and HeronSearch starts from the records there.
 
     ``on_round`` is called after every measured round; ``time_budget_s`` ends tuning once that much
@@ -211,6 +213,7 @@ def tune_model(
             num_trials_per_iter=num_trials_per_iter,
             space=HeronSpace() if space is None else space,
             strategy=strategy,
+            task_scheduler=ExpectedGain() if task_scheduler is None else task_scheduler,
             seed=seed,
             **tune_kwargs,
         )

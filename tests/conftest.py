@@ -6,7 +6,7 @@ import sys
 import pytest
 from tvm.s_tir import meta_schedule as ms
 
-from ms_heron.targets import cpu_name, has_vnni, host_target, native_dtype
+from ms_heron.hardware.targets import cpu_name, has_vnni, host_target, native_dtype
 
 #: Small shapes of every family that still exercise their index arithmetic (stride, pad, dilation).
 SMALL_SHAPES = {

@@ -3,7 +3,7 @@
 import pytest
 from tvm.target import Target
 
-from ms_heron.targets import TargetError, parse_target, require_vnni
+from ms_heron.hardware.targets import TargetError, parse_target, require_vnni
 from ms_heron.testing import workloads
 from ms_heron.tune import tune_workload
 from ms_heron.workload import WorkloadError, from_func
@@ -62,3 +62,18 @@ def test_kernel_whose_output_is_not_last_names_the_fix():
 
     with pytest.raises(WorkloadError, match=r"output_first: .*one output, passed last; this one writes parameters \[0\]"):
         from_func(output_first, "output_first")
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(population=0), "HeronSearch(population=0): give a whole number >= 1"),
+    (dict(elite=-1), "HeronSearch(elite=-1): give a whole number >= 0"),
+    (dict(generations=2.5), "HeronSearch(generations=2.5): give a whole number >= 0"),
+    (dict(epsilon=1.5), "HeronSearch(epsilon=1.5): give a share between 0 and 1"),
+    (dict(key_ratio=-0.1), "HeronSearch(key_ratio=-0.1): give a share between 0 and 1"),
+])
+def test_heron_search_refuses_options_outside_their_range(options, message):
+    from ms_heron import HeronSearch  # pylint: disable=import-outside-toplevel
+
+    with pytest.raises(ValueError) as raised:
+        HeronSearch(**options)
+    assert str(raised.value) == message

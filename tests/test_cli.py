@@ -17,7 +17,7 @@ import ms_heron
 from conftest import HOST_DTYPE, ms_heron_cli
 from ms_heron import session
 from ms_heron.records import json_lines, measured_seconds
-from ms_heron.targets import host_target, num_cores
+from ms_heron.hardware.targets import host_target, num_cores
 from ms_heron.testing import workloads
 
 

@@ -10,8 +10,8 @@ from ms_heron.constraints import RepairedDecision, Solver, count_solutions, deci
 from ms_heron.evaluate import build, run_and_check
 from ms_heron.rules import default_rules
 from ms_heron.space import default_postprocs, design_spaces
-from ms_heron.probes import PEAK_CHAINS, fma_chains
-from ms_heron.targets import cpu_cache_bytes, vector_bytes, vector_registers
+from ms_heron.hardware.probes import PEAK_CHAINS, fma_chains
+from ms_heron.hardware.targets import cpu_cache_bytes, vector_bytes, vector_registers
 from ms_heron.testing import workloads
 from rule_helpers import allocations
 

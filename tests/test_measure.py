@@ -16,7 +16,7 @@ from conftest import HOST_DTYPE, ms_heron_cli, ms_heron_clis
 from ms_heron import session
 from ms_heron.measure import DEFAULT_TIMEOUT_S, MeasureError, Tracker
 from ms_heron.records import json_lines, measured_seconds
-from ms_heron.targets import host_target, target_json
+from ms_heron.hardware.targets import host_target, target_json
 from ms_heron.testing import models, workloads
 
 SMALL_GEMM = ("gemm", "--shape", "M=64", "N=64", "K=64")

@@ -12,7 +12,7 @@ from tvm.target import Target
 
 from conftest import SMALL_SHAPES
 from ms_heron.evaluate import build, run_and_check
-from ms_heron.targets import vector_bytes
+from ms_heron.hardware.targets import vector_bytes
 from ms_heron.testing import workloads
 from ms_heron.rules import (
     AddCacheStage,

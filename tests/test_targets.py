@@ -8,10 +8,10 @@ import pytest
 import tvm
 from tvm.target import Target
 
-from ms_heron.targets import (CACHES_ENV, GpuLimits, TargetError, cpu_cache_bytes, cpu_name, has_vnni, num_cores, parse_target,
+from ms_heron.hardware.targets import (CACHES_ENV, GpuLimits, TargetError, cpu_cache_bytes, cpu_name, has_vnni, num_cores, parse_target,
                               usable_cores, vector_bytes, vector_registers)
-from ms_heron.probes import fma_chains, fma_kernel
-from ms_heron.testing.peak import fma_peak_gops, vnni_peak_gops
+from ms_heron.hardware.probes import fma_chains, fma_kernel
+from ms_heron.hardware.peak import fma_peak_gops, vnni_peak_gops
 
 
 def test_host_target_is_complete(cpu_target):
@@ -75,7 +75,7 @@ def test_fma_chains_are_measured_on_the_host_and_assumed_elsewhere(cpu_target):
 def test_cores_respect_cpu_affinity_and_the_container_quota(tmp_path):
     """``taskset -c 0`` and a cgroup quota of 1.5 CPUs both cap what host_target() counts."""
     pinned = subprocess.run(
-        [sys.executable, "-c", "import os; os.sched_setaffinity(0, {0}); from ms_heron.targets import usable_cores; print(usable_cores())"],
+        [sys.executable, "-c", "import os; os.sched_setaffinity(0, {0}); from ms_heron.hardware.targets import usable_cores; print(usable_cores())"],
         capture_output=True, text=True, check=True)
     assert pinned.stdout.strip() == "1"
     quota = tmp_path / "cpu.max"

@@ -14,7 +14,7 @@ from ..measure import MeasureError, Tracker, budget_timeout
 from ..records import CorruptDatabase
 from ..relax import ModelError
 from ..session import RunError
-from ..targets import TargetError
+from ..hardware.targets import TargetError
 from ..tune import NoValidRecord
 from ..workload import WorkloadError
 

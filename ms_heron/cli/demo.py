@@ -8,7 +8,7 @@ import argparse
 import tempfile
 import time
 
-from ..targets import cpu_name, native_dtype, num_cores, parse_target
+from ..hardware.targets import cpu_name, native_dtype, num_cores, parse_target
 from ..testing import workloads
 from .common import quiet_metaschedule
 
@@ -29,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
     from ..search import HeronSearch
     from ..space import HeronSpace
     from ..testing.baselines import BaselineUnavailable, onnxruntime_matmul_integer_seconds, onnxruntime_operator_seconds
-    from ..testing.peak import fma_peak_gops, vnni_peak_gops
+    from ..hardware.peak import fma_peak_gops, vnni_peak_gops
     from ..tune import best_schedule, tune_workload
 
     target = parse_target(args.target)

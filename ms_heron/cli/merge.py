@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from ..session import merge_runs
-from ..targets import parse_target
+from ..hardware.targets import parse_target
 
 
 def add_parser(sub) -> None:

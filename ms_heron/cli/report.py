@@ -21,7 +21,7 @@ def add_parsers(sub) -> None:
 def run_report(args: argparse.Namespace) -> int:
     # pylint: disable=import-outside-toplevel
     from ..report import write
-    from ..testing.peak import fma_peak_gops, vnni_peak_gops
+    from ..hardware.peak import fma_peak_gops, vnni_peak_gops
 
     run = TuningRun.open(args.work_dir)
     peak = None

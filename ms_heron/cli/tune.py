@@ -10,7 +10,7 @@ import sys
 import time
 
 from ..session import TRIALS_PER_ROUND, RunSpec, TuningRun, summary_rows
-from ..targets import cpu_name, host_target, is_cpu, native_dtype, parse_target, require_vnni
+from ..hardware.targets import cpu_name, host_target, is_cpu, native_dtype, parse_target, require_vnni
 from ..testing import workloads
 from ..workload import Workload, load_kernel
 from .common import Interrupts, UsageError, add_measure_options, clock, parse_duration, quiet_metaschedule, runner

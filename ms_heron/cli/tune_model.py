@@ -9,7 +9,7 @@ import re
 import time
 
 from ..session import RunSpec, TuningRun
-from ..targets import cpu_name, num_cores, parse_target
+from ..hardware.targets import cpu_name, num_cores, parse_target
 from .common import Interrupts, UsageError, add_measure_options, clock, parse_duration, quiet_metaschedule, runner
 
 

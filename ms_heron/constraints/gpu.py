@@ -1,6 +1,6 @@
 """GPU constraints: threads per block, shared memory per block, and whole vectors in cooperative fetches.
 
-The limits come from the Target (:class:`~ms_heron.targets.GpuLimits`); the walk reads ``Bind``,
+The limits come from the Target (:class:`~ms_heron.hardware.targets.GpuLimits`); the walk reads ``Bind``,
 the ``warp_execution`` annotation of MetaSchedule's TensorCore rule (a warp runs each thread-y
 iteration) and the cooperative-fetch vector widths.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ortools.sat.python import cp_model
 
-from ..targets import GpuLimits, is_cuda
+from ..hardware.targets import GpuLimits, is_cuda
 from .geometry import UNPADDED, add_summed_bytes
 from .model import Constraint, ConstraintModel
 from .walk import Kernel, Loop, Walk

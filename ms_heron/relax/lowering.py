@@ -21,6 +21,7 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.target import Target
 
 from ..annotations import is_metaschedule_space
+from ..hardware.peak import bound_seconds, share_of_bound
 from ..intrinsics import ensure_registered
 from ..records import record_seconds
 from .passes import (chain_stacked_reductions, channels_last_epilogues, fold_scale_shift, keep_int8_matmuls,
@@ -138,6 +139,11 @@ class TaskTime:
     #: default spaces HeronSpace added), "heron" (any other) or "" (no record).
     space: str = ""
     trials: int = 0
+    #: The least time the kernel can take here (:func:`~ms_heron.hardware.peak.bound_seconds`).
+    bound_s: float = 0.0
+
+    def share_of_bound(self) -> float:
+        return share_of_bound(self.bound_s, self.seconds)
 
 
 #: ``get_top_k`` of this many returns all of a task's records.
@@ -151,7 +157,8 @@ def task_times(database: ms.Database, lowered: IRModule, target: Target) -> list
         mod = task.dispatched[0]
         records = database.get_top_k(database.commit_workload(mod), _ALL) if database.has_workload(mod) else []
         seconds = record_seconds(records[0].run_secs) if records else math.inf
-        out.append(TaskTime(task.task_name, float(task.weight), seconds, _space_kind(records[:1]), len(records)))
+        out.append(TaskTime(task.task_name, float(task.weight), seconds, _space_kind(records[:1]), len(records),
+                            bound_seconds(mod, target)))
     return out
 
 
@@ -167,21 +174,23 @@ def task_table(arms: Mapping[str, list[TaskTime]]) -> list[str]:
     names = list(arms)
     first = arms[names[0]]
     totals = {arm: sum(t.calls * t.seconds for t in times) for arm, times in arms.items()}
-    head = "| task | calls | " + " | ".join(f"{a} ms | {a} share | {a} trials" for a in names)
+    head = "| task | calls | bound ms | " + " | ".join(f"{a} ms | {a} share | {a} trials | {a} of bound" for a in names)
     head += "".join(f" | {names[0]} speed-up over {a}" for a in names[1:]) + f" | {names[0]} best from |"
-    lines = [head, "|" + "---|" * (3 + 3 * len(names) + len(names) - 1)]
+    lines = [head, "|" + "---|" * (4 + 4 * len(names) + len(names) - 1)]
     rows = []
     for i, task in enumerate(first):
-        cells = [task.name, f"{task.calls:g}"]
+        cells = [task.name, f"{task.calls:g}", f"{task.bound_s * 1e3:.4f}"]
         for arm in names:
             t = arms[arm][i]
             cells += [f"{t.seconds * 1e3:.4f}", f"{t.calls * t.seconds / totals[arm]:.0%}" if totals[arm] < math.inf else "?",
-                      str(t.trials)]
+                      str(t.trials), f"{t.share_of_bound():.0%}"]
         cells += [_speedup(arms[a][i].seconds, task.seconds) for a in names[1:]]
         cells.append(f"{task.space} space" if task.space else "-")
         rows.append((-task.calls * task.seconds, "| " + " | ".join(cells) + " |"))
     lines += [row for _, row in sorted(rows, key=lambda r: r[0])]
-    total = ["**model estimate**", ""] + [c for a in names for c in (f"{totals[a] * 1e3:.4f}", "", str(sum(t.trials for t in arms[a])))]
+    bound = sum(t.calls * t.bound_s for t in first)
+    total = ["**model estimate**", "", f"{bound * 1e3:.4f}"]
+    total += [c for a in names for c in (f"{totals[a] * 1e3:.4f}", "", str(sum(t.trials for t in arms[a])), f"{bound / totals[a]:.0%}")]
     total += [_speedup(totals[a], totals[names[0]]) for a in names[1:]] + [""]
     return lines + ["| " + " | ".join(total) + " |"]
 

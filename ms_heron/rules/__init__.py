@@ -3,7 +3,7 @@
 Each rule works in MetaSchedule's stock ``PostOrderApply`` as well as in :class:`ms_heron.HeronSpace`.
 """
 
-from ..targets import is_cuda
+from ..hardware.targets import is_cuda
 from .add_cache_stage import AddCacheStage
 from .always_inline import AlwaysInline
 from .blocked_transpose import BlockedTranspose

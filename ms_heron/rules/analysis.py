@@ -25,7 +25,7 @@ from ..annotations import (
     iter_kinds,
     split_by_structure,
 )
-from ..targets import is_cpu, vector_bytes
+from ..hardware.targets import is_cpu, vector_bytes
 
 
 def working_block(sch: Schedule, block: SBlockRV) -> SBlockRV:

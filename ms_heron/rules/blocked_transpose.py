@@ -8,7 +8,7 @@ from tvm.s_tir import Schedule
 from tvm.s_tir.schedule import SBlockRV
 
 from ..annotations import TRANSPOSE_TILE, iter_kinds
-from ..targets import is_cpu, vector_bytes
+from ..hardware.targets import is_cpu, vector_bytes
 from .analysis import is_injective, is_tiled, placed_by_rule, strictly_inlinable, transposed_read
 from .base import HeronRule
 

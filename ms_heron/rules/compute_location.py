@@ -13,7 +13,7 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir import Schedule
 from tvm.s_tir.schedule import SBlockRV
 
-from ..targets import is_cpu
+from ..hardware.targets import is_cpu
 from .analysis import needs_sampled_location
 from .base import HeronRule
 

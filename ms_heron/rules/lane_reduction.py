@@ -7,7 +7,7 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir import Schedule
 from tvm.s_tir.schedule import LoopRV, SBlockRV, ScheduleError
 
-from ..targets import is_cpu, vector_bytes
+from ..hardware.targets import is_cpu, vector_bytes
 from ..annotations import LANE_REDUCTION, iter_kinds
 from .analysis import consumers, has_data_reuse, is_tiled, reduction_loops, working_block
 from .base import HeronRule

@@ -4,7 +4,7 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir import Schedule
 from tvm.s_tir.schedule import SBlockRV
 
-from ..targets import is_cpu
+from ..hardware.targets import is_cpu
 from ..annotations import SPM_LEVEL
 from .analysis import is_tiled, reused_reads, tile_levels, working_block
 from .base import HeronRule

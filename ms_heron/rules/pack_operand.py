@@ -5,7 +5,7 @@ from tvm.s_tir import Schedule
 from tvm.s_tir.schedule import SBlockRV
 
 from ..annotations import PACK_PANELS, TILING_STRUCTURE, block_annotations
-from ..targets import is_cpu
+from ..hardware.targets import is_cpu
 from .analysis import is_tensorized, is_tiled, lane_iterator, streamed_input, working_block
 from .base import HeronRule
 

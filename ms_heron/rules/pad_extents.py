@@ -16,7 +16,7 @@ from tvm.s_tir import Schedule
 from tvm.s_tir.schedule import SBlockRV, ScheduleError
 
 from ..annotations import iter_kinds
-from ..targets import is_cpu, vector_bytes
+from ..hardware.targets import is_cpu, vector_bytes
 from .analysis import extents, has_data_reuse, is_tensorized, is_tiled, lane_iterator, padded_volume_ratio
 from .base import HeronRule
 from .tensorize import matching_intrinsics

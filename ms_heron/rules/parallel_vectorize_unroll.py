@@ -4,7 +4,7 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir import Schedule
 from tvm.s_tir.schedule import SBlockRV
 
-from ..targets import is_cpu, num_cores
+from ..hardware.targets import is_cpu, num_cores
 from ..annotations import TILING_STRUCTURE, block_annotations, iter_kinds
 from .analysis import is_root, is_tensorized, is_tiled, needs_sampled_location, placed_by_rule, tile_levels, working_block
 from .base import HeronRule

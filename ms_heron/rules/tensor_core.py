@@ -6,7 +6,7 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.schedule import SBlockRV
 
 from ..intrinsics.wmma import SHAPES, SHARED_SCOPE, wmma_groups
-from ..targets import is_cuda
+from ..hardware.targets import is_cuda
 from ..annotations import BLOCKIZED, iter_kinds
 from .analysis import is_tiled
 from .base import HeronRule

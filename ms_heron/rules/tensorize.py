@@ -9,7 +9,7 @@ from tvm.s_tir.schedule.analysis import get_tensorize_loop_mapping
 from tvm.s_tir.schedule.transform import tile_with_tensor_intrin
 
 from ..intrinsics import VNNI_INTRIN, VNNI_MAX_PADDING_WASTE, ensure_registered
-from ..targets import has_vnni
+from ..hardware.targets import has_vnni
 from ..annotations import AUTO_TENSORIZE, BLOCKIZED, iter_kinds
 from .analysis import extents, is_tiled, padded_volume_ratio
 from .base import HeronRule

@@ -47,6 +47,7 @@ from ..annotations import is_metaschedule_space
 from ..records import record_seconds
 from .genetic import Program, choose_keys, crossover, roulette, space_weights, take_roulette, unique, untried_spaces_first
 from .ranking import FEATURES, Ranking
+from .transfer import Donors, donation, project, signature
 
 #: A space whose performance constraints conflict is searched under these (validity only).
 VALIDITY_ONLY = ConstraintOptions().validity_only()
@@ -94,6 +95,10 @@ class HeronSearch(PySearchStrategy):
         the decision model's split gains); CP-SAT re-solves the others.
     elite
         Best measured programs carried into every population.
+    transfer
+        Programs that other tasks of the same design-space structure found best (tuned earlier in
+        this process: a model's convolutions, say) projected onto this task and measured first in
+        its first round (:mod:`.transfer`); 0 turns transfer off.
     """
 
     def __init__(
@@ -104,12 +109,23 @@ class HeronSearch(PySearchStrategy):
         epsilon: float = 0.4,
         key_ratio: float = 0.2,
         elite: int = 8,
+        transfer: int = 4,
     ):
+        for name, value, low in (("population", population, 1), ("generations", generations, 0), ("elite", elite, 0),
+                                 ("transfer", transfer, 0)):
+            if not isinstance(value, int) or value < low:
+                raise ValueError(f"HeronSearch({name}={value!r}): give a whole number >= {low}")
+        for name, value in (("epsilon", epsilon), ("key_ratio", key_ratio)):
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"HeronSearch({name}={value!r}): give a share between 0 and 1")
         self.population = population
         self.generations = generations
         self.epsilon = epsilon
         self.key_ratio = key_ratio
         self.elite = elite
+        self.transfer = transfer
+        #: Shared with every clone, so that the tasks of one tuning call donate to each other.
+        self.donors = Donors()
 
     def _initialize_with_tune_context(self, context) -> None:
         self.context = context
@@ -125,6 +141,7 @@ class HeronSearch(PySearchStrategy):
         self.rng = random.Random(self.seed)
         self.max_trials, self.per_round = int(max_trials), int(num_trials_per_iter)
         self.traces, self.models = self._constrained_spaces(design_spaces)
+        self.signatures = [signature(m, t) for m, t in zip(self.models, self.traces)]
         self.solvers = [Solver(m, seed=self.seed + i) for i, m in enumerate(self.models)]
         self.ranking = Ranking([m.primary for m in self.models], self.seed, cost_model)
         self.trials = 0
@@ -133,6 +150,8 @@ class HeronSearch(PySearchStrategy):
         self.stats: list[RoundStats] = []
         self.now = RoundStats(round=-1)  # the warm start's time goes here, unlogged
         self.analytical = self._analytical_choices()
+        #: Other tasks' best programs projected onto this one, measured first in round 0.
+        self.projected: list[Program] = []
         #: Whether the shared feature model had learned from other tasks before this one's round 0.
         self.transferred = False
         if database is not None and database.has_workload(self.mod):
@@ -193,6 +212,7 @@ class HeronSearch(PySearchStrategy):
         want = min(self.per_round, self.max_trials - self.trials)
         if not self.stats and not self.measured:
             self.transferred = self._features_transfer()
+            self.projected = self._projections()
         picked = self._pick(self._evolve(), want)
         self._predict_all(picked)
         self.pending = picked
@@ -212,12 +232,41 @@ class HeronSearch(PySearchStrategy):
             self.ranking.fit(self.measured, {p.space for p in self.pending})
         stats.measured, stats.valid = len(secs), sum(s < float("inf") for s in secs)
         stats.best_seconds = min(self.measured.values(), default=float("inf"))
+        self._donate()
         self.stats.append(stats)
         self.logger.info(stats.line())
 
     def clone(self):
-        return HeronSearch(population=self.population, generations=self.generations, epsilon=self.epsilon,
-                           key_ratio=self.key_ratio, elite=self.elite)
+        clone = HeronSearch(population=self.population, generations=self.generations, epsilon=self.epsilon,
+                            key_ratio=self.key_ratio, elite=self.elite, transfer=self.transfer)
+        clone.donors = self.donors
+        return clone
+
+    # -- transfer between tasks -------------------------------------------------------------------
+
+    def _projections(self) -> list[Program]:
+        """Up to ``transfer`` programs other tasks found best, completed by CP-SAT for this task."""
+        out = []
+        with self._timed("solver"):
+            for space, (sig, solver) in enumerate(zip(self.signatures, self.solvers)):
+                for donated in self.donors.for_task(sig, self.context.task_name, self.transfer):
+                    values = project(solver, donated)
+                    if values is not None:
+                        out.append(Program(space, values))
+        out = unique(out)[: self.transfer]
+        if out:
+            self.logger.info("HeronSearch: round 0 starts with %d programs projected from tasks tuned before", len(out))
+        return out
+
+    def _donate(self) -> None:
+        """Each design space's best program so far, for the tasks of the same structure tuned later."""
+        best: dict[int, tuple[float, tuple]] = {}
+        for key, secs in self.measured.items():
+            if secs < best.get(key[0], (float("inf"),))[0]:
+                best[key[0]] = (secs, key)
+        for space, (secs, key) in best.items():
+            self.donors.donate(self.signatures[space], self.context.task_name, secs,
+                               donation(self.models[space], dict(key[1])))
 
     def _warm_start(self, database) -> None:
         """Records of earlier runs on this workload (a resumed work dir): never measured again, and
@@ -364,6 +413,8 @@ class HeronSearch(PySearchStrategy):
     def _evolve(self) -> list[Program]:
         ranked = self._rank(unique(self.pool + self._elite() + self._fresh(self.population)))
         for _ in range(self.generations if self.guided else 0):
+            if not ranked:  # nothing built (a postproc rejected every program): the pick tops up with fresh ones
+                break
             children = []
             for _ in range(self.population):
                 a, b = roulette(ranked, 2, self.rng)
@@ -383,6 +434,7 @@ class HeronSearch(PySearchStrategy):
         """
         fresh = untried_spaces_first([p for p in ranked if p.key not in self.measured], {k[0] for k in self.measured},
                                      preferred=self.analytical)
+        fresh, self.projected = unique(self.projected + fresh), []
         greedy = int(round(want * (1 - self.epsilon)))
         picked: list[Program] = []
         seen = set(self.measured)  # keys after building: TVM may normalize compute locations

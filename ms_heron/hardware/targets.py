@@ -141,7 +141,7 @@ def num_cores(target: Target) -> int:
     if "num-cores" not in target.attrs:
         raise TargetError(
             f"target {target} has no 'num-cores'; MetaSchedule needs it on CPU: add "
-            '"num-cores": N to the target dict, or use ms_heron.targets.host_target()'
+            '"num-cores": N to the target dict, or use ms_heron.hardware.targets.host_target()'
         )
     return int(target.attrs["num-cores"])
 
@@ -157,7 +157,7 @@ def require_vnni(target: Target) -> None:
         raise TargetError(
             f"int8 VNNI needs a CPU with AVX-512 VNNI, but target {target.kind.name} with CPU "
             f"'{cpu_name(target)}' has none; use an mcpu such as 'znver4', 'cascadelake' or "
-            "'sapphirerapids' (or ms_heron.targets.host_target() on such a machine), or the fp32 form"
+            "'sapphirerapids' (or ms_heron.hardware.targets.host_target() on such a machine), or the fp32 form"
         )
 
 
@@ -204,18 +204,33 @@ def cpu_cache_bytes(target: Target) -> dict[str, int]:
     :data:`CACHES_ENV`, else typical ones."""
     if not is_cpu(target):
         raise TargetError(f"cpu_cache_bytes() is a CPU fact; {target.kind.name} is not an llvm target")
-    if str(target.attrs.get("mcpu", "")) != codegen.llvm_get_system_cpu():
+    if not is_host(target):
         return {**_DEFAULT_CACHES, **_caches_from_env()}
-    sizes = dict(_DEFAULT_CACHES)
+    return {**_DEFAULT_CACHES, **{level: size for level, size in _host_caches().items() if level in _DEFAULT_CACHES}}
+
+
+def largest_cache_bytes() -> int:
+    """The host's largest data cache (its last level), or the largest typical one if sysfs is silent."""
+    return max([*_host_caches().values(), *_DEFAULT_CACHES.values()])
+
+
+def is_host(target: Target) -> bool:
+    """Whether ``target`` is this machine's CPU, so that its facts can be read or measured here."""
+    return is_cpu(target) and str(target.attrs.get("mcpu", "")) == codegen.llvm_get_system_cpu()
+
+
+def _host_caches() -> dict[str, int]:
+    """``{"L1": bytes, "L2": ..., "L3": ...}``: the data caches sysfs lists for the first core."""
     import glob  # pylint: disable=import-outside-toplevel
 
+    sizes = {}
     for index in glob.glob("/sys/devices/system/cpu/cpu0/cache/index*"):
         try:
             with open(f"{index}/level") as f_level, open(f"{index}/type") as f_type, open(f"{index}/size") as f_size:
                 level, kind, size = f_level.read().strip(), f_type.read().strip(), f_size.read().strip()
         except OSError:
             continue
-        if kind in ("Data", "Unified") and level in ("1", "2"):
+        if kind in ("Data", "Unified"):
             sizes[f"L{level}"] = int(size.rstrip("K")) * 1024 if size.endswith("K") else int(size.rstrip("M")) * 1024 * 1024
     return sizes
 

@@ -13,9 +13,9 @@ import functools
 import numpy as np
 import tvm
 from tvm.script import tirx as T
-from tvm.target import Target, codegen
+from tvm.target import Target
 
-from .targets import is_cpu, vector_bytes
+from .targets import is_host, vector_bytes
 
 #: Accumulator chains per core in the peak kernels: more than any core here needs (8 on Zen 4/5
 #: and Sapphire/Emerald Rapids: a 4-cycle FMA on 2 ports).
@@ -93,9 +93,34 @@ def fma_chains(target: Target, iters: int = 200_000) -> int:
     FMA latency x FMA ports (BLIS's ``N_vfma x L_vfma``), measured on the host as the time of one
     chain over the time per FMA of :data:`PEAK_CHAINS` chains (about 0.1 s, once per process).
     Another CPU than the host gets 8 (a 4-cycle FMA on 2 ports)."""
-    if not is_cpu(target) or str(target.attrs.get("mcpu", "")) != codegen.llvm_get_system_cpu():
+    if not is_host(target):
         return _DEFAULT_FMA_CHAINS
     lanes = vector_bytes(target) // 4
     one = best_seconds(fma_kernel(1, iters, lanes, 1), target, FMA_COEF, (1, lanes))
     many = best_seconds(fma_kernel(1, iters, lanes), target, FMA_COEF, (1, lanes)) / PEAK_CHAINS
     return max(1, min(PEAK_CHAINS, round(one / many)))
+
+
+def read_kernel(cores: int, per_core: int, lanes: int, chains: int = 4) -> tvm.tirx.PrimFunc:
+    """Every core sums its own ``per_core`` floats of ``a`` into ``chains`` independent vector
+    accumulators: a stream of loads and nothing else, so its time is the memory's."""
+    steps = per_core // (chains * lanes)
+
+    @T.prim_func(s_tir=True)
+    def probe(a: T.Buffer((cores * per_core,), "float32"), out: T.Buffer((cores, lanes), "float32")):
+        T.func_attr({"global_symbol": "main", "tirx.noalias": True})
+        for c in T.parallel(cores):
+            with T.sblock("core"):
+                vc = T.axis.spatial(cores, c)
+                acc = T.sblock_alloc_buffer((chains * lanes,), "float32", scope="local")
+                for k in T.unroll(chains):
+                    acc[T.ramp(k * lanes, 1, lanes)] = T.broadcast(T.float32(0), lanes)
+                for i in range(steps):
+                    for k in T.unroll(chains):
+                        acc[T.ramp(k * lanes, 1, lanes)] = acc[T.ramp(k * lanes, 1, lanes)] + a[
+                            T.ramp(vc * per_core + (i * chains + k) * lanes, 1, lanes)]
+                for k in T.unroll(1, chains):
+                    acc[T.ramp(0, 1, lanes)] = acc[T.ramp(0, 1, lanes)] + acc[T.ramp(k * lanes, 1, lanes)]
+                out[vc, T.ramp(0, 1, lanes)] = acc[T.ramp(0, 1, lanes)]
+
+    return probe

@@ -1,0 +1,77 @@
+"""Measured peaks of the machine: int8 VNNI and fp32 FMA throughput, and memory bandwidth.
+
+They give "% of peak" figures and each model task's bound (what the budget split holds its best
+kernel against). The numbers come from the probe kernels of :mod:`ms_heron.hardware.probes`
+(independent accumulator chains of ``vpdpbusd`` or of vector FMAs on every core; a load stream
+larger than the caches), so they need no C compiler, follow the Target's vector width and reflect
+the clock the machine runs at right now. Each is measured once per process.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+from tvm import DataType, IRModule
+from tvm.s_tir.analysis import estimate_tir_flops
+from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+from tvm.target import Target
+
+from .probes import FMA_COEF, PEAK_CHAINS, best_seconds, fma_kernel, read_kernel, vnni_kernel
+from .targets import TargetError, has_vnni, is_host, largest_cache_bytes, num_cores, require_vnni, vector_bytes
+
+_OPS_PER_INSTR = 2 * 64  # 64 u8*s8 multiply-adds per 512-bit vpdpbusd
+
+
+@functools.cache
+def vnni_peak_gops(target: Target, iters: int = 2_000_000) -> float:
+    """Peak u8 x s8 -> s32 GOPS over all of the target's cores, measured now (about 0.1 s)."""
+    require_vnni(target)
+    cores = num_cores(target)
+    best = best_seconds(vnni_kernel(cores, iters), target, np.array([0x01010101, 0x01010101], "int32"), (cores, 16))
+    return cores * iters * PEAK_CHAINS * _OPS_PER_INSTR / best / 1e9
+
+
+@functools.cache
+def fma_peak_gops(target: Target, iters: int = 2_000_000) -> float:
+    """Peak fp32 GOPS (2 per fused multiply-add lane) over all of the target's cores, measured now."""
+    cores, lanes = num_cores(target), vector_bytes(target) // 4
+    best = best_seconds(fma_kernel(cores, iters, lanes), target, FMA_COEF, (cores, lanes))
+    return cores * iters * PEAK_CHAINS * lanes * 2 / best / 1e9
+
+
+#: The bandwidth probe streams at least this much, and 4x the largest cache the host reports.
+_MIN_STREAM_BYTES = 256 << 20
+
+
+@functools.cache
+def memory_bandwidth_gbps(target: Target) -> float:
+    """Read bandwidth from memory over all of the target's cores in GB/s, measured now (about 1 s):
+    every core sums its share of an array four times larger than the host's largest cache."""
+    if not is_host(target):
+        raise TargetError(f"memory_bandwidth_gbps() measures this machine; {target} is another CPU")
+    cores, lanes = num_cores(target), vector_bytes(target) // 4
+    per_core = max(_MIN_STREAM_BYTES, 4 * largest_cache_bytes()) // 4 // cores
+    per_core -= per_core % (4 * lanes)
+    stream = np.random.default_rng(0).random(cores * per_core, dtype="float32")
+    return cores * per_core * 4 / best_seconds(read_kernel(cores, per_core, lanes), target, stream, (cores, lanes)) / 1e9
+
+
+def bound_seconds(mod: IRModule, target: Target) -> float:
+    """The least time the kernel ``mod["main"]`` can take on the host: its flops at the FMA peak (the
+    VNNI peak for a kernel of 8-bit integers on a VNNI CPU), or its arguments' bytes once through
+    memory at the measured bandwidth, whichever is longer. 0 for a target that is not this machine
+    (nothing to measure there)."""
+    if not is_host(target):
+        return 0.0
+    args = ArgInfo.from_prim_func(mod["main"])
+    moved = sum(math.prod(int(d) for d in a.shape) * DataType(a.dtype).itemsize for a in args)
+    int8 = any(str(a.dtype) in ("int8", "uint8") for a in args) and has_vnni(target)
+    ops_per_s = (vnni_peak_gops(target) if int8 else fma_peak_gops(target)) * 1e9
+    return float(max(estimate_tir_flops(mod) / ops_per_s, moved / (memory_bandwidth_gbps(target) * 1e9)))
+
+
+def share_of_bound(bound_s: float, best_s: float) -> float:
+    """How close a kernel of ``best_s`` seconds runs to its bound: 1.0 at it, 0 for no kernel."""
+    return bound_s / best_s if best_s < math.inf else 0.0

@@ -1,0 +1,125 @@
+"""ExpectedGain: a MetaSchedule task scheduler that spends a model's budget where latency is left.
+
+MetaSchedule's gradient scheduler gives every task a first round, then follows each task's recent
+improvement. Under a budget of minutes most tasks get one or two rounds, so what matters is which
+ones. ExpectedGain holds each task's best kernel against its bound (:func:`~ms_heron.hardware.peak.
+bound_seconds`: the FMA or VNNI peak for its flops, the measured memory bandwidth for its bytes)
+and gives the next round to the task with the most model latency left above its bound:
+
+    gain = calls x (best - bound) x discount ** (rounds in a row that did not improve the best)
+
+A task within ``at_bound`` of its bound gets no further round. First rounds go largest task first
+(calls x bound), so the tasks that hold the model's time are measured before the budget ends, and
+the smaller ones of the same kind start from their projections (:mod:`.transfer`).
+
+Rounds run one at a time: a task's round is measured and joined before the next task's candidates
+are generated. So the next choice knows the last result, the donors of transfer are measured, and
+no candidate is timed while another task compiles on the other cores.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from tvm.ir.utils import derived_object
+from tvm.s_tir.meta_schedule.task_scheduler import PyTaskScheduler
+
+from ..hardware.peak import bound_seconds, share_of_bound
+from ..records import record_seconds
+
+
+@dataclass
+class TaskProgress:
+    """What the scheduler knows of one task."""
+
+    name: str
+    calls: float
+    bound_s: float
+    best_s: float = math.inf
+    rounds: int = 0
+    #: Rounds in a row that did not improve ``best_s``.
+    stale: int = 0
+
+    def share_of_bound(self) -> float:
+        return share_of_bound(self.bound_s, self.best_s)
+
+    def gain(self, discount: float) -> float:
+        """Model seconds a round of this task may still win; a task with no valid kernel yet is
+        counted at ten times its bound."""
+        best = self.best_s if self.best_s < math.inf else 10 * max(self.bound_s, 1e-6)
+        return self.calls * (best - self.bound_s) * discount**self.stale
+
+
+@derived_object
+class ExpectedGain(PyTaskScheduler):
+    """Next round to the task with the most model latency above its bound (see the module docstring).
+
+    Parameters
+    ----------
+    at_bound
+        A task whose best kernel reaches this share of its bound gets no further rounds.
+    discount
+        Factor on a task's gain for every round in a row that did not improve its best, so a task
+        stuck far from its bound (a poor space, a bound it cannot reach) yields to the others.
+    """
+
+    def __init__(self, *, at_bound: float = 0.9, discount: float = 0.5):
+        super().__init__()
+        if not 0.0 < at_bound <= 1.0:
+            raise ValueError(f"ExpectedGain(at_bound={at_bound}): give the share of its bound, in (0, 1], at "
+                             "which a task stops getting rounds")
+        if not 0.0 < discount <= 1.0:
+            raise ValueError(f"ExpectedGain(discount={discount}): give a factor in (0, 1] for each round that did "
+                             "not improve a task")
+        self.at_bound = at_bound
+        self.discount = discount
+        self.tasks: list[TaskProgress] = []
+
+    def next_task_id(self) -> int:
+        scheduler = self._outer()
+        records = scheduler.tasks_
+        if not self.tasks:
+            self.tasks = [_start(record, scheduler.database_) for record in records]
+        for task_id, record in enumerate(records):
+            if record.measure_candidates is not None:  # the round sent last: join it first
+                self._joined(task_id, scheduler.join_running_task(task_id))
+        for task_id in at_bound(self.tasks, self.at_bound):
+            if not records[task_id].is_terminated:
+                scheduler.terminate_task(task_id)
+        return next_round(self.tasks, [i for i, r in enumerate(records) if not r.is_terminated], self.discount)
+
+    def _joined(self, task_id: int, results) -> None:
+        task = self.tasks[task_id]
+        best = min((record_seconds(r.run_secs) for r in results if r.error_msg is None), default=math.inf)
+        task.rounds += 1
+        task.stale = 0 if best < task.best_s else task.stale + 1
+        task.best_s = min(task.best_s, best)
+
+
+def at_bound(tasks: Sequence[TaskProgress], share: float) -> list[int]:
+    """The tasks measured at least once whose best kernel reaches ``share`` of their bound."""
+    return [i for i, task in enumerate(tasks) if task.rounds and task.share_of_bound() >= share]
+
+
+def next_round(tasks: Sequence[TaskProgress], live: Sequence[int], discount: float) -> int:
+    """Which of the ``live`` tasks gets the next round (-1: none is left): a task never measured,
+    largest (calls x bound) first; else the one with the largest :meth:`TaskProgress.gain`."""
+    if not live:
+        return -1
+    unmeasured = [i for i in live if not tasks[i].rounds]
+    if unmeasured:
+        return max(unmeasured, key=lambda i: tasks[i].calls * tasks[i].bound_s)
+    return max(live, key=lambda i: tasks[i].gain(discount))
+
+
+def _start(record, database) -> TaskProgress:
+    """A task's call count, bound, and best record so far (a resumed work dir's)."""
+    mod = record.ctx.mod
+    task = TaskProgress(record.ctx.task_name, float(record.task_weight), bound_seconds(mod, record.ctx.target))
+    if database is not None and database.has_workload(mod):
+        top = database.get_top_k(database.commit_workload(mod), 1)
+        if top:
+            task.best_s = record_seconds(top[0].run_secs)
+    return task

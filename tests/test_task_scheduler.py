@@ -1,0 +1,87 @@
+"""ExpectedGain: a model's budget goes where latency above the bound is, and a task at its bound stops."""
+
+import math
+import re
+
+import onnx
+import pytest
+
+from ms_heron.hardware.peak import bound_seconds, fma_peak_gops, memory_bandwidth_gbps
+from ms_heron.relax import from_onnx
+from ms_heron.search.task_scheduler import ExpectedGain, TaskProgress, at_bound, next_round
+from ms_heron.testing import models
+from ms_heron.tune import tune_model
+
+
+def test_next_round_goes_to_the_most_latency_above_the_bound_and_a_task_at_its_bound_stops():
+    tasks = [
+        TaskProgress("t", calls=1, bound_s=1e-3, best_s=1.05e-3, rounds=3),  # at 95% of its bound
+        TaskProgress("t", calls=4, bound_s=1e-4, best_s=4e-4, rounds=1),  # 4 calls x 0.3 ms above its bound
+        TaskProgress("t", calls=1, bound_s=2e-4, best_s=1e-3, rounds=2, stale=2),  # 0.8 ms above, stuck twice
+    ]
+    assert at_bound(tasks, 0.9) == [0]
+    assert next_round(tasks, [1, 2], discount=0.5) == 1  # 1.2 ms vs 0.8 ms x 0.25
+    assert next_round(tasks, [1, 2], discount=1.0) == 1
+    tasks[1].best_s = 1.5e-4  # improved: 0.2 ms above; the stuck task now has more to win
+    assert next_round(tasks, [1, 2], discount=1.0) == 2
+    # Never-measured tasks go first, the largest (calls x bound) first; nothing live: tuning ends.
+    fresh = [TaskProgress("t", calls=1, bound_s=1e-3), TaskProgress("t", calls=6, bound_s=5e-4)]
+    assert next_round([*tasks, *fresh], [1, 3, 4], discount=0.5) == 4
+    assert next_round(tasks, [], discount=0.5) == -1
+
+
+def test_a_task_never_valid_yields_once_it_failed_and_measured_tasks_are_not_at_their_bound():
+    failed = TaskProgress("t", calls=1, bound_s=1e-4, rounds=1, stale=1)
+    assert failed.share_of_bound() == 0.0 and at_bound([failed], 0.9) == []
+    assert failed.gain(0.5) == pytest.approx(0.5 * (10 * 1e-4 - 1e-4))
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(at_bound=0.0), "share of its bound, in (0, 1]"),
+    (dict(at_bound=1.5), "share of its bound, in (0, 1]"),
+    (dict(discount=0.0), "factor in (0, 1]"),
+])
+def test_bad_options_are_refused_naming_the_range(kwargs, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        ExpectedGain(**kwargs)
+
+
+def test_bounds_come_from_the_host_peaks(cpu_target):
+    """A matmul's bound is its flops at the measured FMA peak or its bytes at the measured bandwidth."""
+    import tvm  # pylint: disable=import-outside-toplevel
+    from tvm import te  # pylint: disable=import-outside-toplevel
+
+    a, b = te.placeholder((256, 256), name="a"), te.placeholder((256, 256), name="b")
+    k = te.reduce_axis((0, 256), name="k")
+    c = te.compute((256, 256), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="c")
+    mod = tvm.IRModule({"main": te.create_prim_func([a, b, c])})
+    flop_s = 2 * 256**3 / (fma_peak_gops(cpu_target) * 1e9)
+    bytes_s = 3 * 256 * 256 * 4 / (memory_bandwidth_gbps(cpu_target) * 1e9)
+    assert bound_seconds(mod, cpu_target) == pytest.approx(max(flop_s, bytes_s), rel=1e-6)
+    assert 1 < memory_bandwidth_gbps(cpu_target) < 2000
+
+
+def _small_model(tmp_path):
+    model = models.cnn()
+    onnx.save(model.proto, tmp_path / "cnn.onnx")
+    return from_onnx(tmp_path / "cnn.onnx", model.input_shapes())
+
+
+def test_a_task_at_its_bound_gets_no_further_round_and_tuning_ends(tmp_path, cpu_target):
+    """Real tuning of a conv + dense model: with every task counted at its bound after one round,
+    each gets exactly that round and tuning ends far below its trial limit; with none at its bound,
+    rounds go on, and each one goes to a task with latency above its bound."""
+    mod = _small_model(tmp_path)
+    done = ExpectedGain(at_bound=1e-9)
+    rounds = []
+    tune_model(mod, None, cpu_target, str(tmp_path / "done"), 64, num_trials_per_iter=4, seed=0, task_scheduler=done,
+               on_round=rounds.append)
+    assert len(done.tasks) == 3 and [t.rounds for t in done.tasks] == [1, 1, 1]  # conv, dense, flatten
+    assert all(0 < t.bound_s and t.best_s < math.inf for t in done.tasks)
+    assert len(rounds) == 3 and rounds[-1].trials < 64
+    assert rounds[0].task == max(done.tasks, key=lambda t: t.calls * t.bound_s).name  # the larger task first
+
+    going = ExpectedGain(at_bound=1.0)
+    tune_model(mod, None, cpu_target, str(tmp_path / "going"), 24, num_trials_per_iter=4, seed=0, task_scheduler=going)
+    again = [t for t in going.tasks if t.rounds > 1]
+    assert again and all(t.share_of_bound() < 1.0 for t in again)

@@ -1,0 +1,66 @@
+"""Transfer between tasks: a tuned task's best program seeds the next task of the same structure."""
+
+import math
+
+from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.meta_schedule.runner import RunnerResult
+
+from conftest import HOST_DTYPE
+from ms_heron import HeronSearch, HeronSpace
+from ms_heron.evaluate import build, run_and_check, time_lib
+from ms_heron.search.transfer import Donors, donation
+from ms_heron.testing import workloads
+
+
+def _task(workload, strategy, name, target):
+    ctx = ms.TuneContext(mod=workload.func, target=target, space_generator=HeronSpace(), search_strategy=strategy,
+                         task_name=name, rand_state=1)
+    strategy.pre_tuning(16, 8, ctx.generate_design_space(), None, None)
+    return strategy
+
+
+def test_a_second_conv_shape_measures_the_projection_of_the_first_shapes_best_first(cpu_target):
+    """Two 3x3 convolutions of one stage's channels at two image sizes (one HeronSearch's clones, as a
+    model's tasks are): the second's first round leads with the first's best program, projected: its
+    inner tile factors and chosen candidates kept wherever they fit the new extents, and it computes
+    the right result."""
+    conv = dict(N=1, CI=16, CO=32, KH=3, KW=3, stride=1, pad=1)
+    first, second = (workloads.make("c2d", HOST_DTYPE, H=size, W=size, **conv) for size in (8, 14))
+    prototype = HeronSearch()._inst  # its Python clone(), the one MetaSchedule's TuneContext.clone() calls
+    donor = _task(first, prototype.clone(), "first", cpu_target)
+    batch = donor.generate_measure_candidates()
+    seconds = [time_lib(build(c.sch.mod, cpu_target), first, repeat=3, min_repeat_ms=5).seconds for c in batch]
+    donor.notify_runner_results(batch, [RunnerResult(run_secs=[s], error_msg=None) for s in seconds])
+    best = donor.pending[min(range(len(seconds)), key=seconds.__getitem__)]
+
+    taker = _task(second, prototype.clone(), "second", cpu_target)
+    taker.generate_measure_candidates()
+    # The first picks are the projections, one per design space of a donor's structure.
+    leads = [p for p in taker.pending[: taker.transfer] if taker.signatures[p.space] == donor.signatures[best.space]]
+    assert leads
+    lead = leads[0]
+    model = taker.models[lead.space]
+    wanted, got = donation(donor.models[best.space], best.values), donation(model, lead.values)
+    kept = 0
+    for decision, want, have in zip(model.decisions, wanted, got):
+        if decision.kind == "tile" and decision.extent % math.prod(want[1:]) == 0:
+            assert have[1:] == want[1:], decision
+            kept += 1
+        elif decision.kind != "tile" and want in decision.candidates:
+            assert have == want, decision
+            kept += 1
+    assert kept >= len(model.decisions) // 2
+    run_and_check(build(lead.candidate.sch.mod, cpu_target), second)  # valid: it builds and computes the conv
+
+
+def test_donors_give_other_tasks_best_programs_newest_donor_first():
+    donors = Donors()
+    donors.donate("conv", "a", 2.0, ("a-slow",))
+    donors.donate("conv", "a", 1.0, ("a-fast",))
+    donors.donate("conv", "b", 5.0, ("b",))
+    donors.donate("conv", "a", 3.0, ("a-slower",))  # not a's best: kept out, but a is now the newest donor
+    donors.donate("matmul", "c", 1.0, ("c",))
+    assert donors.for_task("conv", "z", 4) == [("a-fast",), ("b",)]
+    assert donors.for_task("conv", "a", 4) == [("b",)]  # never its own program
+    assert donors.for_task("conv", "z", 1) == [("a-fast",)]
+    assert donors.for_task("depthwise", "z", 4) == []
