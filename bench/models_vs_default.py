@@ -57,7 +57,7 @@ def _tune_and_export(name: str, trials: int, out: pathlib.Path, work_root: pathl
     run = TuningRun.create(work_root / name, RunSpec.of_model(work_root / f"{name}.onnx", model.input_shapes(), host_target(), seed))
     row = {"per task": {}}
     for arm, arm_run in zip(ARMS, (run, run.baseline())):
-        arm_run.tune(trials, per_round=PER_ROUND, metaschedule_default=arm_run is not run)
+        arm_run.tune(trials, search="heron" if arm_run is run else "metaschedule", per_round=PER_ROUND)
         row[f"{arm} tuning s"] = arm_run.state().elapsed_s
         times = arm_run.task_times()
         if arm_run is not run:  # MetaSchedule's own tuning: the kind of HeronSpace space does not apply

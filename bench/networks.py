@@ -20,6 +20,7 @@ import argparse
 import dataclasses
 import json
 import logging
+import math
 import pathlib
 import subprocess
 import sys
@@ -40,10 +41,32 @@ PER_ROUND = 16
 #: More than any budget here can measure: the budget ends tuning.
 TRIALS = 1_000_000
 TIMING_ROUNDS = 7
+#: The race: each arm's database as it stood at these shares of its tuning time is compiled and timed
+#: with the rest, beside the tuner's estimate at the same moment.
+RACE_SHARES = (1 / 3, 2 / 3, 1.0)
+
+
+def _label(arm: str, share: float) -> str:
+    return arm if share == 1.0 else f"{arm} at {share:.0%}"
+
+
+def _race_points(arm: str, arm_run, shares=RACE_SHARES) -> list[dict]:
+    """Per share of the arm's tuning time, the last round that ended by then: its elapsed time,
+    records and the tuner's model estimate (inf until every task had a valid kernel), and the label
+    its compiled model is timed under."""
+    rows = arm_run.progress()
+    points = []
+    for share in shares:
+        done = [r for r in rows if r.elapsed_s <= share * rows[-1].elapsed_s + 1e-6]
+        if done:
+            points.append({"label": _label(arm, share), "share": share, "elapsed s": done[-1].elapsed_s, "records": done[-1].trials,
+                           "estimate ms": done[-1].best_seconds * 1e3})
+    return points
 
 
 def _tune_and_export(name: str, budgets: dict[str, float], out: pathlib.Path, work_root: pathlib.Path, seed: int) -> dict:
     # pylint: disable=import-outside-toplevel
+    from ms_heron.records import first_records
     from ms_heron.relax import compile_model
     from ms_heron.session import RunSpec, TuningRun
 
@@ -53,9 +76,10 @@ def _tune_and_export(name: str, budgets: dict[str, float], out: pathlib.Path, wo
     onnx.save(model.proto, out / f"{name}.onnx")
     np.savez(out / f"{name}_inputs.npz", **model.inputs)
     run = TuningRun.create(work_root / name, RunSpec.of_model(work_root / f"{name}.onnx", model.input_shapes(), host_target(), seed))
-    row = {"per task": {}}
+    row = {"per task": {}, "race": {}, "curve": {}}
     for arm, arm_run in zip(ARMS, (run, run.baseline())):
-        state = arm_run.tune(TRIALS, time_budget_s=budgets[arm], per_round=PER_ROUND, metaschedule_default=arm_run is not run)
+        state = arm_run.tune(TRIALS, search="heron" if arm_run is run else "metaschedule", time_budget_s=budgets[arm],
+                             per_round=PER_ROUND)
         times = arm_run.task_times()
         if arm_run is not run:
             times = [dataclasses.replace(t, space="") for t in times]
@@ -64,9 +88,37 @@ def _tune_and_export(name: str, budgets: dict[str, float], out: pathlib.Path, wo
         row["per task"][arm] = [dataclasses.asdict(t) for t in times]
         print(f"{name} {arm}: {state.trials} records in {state.elapsed_s:.0f} s, estimate "
               f"{row[f'{arm} estimate ms']:.2f} ms", flush=True)
-        compile_model(arm_run.database(), run.model, None, run.target).export_library(
-            str(out / f"{name}_{arm.replace(' ', '_')}.so"))
+        row["race"][arm] = _race_points(arm, arm_run)
+        row["curve"][arm] = [(p.elapsed_s, p.best_seconds * 1e3) for p in arm_run.progress() if p.best_seconds < float("inf")]
+        for point in row["race"][arm]:
+            database = arm_run.database() if point["share"] == 1.0 else first_records(arm_run.work_dir, point["records"])
+            compile_model(database, run.model, None, run.target).export_library(
+                str(out / f"{name}_{point['label'].replace(' ', '_')}.so"))
     return row
+
+
+def _plot(name: str, r: dict, path: pathlib.Path) -> None:
+    """The race: each arm's estimated latency over its tuning time (line) and the measured latency of
+    its database at the race points (markers), ONNX Runtime's latency as a horizontal line."""
+    import matplotlib  # pylint: disable=import-outside-toplevel
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for arm, color in zip(ARMS, ("tab:blue", "tab:orange")):
+        if r["curve"].get(arm):
+            xs, ys = zip(*r["curve"][arm])
+            ax.plot(xs, ys, color=color, linestyle="--", label=f"{arm}: estimate")
+        points = [p for p in r["race"].get(arm, []) if f"{p['label']} ms" in r]
+        ax.plot([p["elapsed s"] for p in points], [r[f"{p['label']} ms"] for p in points], "o-", color=color,
+                label=f"{arm}: measured")
+    ax.axhline(r["ONNX Runtime ms"], color="black", linewidth=1, label="ONNX Runtime")
+    ax.set(xlabel="tuning time (s)", ylabel="model latency (ms)", title=f"{name}: the race", yscale="log")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def _markdown(data: dict, budget: str) -> list[str]:
@@ -94,6 +146,15 @@ def _markdown(data: dict, budget: str) -> list[str]:
     lines += ["", f"Geometric mean ms_heron / MetaSchedule default: **{results_io.geomean(ratios):.2f}x**; "
               f"ms_heron / ONNX Runtime: **{results_io.geomean(r['ONNX Runtime ms'] / r['ms_heron ms'] for r in data.values()):.2f}x**."]
     for name, r in data.items():
+        if r.get("race"):
+            lines += ["", f"## {name}: the race (`{name}_race.png`)", "",
+                      "| arm | tuning time s | records | estimate ms | measured ms | estimate / measured |", "|---|---|---|---|---|---|"]
+            for arm, points in r["race"].items():
+                for p in points:
+                    measured = r.get(f"{p['label']} ms", math.nan)
+                    lines.append(f"| {arm} | {p['elapsed s']:.0f} | {p['records']} | {p['estimate ms']:.2f} | {measured:.2f} | "
+                                 f"{p['estimate ms'] / measured:.2f} |")
+    for name, r in data.items():
         arms = {arm: [TaskTime(**t) for t in times] for arm, times in r["per task"].items()}
         lines += ["", f"## {name}: per task (best kernel time while tuning; share of the model estimate)", "",
                   *task_table(arms)]
@@ -112,7 +173,8 @@ def main() -> None:
     args = parser.parse_args()
     logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
     if args.time_exported:
-        print(json.dumps(models_vs_default.time_exported(pathlib.Path(args.time_exported), [args.network], ARMS,
+        labels = json.loads((pathlib.Path(args.time_exported) / "labels.json").read_text())
+        print(json.dumps(models_vs_default.time_exported(pathlib.Path(args.time_exported), [args.network], labels,
                                                          TIMING_ROUNDS)))
         return
     from ms_heron.cli.common import parse_duration  # pylint: disable=import-outside-toplevel
@@ -122,6 +184,7 @@ def main() -> None:
     print(f"runs under {work_root}", flush=True)
     with tempfile.TemporaryDirectory(prefix="ms_heron_networks_") as tmp:
         row = _tune_and_export(args.network, budgets, pathlib.Path(tmp), work_root, args.seed)
+        (pathlib.Path(tmp) / "labels.json").write_text(json.dumps([p["label"] for ps in row["race"].values() for p in ps]))
         timing = subprocess.run([sys.executable, __file__, args.network, "--time-exported", tmp],
                                 check=True, capture_output=True, text=True)
         row.update(json.loads(timing.stdout.strip().splitlines()[-1])[args.network])
@@ -129,6 +192,7 @@ def main() -> None:
     path = pathlib.Path(args.out) / f"{stem}.json"
     data = json.loads(path.read_text())["data"] if path.exists() else {}
     data[args.network] = {**row, "commit": results_io.code_commit()}
+    _plot(args.network, data[args.network], pathlib.Path(args.out) / f"{stem}_{args.network}_race.png")
     results_io.write(args.out, stem, _markdown(data, args.budget), data)
 
 

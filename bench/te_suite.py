@@ -69,7 +69,7 @@ def _tune(run: TuningRun, arm: str, trials: list[int]) -> None:
         return
     for name in (*DATABASE_FILES, PROGRESS_FILE):
         (arm_run.work_dir / name).unlink(missing_ok=True)
-    arm_run.tune(max(trials), per_round=ROUND, metaschedule_default=arm != "ms_heron")
+    arm_run.tune(max(trials), search="heron" if arm == "ms_heron" else "metaschedule", per_round=ROUND)
 
 
 def _time_row(run: TuningRun, key: str, config: int, trials: list[int], peak_gops: float) -> dict:

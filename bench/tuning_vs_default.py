@@ -1,7 +1,7 @@
 """ms_heron vs MetaSchedule's default space and evolutionary search, same run, same trials.
 
-The ms_heron arm is HeronSpace with MetaSchedule's evolutionary search (``--search evolutionary``)
-or with HeronSearch (``--search heron``). Per workload: share of measured candidates that built
+The ms_heron arm is HeronSpace with HeronSearch (``--search heron``, the default) or with
+MetaSchedule's evolutionary search (``--search evolutionary``). Per workload: share of measured candidates that built
 and ran, best GOPS in the database, their ratio, the share of the peak measured in the same run
 (VNNI for int8, FMA for fp32) and the libraries measured in the same run: ONNX Runtime
 (MatMulInteger for int8 GEMMs; MatMul and Conv for fp32 GEMMs and convolutions) and numpy's BLAS for
@@ -25,7 +25,6 @@ from collections.abc import Callable
 
 import results_io
 
-from ms_heron import HeronSearch, HeronSpace
 from ms_heron.evaluate import build, run_and_check, time_lib
 from ms_heron.records import record_seconds
 from ms_heron.search import WatchedSearch
@@ -33,7 +32,7 @@ from ms_heron.hardware.targets import host_target, num_cores
 from ms_heron.testing import workloads
 from ms_heron.testing.baselines import medians_in_turn, median_seconds, numpy_matmul, onnxruntime_matmul_integer, onnxruntime_operator
 from ms_heron.hardware.peak import fma_peak_gops, vnni_peak_gops
-from ms_heron.tune import best_schedule, tune_workload
+from ms_heron.tune import Search, best_schedule, search_parts, tune_workload
 
 #: Rounds in which both arms' best kernels and the libraries are timed in turn (medians kept).
 TIMING_ROUNDS = 7
@@ -73,13 +72,13 @@ def _library_calls(workload, target) -> dict[str, Callable[[], object]]:
     return out
 
 
-def _tune(workload, target, trials: int, space, strategy) -> tuple[dict, object]:
+def _tune(workload, target, trials: int, search: Search, strategy=None) -> tuple[dict, object]:
     """One arm's tuning summary and its best kernel, built and checked."""
-    watched = WatchedSearch(strategy)
+    watched = WatchedSearch(search_parts(search, strategy=strategy)[1])
     with tempfile.TemporaryDirectory() as work_dir:
         start = time.perf_counter()
         db = tune_workload(
-            workload, target, work_dir, trials, num_trials_per_iter=32, space=space, strategy=watched, seed=0
+            workload, target, work_dir, trials, num_trials_per_iter=32, search=search, strategy=watched, seed=0
         )
         total = time.perf_counter() - start
         lib = build(best_schedule(db, workload, target).mod, target)
@@ -104,7 +103,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, nargs="+", default=[64])
     parser.add_argument("--dtype", default="int8", choices=["int8", "fp32"])
-    parser.add_argument("--search", default="evolutionary", choices=["evolutionary", "heron"])
+    parser.add_argument("--search", default="heron", choices=["heron", "evolutionary"],
+                        help="the ms_heron arm's search strategy over HeronSpace (default: HeronSearch)")
     parser.add_argument("--cases", nargs="*", default=CASES, help="case names, or 'awkward' for the padding rows")
     parser.add_argument("--out", default=str(results_io.DEFAULT_DIR))
     args = parser.parse_args()
@@ -117,9 +117,9 @@ def main() -> None:
         for name in args.cases:
             workload = workloads.case(name, args.dtype)
             row = {"case": name, "dtype": args.dtype, "trials": trials, "peak_gops": peak}
-            heron_strategy = HeronSearch() if args.search == "heron" else "evolutionary"
-            row["default"], default_lib = _tune(workload, target, trials, "post-order-apply", "evolutionary")
-            row["heron"], heron_lib = _tune(workload, target, trials, HeronSpace(), heron_strategy)
+            heron_strategy = None if args.search == "heron" else "evolutionary"
+            row["default"], default_lib = _tune(workload, target, trials, "metaschedule")
+            row["heron"], heron_lib = _tune(workload, target, trials, "heron", heron_strategy)
             gops = _retimed_gops(workload, {"default": default_lib, "heron": heron_lib}, _library_calls(workload, target))
             for arm in ("default", "heron"):
                 row[arm]["retimed_gops"] = gops.pop(arm)

@@ -1,7 +1,8 @@
 """ms_heron: Heron's constraint-aware auto-scheduling as a plug-in for TVM 0.27 MetaSchedule.
 
-Importing the package is cheap; TVM's tensor-intrinsic registry (~15 s) is loaded only where
-tuning or tensorizing needs it (:func:`ms_heron.intrinsics.ensure_registered`).
+Importing the package is cheap: it registers ms_heron's VNNI intrinsic (so its records replay
+anywhere), while TVM's tensor-intrinsic registry (~15 s) is loaded only where tuning or
+tensorizing needs it (:func:`ms_heron.intrinsics.ensure_registered`).
 """
 
 import os
@@ -25,7 +26,13 @@ _use_all_physical_cores()
 
 __version__ = "0.1.0"
 
-from .search import HeronSearch  # noqa: E402  (after the thread-pool set-up above)
+from .intrinsics import register_vnni  # noqa: E402  (after the thread-pool set-up above)
+from .search import HeronSearch  # noqa: E402
 from .space import HeronSpace  # noqa: E402
+
+# CPU records name ms_heron's VNNI intrinsic (HeronSpace adds MetaSchedule's spaces, which name
+# TVM's, only where it tensorizes nothing): registered here, cheaply, so stock ``compile_tir`` and
+# ``MetaScheduleApplyDatabase`` replay them in any process that imported ms_heron.
+register_vnni()
 
 __all__ = ["HeronSpace", "HeronSearch"]

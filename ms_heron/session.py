@@ -48,11 +48,11 @@ from .measure import was_run
 from .records import (DATABASE_FILES, Merged, cut_torn_line, first_records, json_lines, measured_seconds, merge_records,
                       record_seconds)
 from .relax import TaskTime, bind_params, extract_tasks, from_onnx, lower_for_tuning, task_times
-from .search import HeronSearch, WatchedSearch
+from .search import WatchedSearch
 from .space import HeronSpace
 from .hardware.targets import target_json
 from .testing import workloads
-from .tune import ModelRound, NoValidRecord, best_schedule, tune_model, tune_workload
+from .tune import ModelRound, NoValidRecord, Search, best_schedule, search_parts, tune_model, tune_workload
 from .workload import KERNEL, Workload, from_func
 
 #: The family of a model run (its tasks are the model's fused kernels).
@@ -322,25 +322,41 @@ class TuningRun:
     def tune(
         self,
         trials: int,
+        *,
+        search: Search = "heron",
         time_budget_s: float | None = None,
         on_round: Callable[[Progress], None] | None = None,
-        metaschedule_default: bool = False,
         per_round: int = TRIALS_PER_ROUND,
         stop: Callable[[], bool] | None = None,
         runner: ms.runner.Runner | None = None,
         space: HeronSpace | None = None,
     ) -> Progress:
         """Tune until the work dir holds ``trials`` records or the time budget is spent (no
-        candidate is measured past it; each task gets its first round). HeronSpace + HeronSearch, or
-        MetaSchedule's default search. ``stop`` is asked before every round (the CLI's CTRL-C);
-        ``runner`` measures elsewhere (:meth:`ms_heron.measure.Tracker.runner`); ``space`` is a
-        HeronSpace with your own rules (``user_rules``). One process at a time: the work dir's lock
-        refuses a second one (:class:`RunError`)."""
+        candidate is measured past it; each task gets its first round). One process at a time: the
+        work dir's lock refuses a second one (:class:`RunError`).
+
+        Parameters
+        ----------
+        search
+            HeronSpace + HeronSearch, or MetaSchedule's default search (:data:`~ms_heron.tune.Search`).
+        time_budget_s
+            Wall-clock seconds, set-up included.
+        on_round
+            Called with the run's progress after every measured round.
+        per_round
+            Candidates measured per round.
+        stop
+            Asked before every round (the CLI's CTRL-C).
+        runner
+            Measures elsewhere (:meth:`ms_heron.measure.Tracker.runner`).
+        space
+            A HeronSpace with your own rules (``user_rules``).
+        """
         self.work_dir.mkdir(parents=True, exist_ok=True)
         with _work_dir_lock(self.work_dir):
-            return self._tune(trials, time_budget_s, on_round, metaschedule_default, per_round, stop, runner, space)
+            return self._tune(trials, search, time_budget_s, on_round, per_round, stop, runner, space)
 
-    def _tune(self, trials, time_budget_s, on_round, metaschedule_default, per_round, stop, runner, space) -> Progress:
+    def _tune(self, trials, search, time_budget_s, on_round, per_round, stop, runner, space) -> Progress:
         before = self.state()
         todo = trials - before.trials
         if todo <= 0:
@@ -370,14 +386,12 @@ class TuningRun:
             current.task, current.task_seconds = r.task, r.best_seconds[r.task]
             round_ended()
 
-        space, strategy = ("post-order-apply", "evolutionary") if metaschedule_default else (space or self.space(), HeronSearch())
+        space, strategy = search_parts(search, space)
         cut_torn_line(self.work_dir / PROGRESS_FILE)  # before this run appends to it
-        options = {"space": space, "seed": self.spec.seed, "time_budget_s": time_budget_s}
+        options = {"search": search, "space": space, "seed": self.spec.seed, "time_budget_s": time_budget_s}
         if runner is not None:
             options["runner"] = runner
         if self.is_model:
-            if metaschedule_default:
-                options["task_scheduler"] = "gradient"
             tune_model(self.model, None, self.target, str(self.work_dir), todo, num_trials_per_iter=per_round,
                        strategy=WatchedSearch(strategy, stop=stop), on_round=model_round,
                        exact_math=self.spec.exact_math, **options)

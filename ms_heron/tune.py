@@ -13,10 +13,10 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import tvm
-from tvm import IRModule
+from tvm import IRModule, relax
 from tvm.ir.utils import derived_object
 from tvm.s_tir import Schedule
 from tvm.s_tir import meta_schedule as ms
@@ -28,7 +28,7 @@ from .intrinsics import ensure_registered
 from .measure import (Budget, BudgetedRunner, budget_timeout, disk_errors_surface, local_runner_for, measure_callbacks,
                       was_run)
 from .records import DATABASE_FILES, open_database, record_seconds
-from .relax import lower_for_tuning
+from .relax import bind_params, lower_for_tuning
 from .search import HeronSearch, WatchedSearch
 from .search.features import xgb_cost_model
 from .search.task_scheduler import ExpectedGain
@@ -54,25 +54,55 @@ def tune_workload(
     return tune_func(workload.func, target, work_dir, max_trials, **tune_kwargs)
 
 
+#: Which search tunes: ``"heron"``, HeronSpace + HeronSearch (and ExpectedGain over a model's
+#: tasks), or ``"metaschedule"``, MetaSchedule's default (post-order-apply space, evolutionary
+#: search, gradient task scheduler). Every entry point takes it, and defaults to ``"heron"``.
+Search = Literal["heron", "metaschedule"]
+
+
+def search_parts(search: Search, space: Any = None, strategy: Any = None) -> tuple[Any, Any]:
+    """The space generator and search strategy of ``search``; ``space``/``strategy`` replace its own
+    (a HeronSpace with your rules, a HeronSearch with other options)."""
+    if search == "heron":
+        defaults = (HeronSpace, HeronSearch)
+    elif search == "metaschedule":
+        defaults = (lambda: "post-order-apply", lambda: "evolutionary")
+    else:
+        raise ValueError(f"search={search!r}: choose 'heron' (HeronSpace + HeronSearch) or 'metaschedule' "
+                         "(MetaSchedule's default search)")
+    return (defaults[0]() if space is None else space, defaults[1]() if strategy is None else strategy)
+
+
 def tune_func(
     func: tvm.tirx.PrimFunc,
     target: Target,
     work_dir: str,
     max_trials: int,
     *,
+    search: Search = "heron",
+    space: Any = None,
+    strategy: Any = None,
     num_trials_per_iter: int = 64,
-    space: Any = "post-order-apply",
-    strategy: Any = "evolutionary",
     seed: int | None = None,
     time_budget_s: float | None = None,
     **tune_tir_kwargs: Any,
 ) -> ms.Database:
     """``ms.tune_tir`` on any PrimFunc into a JSONDatabase under ``work_dir``, with the set-up above.
 
-    ``time_budget_s``: no round starts, and no candidate is measured, once that much wall-clock time
-    has passed (the first round always runs); a ``runner`` (e.g. :meth:`ms_heron.measure.Tracker.runner`)
-    measures elsewhere.
+    Parameters
+    ----------
+    search
+        HeronSpace + HeronSearch, or MetaSchedule's default search (:data:`Search`).
+    space, strategy
+        Replace the search's own space generator or strategy.
+    time_budget_s
+        No round starts, and no candidate is measured, once that much wall-clock time has passed
+        (the first round always runs).
+    tune_tir_kwargs
+        Passed to ``ms.tune_tir``; a ``runner`` (e.g. :meth:`ms_heron.measure.Tracker.runner`)
+        measures elsewhere.
     """
+    space, strategy = search_parts(search, space, strategy)
     strategy = _prepare(target, work_dir, tune_tir_kwargs, strategy, time_budget_s=time_budget_s, cold=False)
     with disk_errors_surface(tune_tir_kwargs["measure_callbacks"]):
         return ms.tune_tir(
@@ -113,7 +143,7 @@ def _prepare(target: Target, work_dir: str, tune_kwargs: dict, strategy: Any, *,
         tune_kwargs["database"], records = open_database(work_dir), Path(work_dir) / DATABASE_FILES[1]
     tune_kwargs["measure_callbacks"] = [*measure_callbacks(tune_kwargs["database"], records),
                                         *(callbacks(tune_kwargs["database"]) if callbacks else ())]
-    _reset_metaschedule_logger()
+    reset_metaschedule_logger()
     return (strategy if isinstance(strategy, WatchedSearch) else WatchedSearch(strategy)).until(budget)
 
 
@@ -175,20 +205,22 @@ def tune_model(
     work_dir: str,
     max_trials: int,
     *,
-    max_trials_per_task: int | None = None,
-    num_trials_per_iter: int = 16,
+    search: Search = "heron",
     space: Any = None,
     strategy: Any = None,
     task_scheduler: Any = None,
+    max_trials_per_task: int | None = None,
+    num_trials_per_iter: int = 16,
     seed: int | None = None,
     on_round: Callable[[ModelRound], None] | None = None,
     time_budget_s: float | None = None,
     exact_math: bool = False,
+    lower: bool = True,
     **tune_kwargs: Any,
 ) -> ms.Database:
-    """Tune every task of the model; ``max_trials`` in total, shared out by ``task_scheduler``.
-    ``space``/``strategy``/``task_scheduler`` default to HeronSpace/HeronSearch/ExpectedGain; pass
-    "post-order-apply"/"evolutionary"/"gradient" for MetaSchedule's defaults. Records go to a JSONDatabase in ``work_dir``; running
+    """Tune every task of the model; ``max_trials`` in total, shared out by ``task_scheduler``
+    (``search`` "heron": ExpectedGain, "metaschedule": MetaSchedule's "gradient"); ``space`` and
+    ``strategy`` replace the search's own, as in :func:`tune_func`. Records go to a JSONDatabase in ``work_dir``; running
     again on the same ``work_dir`` adds trials, and HeronSearch starts from the records there.
 
     ``on_round`` is called after every measured round; ``time_budget_s`` ends tuning once that much
@@ -196,12 +228,15 @@ def tune_model(
     ``exact_math`` keeps exact exp/erf/tanh (see :func:`ms_heron.relax.lower_for_tuning`); compile
     with the same value. On the CPU, candidates are timed with their weights out of cache
     (:func:`ms_heron.measure.evaluator_config`), also by a ``runner`` from
-    :meth:`ms_heron.measure.Tracker.runner` with ``cold=True``.
+    :meth:`ms_heron.measure.Tracker.runner` with ``cold=True``. ``lower=False`` tunes ``mod`` as
+    given: a module a Relax pipeline already legalized and fused (:func:`tune_pass`).
     """
     report = None if on_round is None else (lambda database: [_ReportRounds(on_round, max_trials, database)])
-    strategy = _prepare(target, work_dir, tune_kwargs, HeronSearch() if strategy is None else strategy,
-                        time_budget_s=time_budget_s, cold=True, callbacks=report)
-    lowered = lower_for_tuning(mod, params, target, exact_math=exact_math)
+    space, strategy = search_parts(search, space, strategy)
+    if task_scheduler is None:
+        task_scheduler = ExpectedGain() if search == "heron" else "gradient"
+    strategy = _prepare(target, work_dir, tune_kwargs, strategy, time_budget_s=time_budget_s, cold=True, callbacks=report)
+    lowered = lower_for_tuning(mod, params, target, exact_math=exact_math) if lower else bind_params(mod, params)
     with disk_errors_surface(tune_kwargs["measure_callbacks"]):
         return ms.relax_integration.tune_relax(
             lowered,
@@ -211,15 +246,72 @@ def tune_model(
             max_trials_global=max_trials,
             max_trials_per_task=max_trials_per_task,
             num_trials_per_iter=num_trials_per_iter,
-            space=HeronSpace() if space is None else space,
+            space=space,
             strategy=strategy,
-            task_scheduler=ExpectedGain() if task_scheduler is None else task_scheduler,
+            task_scheduler=task_scheduler,
             seed=seed,
             **tune_kwargs,
         )
 
 
-def _reset_metaschedule_logger() -> None:
+def tune_pass(
+    params: Mapping[str, Any] | None,
+    work_dir: str,
+    max_trials_global: int,
+    max_trials_per_task: int | None = None,
+    *,
+    time_budget_s: float | None = None,
+    search: Search = "heron",
+) -> tvm.transform.Pass:
+    """Relax's ``MetaScheduleTuneIRMod`` with Heron: the same parameters (plus a time budget), so a
+    Relax pipeline takes Heron by swapping this pass in. It tunes the module's fused kernels into a
+    JSONDatabase in ``work_dir`` for the pipeline's target (``with target:``) and returns the module
+    unchanged; ``relax.transform.MetaScheduleApplyDatabase(work_dir)`` then puts the kernels in."""
+
+    @tvm.transform.module_pass(opt_level=0, name="HeronTuneIRMod")
+    def heron_tune(mod: IRModule, _ctx: tvm.transform.PassContext) -> IRModule:
+        target = Target.current(allow_none=True)
+        if target is None:
+            raise ValueError("HeronTuneIRMod tunes for the pipeline's target: run it under `with tvm.target.Target(...)`, "
+                             "as relax pipelines do")
+        tune_model(mod, params, target, work_dir, max_trials_global, max_trials_per_task=max_trials_per_task,
+                   time_budget_s=time_budget_s, search=search, lower=False)
+        return mod
+
+    return heron_tune
+
+
+def static_shape_tuning_pipeline(
+    total_trials: int,
+    target: str | dict | Target,
+    work_dir: str = "tuning_logs",
+    *,
+    max_trials_per_task: int | None = None,
+    time_budget_s: float | None = None,
+) -> tvm.transform.Pass:
+    """``relax.pipeline.static_shape_tuning_pipeline`` with :func:`tune_pass` in place of
+    ``MetaScheduleTuneIRMod`` (TVM's steps otherwise: decompose for inference, legalize and fuse,
+    tune, apply the database). ms_heron's own lowering (:func:`ms_heron.relax.lower_for_tuning`)
+    adds ONNX Runtime's graph rewrites and fast math; each is a pass in :mod:`ms_heron.relax.passes`
+    to put before this pipeline."""
+    target = Target(target) if not isinstance(target, Target) else target
+
+    @tvm.transform.module_pass(opt_level=0, name="HeronStaticShapeTuning")
+    def pipeline(mod: IRModule, _ctx: tvm.transform.PassContext) -> IRModule:
+        with target:
+            return tvm.transform.Sequential([
+                relax.transform.DecomposeOpsForInference(),
+                relax.transform.CanonicalizeBindings(),
+                relax.pipeline.zero_pipeline(),
+                tune_pass({}, work_dir, total_trials, max_trials_per_task, time_budget_s=time_budget_s)
+                if total_trials > 0 else tvm.transform.Sequential([]),
+                relax.transform.MetaScheduleApplyDatabase(work_dir),
+            ])(mod)
+
+    return pipeline
+
+
+def reset_metaschedule_logger() -> None:
     """Make MetaSchedule's logger ready for another tune in this process.
 
     It re-configures its logger by handler *name* on every tune and crashes on a handler without

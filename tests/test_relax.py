@@ -14,9 +14,9 @@ from tvm.relax.frontend import nn
 from tvm.s_tir import meta_schedule as ms
 
 from ms_heron.records import open_database, record_seconds
-from ms_heron.relax import ModelError, compile_model, extract_tasks, from_onnx, lower_for_tuning, run_model
+from ms_heron.relax import ModelError, bind_params, compile_model, extract_tasks, from_onnx, lower_for_tuning, run_model
 from ms_heron.session import RunError, RunSpec, TuningRun
-from ms_heron.tune import tune_model
+from ms_heron.tune import static_shape_tuning_pipeline, tune_model, tune_pass
 from ms_heron.testing import models
 from ms_heron.testing.baselines import onnxruntime_model
 
@@ -57,6 +57,22 @@ def test_nn_module_tunes_compiles_and_matches_numpy(tmp_path, cpu_target):
         executable = compile_model(db, mod, params, cpu_target)
     (got,) = run_model(executable, {"x": x}, func="forward")
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)  # fp32, summation order differs
+
+
+def test_a_stock_style_relax_pipeline_takes_heron_by_swapping_one_pass(tmp_path, cpu_target):
+    """TVM's static-shape tuning pipeline with HeronTuneIRMod in MetaScheduleTuneIRMod's place: the
+    kernels are Heron's (their records carry HeronSpace's annotations), applied, and right."""
+    mod, params, x, expected = _two_layer()
+    tuned = static_shape_tuning_pipeline(8, cpu_target, str(tmp_path), max_trials_per_task=4)(bind_params(mod, params))
+    kernels = [f for f in tuned.functions.values() if isinstance(f, tvm.tirx.PrimFunc)]
+    assert len(kernels) == 2 and all(f.attrs.get("tirx.is_scheduled", False) for f in kernels)
+    records = ms.database.JSONDatabase(work_dir=str(tmp_path)).get_all_tuning_records()
+    assert len(records) == 8 and all(any(str(i.attrs[0]).startswith("ms_heron.") for i in r.trace.insts
+                                         if i.kind.name == "Annotate") for r in records)
+    vm = tvm.relax.VirtualMachine(tvm.compile(tuned, target=cpu_target), tvm.cpu())
+    np.testing.assert_allclose(vm["forward"](tvm.runtime.tensor(x)).numpy(), expected, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="run it under `with tvm.target.Target"):
+        tune_pass({}, str(tmp_path / "no_target"), 4)(bind_params(mod, params))
 
 
 def test_fp32_conv_and_dense_weights_are_packed_at_compile_time_and_match_onnxruntime(tmp_path, cpu_target):

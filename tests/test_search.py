@@ -12,8 +12,9 @@ from ms_heron import HeronSearch, HeronSpace
 from ms_heron.annotations import is_metaschedule_space
 from ms_heron.evaluate import build, run_and_check, time_lib
 from ms_heron.search.decision_model import DecisionModel, rank_correlation
+from ms_heron.session import RunSpec, TuningRun
 from ms_heron.testing import workloads
-from ms_heron.tune import best_schedule, tune_workload
+from ms_heron.tune import best_schedule, reset_metaschedule_logger, tune_func, tune_workload
 from ms_heron.workload import load_kernel
 
 
@@ -226,7 +227,6 @@ def test_te_workload_c3d_models_build_and_a_small_c3d_tunes(cpu_target, tmp_path
     from tvm.s_tir.meta_schedule.testing.te_workload import conv3d_ndhwc, create_te_workload
 
     from ms_heron.constraints import Solver, derive  # pylint: disable=import-outside-toplevel
-    from ms_heron.tune import tune_func  # pylint: disable=import-outside-toplevel
 
     big = create_te_workload("C3D", 0)
     ctx = ms.TuneContext(mod=big, target=cpu_target, space_generator=HeronSpace(), task_name="c3d").clone()
@@ -277,8 +277,6 @@ def test_space_whose_performance_constraints_conflict_is_searched_under_validity
 
 
 def test_a_users_tvmscript_kernel_tunes_and_is_checked_against_itself_unscheduled(cpu_target, tmp_path):
-    from ms_heron.tune import tune_func  # pylint: disable=import-outside-toplevel
-
     workload = load_kernel(str(pathlib.Path(__file__).parent / "row_scale_kernel.py"))
     a, s = workload.random_inputs(0)
     assert workload.name == "row_scale" and workload.output_shape == (64, 48)
@@ -286,3 +284,53 @@ def test_a_users_tvmscript_kernel_tunes_and_is_checked_against_itself_unschedule
     db = tune_func(workload.func, cpu_target, str(tmp_path), 4, num_trials_per_iter=4, space=HeronSpace(),
                    strategy=HeronSearch(), seed=0)
     run_and_check(build(best_schedule(db, workload, cpu_target).mod, cpu_target), workload)
+
+
+def test_stock_tune_tir_whose_builds_all_time_out_stops_after_the_first_round_naming_the_fix(cpu_target, tmp_path):
+    """The mission's line as written, with TVM's stock LocalBuilder: its workers import TVM's intrinsic
+    library before the first build; when that outlasts the timeout, HeronSearch stops the run with one
+    line instead of filling the database with failures."""
+    workload = workloads.make("gemm", "fp32", **SMALL_SHAPES["gemm"])
+    reset_metaschedule_logger()  # pytest's log capture leaves handlers MetaSchedule's logging set-up crashes on
+    with pytest.raises(RuntimeError) as raised:
+        ms.tune_tir(workload.func, cpu_target, str(tmp_path), max_trials_global=8, num_trials_per_iter=4,
+                    space=HeronSpace(), strategy=HeronSearch(), builder=ms.builder.LocalBuilder(timeout_sec=0.5))
+    assert "pass builder=ms_heron.builder.local_builder() to ms.tune_tir" in str(raised.value)
+    assert len(ms.database.JSONDatabase(work_dir=str(tmp_path))) <= 4  # stopped after the first round
+
+
+def test_stock_tune_tir_with_heron_tunes_correctly(cpu_target, tmp_path):
+    """``ms.tune_tir(mod, target, work_dir, max_trials_global=N, space=HeronSpace(), strategy=HeronSearch())``
+    with ms_heron's builder: every record valid, and stock ``compile_tir`` rebuilds the best."""
+    from ms_heron.builder import local_builder  # pylint: disable=import-outside-toplevel
+
+    workload = workloads.make("gemm", "fp32", **SMALL_SHAPES["gemm"])
+    reset_metaschedule_logger()  # as above
+    db = ms.tune_tir(workload.func, cpu_target, str(tmp_path), max_trials_global=8, num_trials_per_iter=4,
+                     space=HeronSpace(), strategy=HeronSearch(), builder=local_builder())
+    assert len(db) == 8 and all(min(float(s) for s in r.run_secs) < 1e9 for r in db.get_all_tuning_records())
+    run_and_check(build(ms.tir_integration.compile_tir(db, workload.func, cpu_target).mod, cpu_target), workload)
+
+
+def _heron_annotated(record) -> bool:
+    """Whether the record's design space came from HeronSpace (its rules annotate ``ms_heron.*``)."""
+    return any(inst.kind.name == "Annotate" and str(inst.attrs[0]).startswith("ms_heron.") for inst in record.trace.insts)
+
+
+def test_every_entry_point_tunes_with_heron_unless_told_metaschedule(cpu_target, tmp_path):
+    workload = workloads.make("gemm", "fp32", **SMALL_SHAPES["gemm"])
+    heron = [
+        tune_func(workload.func, cpu_target, str(tmp_path / "func"), 4, num_trials_per_iter=4, seed=0),
+        tune_workload(workload, cpu_target, str(tmp_path / "workload"), 4, num_trials_per_iter=4, seed=0),
+    ]
+    run = TuningRun.create(tmp_path / "run", RunSpec.of(workload, cpu_target, 0))
+    run.tune(4, per_round=4)
+    heron.append(run.database())
+    for db in heron:
+        records = db.get_all_tuning_records()
+        assert len(records) == 4 and all(_heron_annotated(r) for r in records)
+    stock = tune_workload(workload, cpu_target, str(tmp_path / "stock"), 4, num_trials_per_iter=4, seed=0,
+                          search="metaschedule")
+    assert not any(_heron_annotated(r) for r in stock.get_all_tuning_records())
+    with pytest.raises(ValueError, match="search='ansor': choose 'heron'"):
+        tune_func(workload.func, cpu_target, str(tmp_path / "bad"), 4, search="ansor")

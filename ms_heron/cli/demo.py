@@ -26,8 +26,6 @@ def add_parser(sub, shared: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     # pylint: disable=import-outside-toplevel
     from ..evaluate import build, run_and_check, time_lib
-    from ..search import HeronSearch
-    from ..space import HeronSpace
     from ..testing.baselines import BaselineUnavailable, onnxruntime_matmul_integer_seconds, onnxruntime_operator_seconds
     from ..hardware.peak import fma_peak_gops, vnni_peak_gops
     from ..tune import best_schedule, tune_workload
@@ -48,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"tuning {args.trials} trials (records and logs in {work_dir}) ...", flush=True)
         start = time.perf_counter()
         db = tune_workload(workload, target, work_dir, args.trials, num_trials_per_iter=min(32, args.trials),
-                           space=HeronSpace(), strategy=HeronSearch(), seed=args.seed)
+                           seed=args.seed)
         tuning_s = time.perf_counter() - start
         lib = build(best_schedule(db, workload, target).mod, target)
     run_and_check(lib, workload)

@@ -10,6 +10,7 @@ import sys
 import time
 
 from ..session import TRIALS_PER_ROUND, RunSpec, TuningRun, summary_rows
+from ..tune import Search
 from ..hardware.targets import cpu_name, host_target, is_cpu, native_dtype, parse_target, require_vnni
 from ..testing import workloads
 from ..workload import Workload, load_kernel
@@ -84,7 +85,7 @@ class _ProgressLine:
             print(flush=True)
 
 
-def _tune_arm(run: TuningRun, label: str, args: argparse.Namespace, trials: int, budget_s: float | None, default: bool,
+def _tune_arm(run: TuningRun, label: str, args: argparse.Namespace, trials: int, budget_s: float | None, search: Search,
               interrupts: Interrupts, measuring):
     start = run.state()
     if start.trials >= trials:
@@ -94,7 +95,7 @@ def _tune_arm(run: TuningRun, label: str, args: argparse.Namespace, trials: int,
         print(f"{label}: resuming from {start.trials} records in {run.work_dir}")
     show = _ProgressLine(label, run.workload.ops, trials, start.trials, budget_s)
     try:
-        run.tune(trials, budget_s, on_round=show, metaschedule_default=default, per_round=args.round_size,
+        run.tune(trials, search=search, time_budget_s=budget_s, on_round=show, per_round=args.round_size,
                  stop=interrupts.stop_requested, runner=measuring)
     finally:
         show.close()
@@ -114,11 +115,11 @@ def run(args: argparse.Namespace) -> int:
     run = TuningRun.create(work_dir, RunSpec.of(workload, target, args.seed))
     print(f"ms-heron tune: {run.spec.describe()} on {cpu_name(run.target)}; records in {run.work_dir}")
     with Interrupts(run.work_dir) as interrupts:
-        _tune_arm(run, "ms_heron", args, args.trials, budget_s, default=False, interrupts=interrupts, measuring=measuring)
+        _tune_arm(run, "ms_heron", args, args.trials, budget_s, search="heron", interrupts=interrupts, measuring=measuring)
         arms = [("ms_heron", run)]
         if args.baseline == "metaschedule" and not interrupts.stop_requested():
             baseline = run.baseline()  # same trials as ms_heron measured, under the same budget
-            _tune_arm(baseline, "MetaSchedule default", args, run.state().trials, budget_s, default=True,
+            _tune_arm(baseline, "MetaSchedule default", args, run.state().trials, budget_s, search="metaschedule",
                       interrupts=interrupts, measuring=measuring)
             arms.append(("MetaSchedule default", baseline))
     _print_table(workload, arms)

@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
         if start.trials:
             print(f"resuming from {start.trials} records in {work_dir}")
         with Interrupts(work_dir) as interrupts:
-            run.tune(args.trials, budget_s, on_round=_ModelProgressLine(tasks, args.trials, budget_s),
+            run.tune(args.trials, time_budget_s=budget_s, on_round=_ModelProgressLine(tasks, args.trials, budget_s),
                      per_round=args.round_size, stop=interrupts.stop_requested, runner=measuring)
         if interrupts.stop_requested():
             print(f"interrupted: every measured record is stored in {work_dir}; run the same command to resume")

@@ -24,6 +24,7 @@ __all__ = [
     "WmmaGroup",
     "wmma_groups",
     "ensure_registered",
+    "register_vnni",
 ]
 
 

@@ -51,6 +51,10 @@ from .transfer import Donors, donation, project, signature
 
 #: A space whose performance constraints conflict is searched under these (validity only).
 VALIDITY_ONLY = ConstraintOptions().validity_only()
+#: How MetaSchedule's LocalBuilder reports a candidate it killed.
+BUILD_TIMEOUT = "LocalBuilder: Timeout"
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -204,6 +208,9 @@ class HeronSearch(PySearchStrategy):
 
     def post_tuning(self) -> None:
         self.pool = []
+        if self.measured and not any(s < float("inf") for s in self.measured.values()):
+            logger.warning("HeronSearch: none of the %d candidates of task %r built and ran; see its log under "
+                           "<work_dir>/logs for the errors", len(self.measured), self.context.task_name)
 
     def generate_measure_candidates(self):
         if self.trials >= self.max_trials:
@@ -227,6 +234,12 @@ class HeronSearch(PySearchStrategy):
         for program, result in zip(self.pending, results):
             secs.append(record_seconds(result.run_secs) if result.error_msg is None else float("inf"))
             self.measured[program.key] = secs[-1]
+        if not self.stats and results and all(str(r.error_msg or "").startswith(BUILD_TIMEOUT) for r in results):
+            # MetaSchedule re-raises it as a RuntimeError, whatever its class: the message says it all
+            raise RuntimeError(
+                f"every candidate of the first round of task {self.context.task_name!r} timed out in the builder: "
+                "TVM's stock LocalBuilder imports tvm.s_tir.tensor_intrin (15-25 s) in every build batch; pass "
+                "builder=ms_heron.builder.local_builder() to ms.tune_tir (or a LocalBuilder with a longer timeout_sec)")
         stats.rank_correlation = self.ranking.note_batch(self.pending, secs)
         with self._timed("cost model"):
             self.ranking.fit(self.measured, {p.space for p in self.pending})
