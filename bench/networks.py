@@ -131,14 +131,14 @@ def _markdown(data: dict, budget: str) -> list[str]:
         f"(all graph optimizations, same ONNX file) timed in turn in one fresh process ({TIMING_ROUNDS} rounds, medians). "
         "Ratios > 1 mean ms_heron is faster. The estimate is the tuner's: best kernel x calls, summed over tasks.",
         "",
-        "| network | tasks | ms_heron ms | MS default ms | ONNX Runtime ms | vs MS default | vs ORT | records (ms_heron / default) "
-        "| estimate / measured (ms_heron / default) | max abs diff vs ORT |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| network | commit | tasks | ms_heron ms | MS default ms | ONNX Runtime ms | vs MS default | vs ORT "
+        "| records (ms_heron / default) | estimate / measured (ms_heron / default) | max abs diff vs ORT |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, r in data.items():
         ours, default, ort = r["ms_heron ms"], r["MetaSchedule default ms"], r["ONNX Runtime ms"]
         lines.append(
-            f"| {name} | {r['tasks']} | {ours:.2f} | {default:.2f} | {ort:.2f} | **{default / ours:.2f}x** | **{ort / ours:.2f}x** | "
+            f"| {name} | {r['commit']} | {r['tasks']} | {ours:.2f} | {default:.2f} | {ort:.2f} | **{default / ours:.2f}x** | **{ort / ours:.2f}x** | "
             f"{r['ms_heron records']} / {r['MetaSchedule default records']} | "
             f"{r['ms_heron estimate ms'] / ours:.2f} / {r['MetaSchedule default estimate ms'] / default:.2f} | "
             f"{r['ms_heron max abs diff']:.2g} |")
@@ -147,7 +147,7 @@ def _markdown(data: dict, budget: str) -> list[str]:
               f"ms_heron / ONNX Runtime: **{results_io.geomean(r['ONNX Runtime ms'] / r['ms_heron ms'] for r in data.values()):.2f}x**."]
     for name, r in data.items():
         if r.get("race"):
-            lines += ["", f"## {name}: the race (`{name}_race.png`)", "",
+            lines += ["", f"## {name}: the race (plotted in `*_{name}_race.png` beside this file)", "",
                       "| arm | tuning time s | records | estimate ms | measured ms | estimate / measured |", "|---|---|---|---|---|---|"]
             for arm, points in r["race"].items():
                 for p in points:
