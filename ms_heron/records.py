@@ -34,6 +34,14 @@ def record_seconds(run_secs) -> float:
     return sum(secs) / len(secs) if secs and max(secs) < FAILED_RUN_SECS else float("inf")
 
 
+def best_seconds(database: ms.database.Database, mod) -> float:
+    """The seconds of ``database``'s fastest record of the task ``mod``; inf without one."""
+    if not database.has_workload(mod):
+        return float("inf")
+    top = database.get_top_k(database.commit_workload(mod), 1)
+    return record_seconds(top[0].run_secs) if top else float("inf")
+
+
 def cut_torn_line(path: Path) -> None:
     """Drop a last line a killed process left half-written (every complete line ends in a newline)."""
     if not path.exists():

@@ -27,7 +27,7 @@ from .builder import local_builder
 from .intrinsics import ensure_registered
 from .measure import (Budget, BudgetedRunner, budget_timeout, disk_errors_surface, local_runner_for, measure_callbacks,
                       was_run)
-from .records import DATABASE_FILES, open_database, record_seconds
+from .records import DATABASE_FILES, best_seconds, open_database, record_seconds
 from .relax import bind_params, lower_for_tuning
 from .search import HeronSearch, WatchedSearch
 from .search.features import xgb_cost_model
@@ -181,9 +181,7 @@ class _ReportRounds(PyMeasureCallback):
 
     def _first_round(self, task_scheduler) -> None:
         for record in task_scheduler.tasks_:
-            mod = record.ctx.mod
-            top = self.database.get_top_k(self.database.commit_workload(mod), 1) if self.database.has_workload(mod) else []
-            self.best[record.ctx.task_name] = record_seconds(top[0].run_secs) if top else float("inf")
+            self.best[record.ctx.task_name] = best_seconds(self.database, record.ctx.mod)
             self.weights[record.ctx.task_name] = float(record.task_weight)
 
     def apply(self, task_scheduler, task_id, _candidates, _builder_results, runner_results) -> None:

@@ -27,7 +27,7 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.task_scheduler import PyTaskScheduler
 
 from ..hardware.peak import bound_seconds, share_of_bound
-from ..records import record_seconds
+from ..records import best_seconds, record_seconds
 
 
 @dataclass
@@ -118,8 +118,6 @@ def _start(record, database) -> TaskProgress:
     """A task's call count, bound, and best record so far (a resumed work dir's)."""
     mod = record.ctx.mod
     task = TaskProgress(record.ctx.task_name, float(record.task_weight), bound_seconds(mod, record.ctx.target))
-    if database is not None and database.has_workload(mod):
-        top = database.get_top_k(database.commit_workload(mod), 1)
-        if top:
-            task.best_s = record_seconds(top[0].run_secs)
+    if database is not None:
+        task.best_s = best_seconds(database, mod)
     return task
