@@ -16,18 +16,16 @@ import json
 import random
 import time
 
-import results_io
-
 import numpy as np
+import results_io
 from tvm.s_tir import Schedule, Trace
 
-from ms_heron import HeronSpace
+from ms_heron import HeronSpace, workloads
 from ms_heron.constraints import Solver, count_solutions, derive, replay, uniformity
-from ms_heron.evaluate import build, run_and_check, time_lib
+from ms_heron.hardware.targets import host_target
 from ms_heron.intrinsics import ensure_registered
 from ms_heron.space import design_spaces, design_spaces_and_postprocs
-from ms_heron.hardware.targets import host_target
-from ms_heron.testing import workloads
+from ms_heron.workloads.evaluate import build, run_and_check, time_lib
 
 CASES = ["gemm.G1", "c2d.C3"]
 

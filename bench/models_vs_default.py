@@ -5,7 +5,7 @@ ONNX Runtime runs the same bytes. Per model and arm: tuning wall time, the compi
 and its largest output difference from ONNX Runtime; per fused task: each arm's best kernel, the
 task's calls per model run, its share of the model's estimated latency, and which kind of design
 space (Heron's or MetaSchedule's inside HeronSpace) ms_heron's best kernel came from. Each model is
-one model run (``ms_heron.session.TuningRun``; the default arm in its ``baseline/``), so a rerun with
+one model run (``ms_heron.tuning.run.TuningRun``; the default arm in its ``baseline/``), so a rerun with
 the same ``--work-root`` resumes. Tuning runs in this process; the compiled
 models are exported and timed afterwards in one fresh process, together with ONNX Runtime, so that
 no arm is timed in a process warmed (or disturbed) by tuning. Usage (repository root, nothing else
@@ -47,7 +47,7 @@ def _tune_and_export(name: str, trials: int, out: pathlib.Path, work_root: pathl
     """Both arms as one model run (ms_heron in the work dir, MetaSchedule's default in its baseline/)."""
     # pylint: disable-next=import-outside-toplevel
     from ms_heron.relax import compile_model
-    from ms_heron.session import RunSpec, TuningRun  # pylint: disable=import-outside-toplevel
+    from ms_heron.tuning.run import RunSpec, TuningRun  # pylint: disable=import-outside-toplevel
 
     model = models.ZOO[name]()
     work_root.mkdir(parents=True, exist_ok=True)
@@ -75,7 +75,7 @@ def time_exported(out: pathlib.Path, names: list[str], arms=ARMS, rounds: int = 
     that drift would land on one of them."""
     import tvm  # pylint: disable=import-outside-toplevel
 
-    from ms_heron.testing.baselines import median_seconds, medians_in_turn, onnxruntime_model, onnxruntime_session  # pylint: disable=import-outside-toplevel
+    from ms_heron.baselines import median_seconds, medians_in_turn, onnxruntime_model, onnxruntime_session  # pylint: disable=import-outside-toplevel
     from ms_heron.relax import run_model, time_model  # pylint: disable=import-outside-toplevel
 
     threads = num_cores(host_target())

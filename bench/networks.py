@@ -68,7 +68,7 @@ def _tune_and_export(name: str, budgets: dict[str, float], out: pathlib.Path, wo
     # pylint: disable=import-outside-toplevel
     from ms_heron.records import first_records
     from ms_heron.relax import compile_model
-    from ms_heron.session import RunSpec, TuningRun
+    from ms_heron.tuning.run import RunSpec, TuningRun
 
     model = models.ZOO[name]()
     work_root.mkdir(parents=True, exist_ok=True)

@@ -14,9 +14,8 @@ import json
 import results_io
 from tuning_vs_default import _tune
 
-from ms_heron import HeronSearch, HeronSpace
+from ms_heron import HeronSearch, workloads
 from ms_heron.hardware.targets import host_target
-from ms_heron.testing import workloads
 
 #: (population, generations, epsilon): Heron's defaults, ms_heron's, and neighbours of both.
 CONFIGS = [(200, 5, 0.6), (64, 3, 0.4), (128, 3, 0.2), (32, 2, 0.4)]
@@ -35,7 +34,7 @@ def main() -> None:
         workload = workloads.case(name, args.dtype)
         for population, generations, epsilon in CONFIGS:
             strategy = HeronSearch(population=population, generations=generations, epsilon=epsilon)
-            got = _tune(workload, target, args.trials, HeronSpace(), strategy)
+            got = _tune(workload, target, args.trials, "heron", strategy)
             rows.append({"case": name, "population": population, "generations": generations, "epsilon": epsilon, **got})
             print(json.dumps(rows[-1]), flush=True)
     lines = [

@@ -8,7 +8,7 @@ HeronSpace + HeronSearch, and MetaSchedule's post-order-apply space + evolutiona
 The best kernel of every arm and count is then rebuilt, checked against the unscheduled kernel on
 the same random inputs, and timed (median of 10 repeats of >= 100 ms) in one fresh process, so no
 arm is timed in a process warmed or disturbed by tuning. Each key and configuration is one tuning run
-(``ms_heron.session.TuningRun``: ms_heron in its work dir, the default arm in its ``baseline/``;
+(``ms_heron.tuning.run.TuningRun``: ms_heron in its work dir, the default arm in its ``baseline/``;
 ``ms-heron report`` and ``show`` read them), kept under ``--work-root``; a rerun with the same root
 skips what is already tuned. Usage (repository root, nothing else
 running):
@@ -33,13 +33,13 @@ import results_io
 from tvm import te
 from tvm.s_tir.meta_schedule.testing.te_workload import CONFIGS
 
-from ms_heron.evaluate import build, run_and_check, time_lib
-from ms_heron.records import DATABASE_FILES, first_records
-from ms_heron.session import PROGRESS_FILE, RunSpec, TuningRun
-from ms_heron.hardware.targets import host_target
 from ms_heron.hardware.peak import fma_peak_gops
-from ms_heron.tune import best_schedule
-from ms_heron.workload import from_func
+from ms_heron.hardware.targets import host_target
+from ms_heron.records import DATABASE_FILES, first_records
+from ms_heron.tuning import best_schedule
+from ms_heron.tuning.run import PROGRESS_FILE, RunSpec, TuningRun
+from ms_heron.workloads import from_func
+from ms_heron.workloads.evaluate import build, run_and_check, time_lib
 
 #: Every key of the suite (C2D_WIN_NHWC, a Winograd variant with one configuration, left out).
 KEYS = ["C1D", "C2D", "C3D", "GMM", "GRP", "DIL", "DEP", "T2D", "CAP", "NRM", "SFM", "CBR", "TBG"]

@@ -23,17 +23,15 @@ import tempfile
 import time
 
 import results_io
-
 from tvm.s_tir import Schedule, Trace
 from tvm.s_tir import meta_schedule as ms
 from tvm.target import Target
 
-from ms_heron import HeronSpace
-from ms_heron.builder import build_cuda, cuda_source, require_nvcc
+from ms_heron import HeronSpace, workloads
 from ms_heron.constraints import Solver, derive, replay
 from ms_heron.intrinsics import ensure_registered
 from ms_heron.space import design_spaces_and_postprocs
-from ms_heron.testing import workloads
+from ms_heron.tuning.builder import build_cuda, cuda_source, require_nvcc
 
 CASES = ["gemm.G1", "gemm.G3", "bmm.B1", "c2d.C1", "c1d.C1"]
 TARGETS = ["nvidia/nvidia-h100", "nvidia/nvidia-a100"]

@@ -25,14 +25,19 @@ from collections.abc import Callable
 
 import results_io
 
-from ms_heron.evaluate import build, run_and_check, time_lib
-from ms_heron.records import record_seconds
-from ms_heron.search import WatchedSearch
-from ms_heron.hardware.targets import host_target, num_cores
-from ms_heron.testing import workloads
-from ms_heron.testing.baselines import medians_in_turn, median_seconds, numpy_matmul, onnxruntime_matmul_integer, onnxruntime_operator
+from ms_heron import workloads
+from ms_heron.baselines import (
+    median_seconds,
+    medians_in_turn,
+    numpy_matmul,
+    onnxruntime_matmul_integer,
+    onnxruntime_operator,
+)
 from ms_heron.hardware.peak import fma_peak_gops, vnni_peak_gops
-from ms_heron.tune import Search, best_schedule, search_parts, tune_workload
+from ms_heron.hardware.targets import host_target, num_cores
+from ms_heron.records import record_seconds
+from ms_heron.tuning import RunSpec, Search, TuningRun
+from ms_heron.workloads.evaluate import build, run_and_check, time_lib
 
 #: Rounds in which both arms' best kernels and the libraries are timed in turn (medians kept).
 TIMING_ROUNDS = 7
@@ -74,21 +79,15 @@ def _library_calls(workload, target) -> dict[str, Callable[[], object]]:
 
 def _tune(workload, target, trials: int, search: Search, strategy=None) -> tuple[dict, object]:
     """One arm's tuning summary and its best kernel, built and checked."""
-    watched = WatchedSearch(search_parts(search, strategy=strategy)[1])
     with tempfile.TemporaryDirectory() as work_dir:
+        run = TuningRun.create(work_dir, RunSpec.of(workload, target, seed=0))
         start = time.perf_counter()
-        db = tune_workload(
-            workload, target, work_dir, trials, num_trials_per_iter=32, search=search, strategy=watched, seed=0
-        )
+        run.tune(trials, search=search, strategy=strategy, per_round=32)
         total = time.perf_counter() - start
-        lib = build(best_schedule(db, workload, target).mod, target)
+        lib = build(run.best_schedule().mod, target)
+        summary = _summary(run.database(), workload)
     run_and_check(lib, workload)
-    return {
-        **_summary(db, workload),
-        "tuning_s": total,
-        "setup_s": watched.search_seconds[0],
-        "search_s_per_round": watched.per_round_seconds(),
-    }, lib
+    return {**summary, "tuning_s": total, "search_s_per_round": run.progress()[-1].search_s_per_round}, lib
 
 
 def _retimed_gops(workload, libs: dict, calls: dict) -> dict[str, float]:

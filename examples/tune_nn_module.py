@@ -14,9 +14,9 @@ import tempfile
 import numpy as np
 from tvm.relax.frontend import nn
 
-from ms_heron.relax import compile_model, run_model, time_model
-from ms_heron.tune import tune_model
 from ms_heron.hardware.targets import host_target
+from ms_heron.relax import compile_model, run_model, time_model
+from ms_heron.tuning import tune_model
 
 
 class FeedForward(nn.Module):

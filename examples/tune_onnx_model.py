@@ -16,12 +16,11 @@ import tempfile
 
 import numpy as np
 
-from ms_heron.relax import compile_model, from_onnx, run_model, time_model
-from ms_heron.tune import tune_model
+from ms_heron.baselines import onnxruntime_model
 from ms_heron.hardware.targets import host_target, num_cores
+from ms_heron.relax import compile_model, from_onnx, run_model, time_model
 from ms_heron.testing import models
-from ms_heron.testing.baselines import onnxruntime_model
-
+from ms_heron.tuning import tune_model
 
 logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)  # per-round logs stay in the work dir
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

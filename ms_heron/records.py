@@ -1,31 +1,119 @@
-"""MetaSchedule's tuning records in a work dir: one leaf module every layer reads them through.
+"""MetaSchedule's tuning records in a work dir: the one module that writes and reads them.
 
-A work dir's JSONDatabase is two files of JSON lines, appended as each round ends. The database API
-hands records back sorted by speed; the files keep the order they were measured in, which progress,
-reports and "the best after n trials" need.
+A work dir's JSONDatabase is two files of JSON lines, appended as each round ends
+(:class:`StoreMeasured`, which also checks that they reached the disk). The database API hands records
+back sorted by speed; the files keep the order they were measured in, which progress, reports and
+"the best after n trials" need.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 
+from .errors import HeronError
 from .intrinsics import ensure_registered
 
 #: MetaSchedule stores a candidate that failed to build or run with a run time of 1e10 s.
 FAILED_RUN_SECS = 1e9
+#: A runner result's error for a candidate left unmeasured because the time budget was spent.
+NOT_RUN = "ms_heron: not run, the time budget was spent"
 
-class CorruptDatabase(ValueError):
+
+class CorruptDatabase(HeronError, ValueError):
     """A database file that cannot be loaded or repaired; the message names the fix."""
 
 
 #: The two files of MetaSchedule's JSONDatabase in a work dir.
 DATABASE_FILES = ("database_workload.json", "database_tuning_record.json")
+
+
+def records_file(work_dir: str | Path) -> Path:
+    """The file a work dir's tuning records are appended to."""
+    return Path(work_dir) / DATABASE_FILES[1]
+
+
+def holds_database(work_dir: str | Path) -> bool:
+    """Whether ``work_dir`` holds any file of a MetaSchedule database."""
+    return any((Path(work_dir) / name).exists() for name in DATABASE_FILES)
+
+
+def was_run(result) -> bool:
+    """False for a candidate the time budget left unmeasured (:data:`NOT_RUN`)."""
+    return result.error_msg != NOT_RUN
+
+
+@derived_object
+class StoreMeasured(PyMeasureCallback):
+    """MetaSchedule's ``AddToDatabase`` for candidates that were run: a candidate the budget left
+    unmeasured is not stored as a failure, so a resumed run measures it.
+
+    JSONDatabase appends with a C++ stream that fails silently on a full or read-only disk; given
+    the ``records_file`` it writes, the round's lines are checked to have landed whole, and an
+    ``OSError`` stops tuning instead of measuring on into nothing.
+    """
+
+    def __init__(self, database: ms.Database, records_file: Path | None = None):
+        super().__init__()
+        self.database, self.records_file = database, records_file
+        self.failure: OSError | None = None
+
+    def apply(self, task_scheduler, task_id, candidates, _builder_results, runner_results) -> None:
+        context = task_scheduler.tasks_[task_id].ctx
+        workload = self.database.commit_workload(context.mod)
+        before = self._size()
+        stored = 0
+        for candidate, result in zip(candidates, runner_results):
+            if not was_run(result):
+                continue
+            secs = list(result.run_secs) if result.run_secs is not None else [1e10]
+            self.database.commit_tuning_record(
+                ms.database.TuningRecord(candidate.sch.trace, workload, secs, context.target, candidate.args_info))
+            stored += 1
+        if stored and self.records_file is not None and not self._landed(before):
+            self.failure = OSError(errno.ENOSPC, "the round's records did not reach the disk (full or read-only?)",
+                                   str(self.records_file))
+            raise self.failure
+
+    def _size(self) -> int:
+        return self.records_file.stat().st_size if self.records_file is not None and self.records_file.exists() else 0
+
+    def _landed(self, before: int) -> bool:
+        if self._size() <= before:
+            return False
+        with open(self.records_file, "rb") as records:
+            records.seek(-1, os.SEEK_END)
+            return records.read(1) == b"\n"
+
+
+@contextlib.contextmanager
+def disk_errors_surface(callbacks: Sequence):
+    """Re-raise a :class:`StoreMeasured` disk failure as the ``OSError`` it is: raised inside the
+    task scheduler, it comes out of TVM's FFI as a ``RuntimeError``."""
+    try:
+        yield
+    except Exception:
+        for callback in callbacks:
+            failure = getattr(callback, "failure", None)
+            if isinstance(failure, OSError):
+                raise failure from None
+        raise
+
+
+def measure_callbacks(database: ms.Database, records_file: Path | None = None) -> list:
+    """MetaSchedule's default measure callbacks, storing with :class:`StoreMeasured`."""
+    return [StoreMeasured(database, records_file), ms.measure_callback.RemoveBuildArtifact(),
+            ms.measure_callback.UpdateCostModel()]
 
 
 def record_seconds(run_secs) -> float:

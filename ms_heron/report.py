@@ -9,8 +9,8 @@ from pathlib import Path
 from .constraints import derive
 from .intrinsics import ensure_registered
 from .relax import task_table
-from .session import Progress, TuningRun, summary_rows
 from .space import design_spaces
+from .tuning.run import Progress, TuningRun, summary_rows
 
 REPORT_FILE = "report.md"
 CURVE_FILE = "tuning_curve.png"

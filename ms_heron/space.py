@@ -6,8 +6,6 @@ import logging
 from collections.abc import Mapping, Sequence
 
 from tvm import IRModule
-from tvm.tirx import PrimFunc
-from tvm.target import Target
 from tvm.ir.utils import derived_object
 from tvm.s_tir import Schedule
 from tvm.s_tir import meta_schedule as ms
@@ -16,13 +14,16 @@ from tvm.s_tir.meta_schedule.postproc import Postproc
 from tvm.s_tir.meta_schedule.schedule_rule import ScheduleRule
 from tvm.s_tir.meta_schedule.space_generator import PySpaceGenerator, SpaceGenerator
 from tvm.s_tir.schedule.analysis import has_block
+from tvm.target import Target
+from tvm.tirx import PrimFunc
 
+from .hardware.targets import is_cuda
 from .intrinsics import ensure_registered
 from .postprocs import PackPanels, UnrollTiles
 from .rules import default_rules
-from .rules.analysis import needs_sampled_location
-from .annotations import METASCHEDULE_SPACE, SPACE_ORIGIN
-from .hardware.targets import is_cuda
+from .schedule.analysis import needs_sampled_location
+from .schedule.annotations import METASCHEDULE_SPACE, SPACE_ORIGIN
+from .schedule.options import check
 
 
 def default_postprocs(target=None) -> list:
@@ -108,6 +109,14 @@ class HeronSpace(PySpaceGenerator):
         mutator_probs: Mapping[Mutator, float] | None = None,
         include_default_spaces: bool = True,
     ):
+        for option, parts, kind in (("rules", rules or (), ScheduleRule), ("user_rules", user_rules, ScheduleRule),
+                                    ("postprocs", postprocs or (), Postproc), ("mutator_probs", mutator_probs or {}, Mutator)):
+            for index, part in enumerate(parts):
+                check(isinstance(part, kind), f"HeronSpace({option}=...): item {index} is {part!r}, not a {kind.__name__}; "
+                      f"pass instances, such as {'MultiLevelTiling()' if kind is ScheduleRule else kind.__name__ + ' objects'}")
+        check(all(p >= 0 for p in (mutator_probs or {}).values()), "HeronSpace(mutator_probs=...): give probabilities >= 0")
+        check(isinstance(include_default_spaces, bool),
+              f"HeronSpace(include_default_spaces={include_default_spaces!r}): give True or False")
         # ``None`` means "Heron's defaults for the tuning target", resolved once the target is known.
         self.rules = None if rules is None else list(rules)
         self.user_rules = list(user_rules)

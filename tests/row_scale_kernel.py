@@ -1,4 +1,4 @@
-"""A user's TVMScript kernel, as a test file hands it to ``ms-heron tune`` and ``ms_heron.workload.load_kernel``."""
+"""A user's TVMScript kernel, as a test file hands it to ``ms-heron tune`` and ``ms_heron.workloads.load_kernel``."""
 
 from tvm.script import tirx as T
 

@@ -8,8 +8,8 @@ import tvm.s_tir.transform as s_tir_transform
 from tvm.s_tir import Schedule, Trace
 from tvm.s_tir import meta_schedule as ms
 
-from ms_heron.evaluate import build, run_and_check
 from ms_heron.space import default_postprocs, design_spaces
+from ms_heron.workloads.evaluate import build, run_and_check
 
 
 def stock_design_spaces(func, rules, target):

@@ -3,10 +3,10 @@
 import pytest
 from tvm.target import Target
 
+from ms_heron import workloads
 from ms_heron.hardware.targets import TargetError, parse_target, require_vnni
-from ms_heron.testing import workloads
-from ms_heron.tune import tune_workload
-from ms_heron.workload import WorkloadError, from_func
+from ms_heron.tuning import tune_workload
+from ms_heron.workloads import WorkloadError, from_func
 
 
 def test_int8_shape_too_small_to_pad_names_the_limit_and_nearest_shape():

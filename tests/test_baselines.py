@@ -2,8 +2,8 @@
 
 import pytest
 
-from ms_heron.testing import workloads
-from ms_heron.testing.baselines import onnxruntime_operator_seconds
+from ms_heron import workloads
+from ms_heron.baselines import onnxruntime_operator_seconds
 
 
 @pytest.mark.parametrize("family, shape", [

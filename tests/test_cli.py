@@ -12,13 +12,13 @@ import time
 
 import pytest
 import tvm
+from conftest import HOST_DTYPE, ms_heron_cli
 
 import ms_heron
-from conftest import HOST_DTYPE, ms_heron_cli
-from ms_heron import session
-from ms_heron.records import json_lines, measured_seconds
+from ms_heron import workloads
 from ms_heron.hardware.targets import host_target, num_cores
-from ms_heron.testing import workloads
+from ms_heron.records import json_lines, measured_seconds
+from ms_heron.tuning import run as session
 
 
 def test_demo_tunes_checks_and_compares(tmp_path):

@@ -2,18 +2,17 @@
 
 
 import pytest
-
 from conftest import SMALL_SHAPES
-from ms_heron import HeronSpace
-from ms_heron.annotations import TILING_STRUCTURE, block_annotations, iter_kinds
+from rule_helpers import allocations
+
+from ms_heron import HeronSpace, workloads
 from ms_heron.constraints import RepairedDecision, Solver, count_solutions, decided_values, derive, replay
-from ms_heron.evaluate import build, run_and_check
-from ms_heron.rules import default_rules
-from ms_heron.space import default_postprocs, design_spaces
 from ms_heron.hardware.probes import PEAK_CHAINS, fma_chains
 from ms_heron.hardware.targets import cpu_cache_bytes, vector_bytes, vector_registers
-from ms_heron.testing import workloads
-from rule_helpers import allocations
+from ms_heron.rules import default_rules
+from ms_heron.schedule.annotations import TILING_STRUCTURE, block_annotations, iter_kinds
+from ms_heron.space import default_postprocs, design_spaces
+from ms_heron.workloads.evaluate import build, run_and_check
 
 SAMPLES = 500
 #: Samples of each space replayed through TVM and its postprocs (the costly part of the check).

@@ -11,13 +11,14 @@ import sys
 import time
 
 import pytest
-
 from conftest import HOST_DTYPE, ms_heron_cli, ms_heron_clis
-from ms_heron import session
-from ms_heron.measure import DEFAULT_TIMEOUT_S, MeasureError, Tracker
-from ms_heron.records import json_lines, measured_seconds
+
+from ms_heron import workloads
 from ms_heron.hardware.targets import host_target, target_json
-from ms_heron.testing import models, workloads
+from ms_heron.records import json_lines, measured_seconds
+from ms_heron.testing import models
+from ms_heron.tuning import run as session
+from ms_heron.tuning.measure import DEFAULT_TIMEOUT_S, MeasureError, Tracker
 
 SMALL_GEMM = ("gemm", "--shape", "M=64", "N=64", "K=64")
 

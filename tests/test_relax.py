@@ -9,18 +9,17 @@ import numpy as np
 import onnx
 import pytest
 import tvm
+from conftest import ms_heron_cli, timing_out_runner
 from onnx import TensorProto, helper
 from tvm.relax.frontend import nn
 from tvm.s_tir import meta_schedule as ms
 
+from ms_heron.baselines import onnxruntime_model
 from ms_heron.records import open_database, record_seconds
 from ms_heron.relax import ModelError, bind_params, compile_model, extract_tasks, from_onnx, lower_for_tuning, run_model
-from ms_heron.session import RunError, RunSpec, TuningRun
-from ms_heron.tune import static_shape_tuning_pipeline, tune_model, tune_pass
 from ms_heron.testing import models
-from ms_heron.testing.baselines import onnxruntime_model
-
-from conftest import ms_heron_cli, timing_out_runner
+from ms_heron.tuning import static_shape_tuning_pipeline, tune_model, tune_pass
+from ms_heron.tuning.run import RunError, RunSpec, TuningRun
 
 
 class _TwoLayer(nn.Module):

@@ -7,13 +7,13 @@ import math
 import numpy as np
 import pytest
 import tvm
+from conftest import SMALL_SHAPES
+from rule_helpers import allocations, block_names, check_random_samples, finished, schedule_steps, stock_design_spaces
 from tvm import te
 from tvm.target import Target
 
-from conftest import SMALL_SHAPES
-from ms_heron.evaluate import build, run_and_check
+from ms_heron import workloads
 from ms_heron.hardware.targets import vector_bytes
-from ms_heron.testing import workloads
 from ms_heron.rules import (
     AddCacheStage,
     AlwaysInline,
@@ -28,13 +28,19 @@ from ms_heron.rules import (
     ParallelVectorizeUnroll,
     Tensorize,
 )
-from ms_heron.rules.analysis import block_realize
-from ms_heron.annotations import (
-    AUTO_TENSORIZE, CACHE_LEVEL, LANE_REDUCTION, PACK_PANELS, SPM_LEVEL, TILING_STRUCTURE, TRANSPOSE_TILE,
+from ms_heron.schedule.analysis import block_realize
+from ms_heron.schedule.annotations import (
+    AUTO_TENSORIZE,
+    CACHE_LEVEL,
+    LANE_REDUCTION,
+    PACK_PANELS,
+    SPM_LEVEL,
+    TILING_STRUCTURE,
+    TRANSPOSE_TILE,
 )
 from ms_heron.space import default_postprocs
-from ms_heron.workload import Workload, from_func
-from rule_helpers import allocations, block_names, check_random_samples, finished, schedule_steps, stock_design_spaces
+from ms_heron.workloads import Workload, from_func
+from ms_heron.workloads.evaluate import build, run_and_check
 
 
 def _producer_gemm_relu(relu: bool) -> Workload:
@@ -57,7 +63,7 @@ def _producer_gemm_relu(relu: bool) -> Workload:
         out = (x.astype(np.float64) + 1) @ y
         return np.maximum(out, 0) if relu else out
 
-    from ms_heron.testing.workloads import _workload  # the same packaging the suite uses
+    from ms_heron.workloads.suite import _workload  # the same packaging the suite uses
 
     return _workload("custom", "fp32", dict(M=M, N=N, K=K), tensors, 2 * M * N * K, inputs, reference)
 
@@ -83,7 +89,7 @@ def _nchw_conv_bias_relu() -> Workload:
         windows = np.lib.stride_tricks.sliding_window_view(padded, (3, 3), axis=(2, 3))  # n c h w ry rx
         return np.maximum(np.einsum("nchwyx,fcyx->nfhw", windows, ws) + bs[None, :, None, None], 0)
 
-    from ms_heron.testing.workloads import _workload  # the same packaging the suite uses
+    from ms_heron.workloads.suite import _workload  # the same packaging the suite uses
 
     workload = _workload("custom", "fp32", dict(N=N, CI=CI, H=H, W=W, CO=CO), [x, w, b, out], 2 * N * CO * H * W * CI * 9, inputs, reference)
     return dataclasses.replace(workload, func=workload.func.with_attr("layout_free_buffers", [1, 2]))
@@ -287,7 +293,7 @@ def _row_centering() -> Workload:
     def reference(a):
         return a.astype(np.float64) - a.astype(np.float64).mean(axis=1, keepdims=True)
 
-    from ms_heron.testing.workloads import _workload  # the same packaging the suite uses
+    from ms_heron.workloads.suite import _workload  # the same packaging the suite uses
 
     return _workload("custom", "fp32", dict(M=M, K=K), [x, out], 2 * M * K, inputs, reference)
 

@@ -4,18 +4,17 @@ import pathlib
 
 import pytest
 import tvm_ffi
+from conftest import HOST_DTYPE, SMALL_SHAPES, timing_out_runner
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.runner import RunnerResult
 
-from conftest import HOST_DTYPE, SMALL_SHAPES, timing_out_runner
-from ms_heron import HeronSearch, HeronSpace
-from ms_heron.annotations import is_metaschedule_space
-from ms_heron.evaluate import build, run_and_check, time_lib
+from ms_heron import HeronSearch, HeronSpace, workloads
+from ms_heron.schedule.annotations import is_metaschedule_space
 from ms_heron.search.decision_model import DecisionModel, rank_correlation
-from ms_heron.session import RunSpec, TuningRun
-from ms_heron.testing import workloads
-from ms_heron.tune import best_schedule, reset_metaschedule_logger, tune_func, tune_workload
-from ms_heron.workload import load_kernel
+from ms_heron.tuning import best_schedule, reset_metaschedule_logger, tune_func, tune_workload
+from ms_heron.tuning.run import RunSpec, TuningRun
+from ms_heron.workloads import load_kernel
+from ms_heron.workloads.evaluate import build, run_and_check, time_lib
 
 
 @pytest.mark.parametrize("family", sorted(SMALL_SHAPES))
@@ -295,14 +294,14 @@ def test_stock_tune_tir_whose_builds_all_time_out_stops_after_the_first_round_na
     with pytest.raises(RuntimeError) as raised:
         ms.tune_tir(workload.func, cpu_target, str(tmp_path), max_trials_global=8, num_trials_per_iter=4,
                     space=HeronSpace(), strategy=HeronSearch(), builder=ms.builder.LocalBuilder(timeout_sec=0.5))
-    assert "pass builder=ms_heron.builder.local_builder() to ms.tune_tir" in str(raised.value)
+    assert "pass builder=ms_heron.tuning.builder.local_builder() to ms.tune_tir" in str(raised.value)
     assert len(ms.database.JSONDatabase(work_dir=str(tmp_path))) <= 4  # stopped after the first round
 
 
 def test_stock_tune_tir_with_heron_tunes_correctly(cpu_target, tmp_path):
     """``ms.tune_tir(mod, target, work_dir, max_trials_global=N, space=HeronSpace(), strategy=HeronSearch())``
     with ms_heron's builder: every record valid, and stock ``compile_tir`` rebuilds the best."""
-    from ms_heron.builder import local_builder  # pylint: disable=import-outside-toplevel
+    from ms_heron.tuning.builder import local_builder  # pylint: disable=import-outside-toplevel
 
     workload = workloads.make("gemm", "fp32", **SMALL_SHAPES["gemm"])
     reset_metaschedule_logger()  # as above

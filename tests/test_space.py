@@ -1,18 +1,18 @@
 """HeronSpace as a drop-in space generator for MetaSchedule's stock evolutionary search."""
 
 import pytest
+from conftest import SMALL_SHAPES
 from tvm import IRModule
 from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 
-from conftest import SMALL_SHAPES
-from ms_heron import HeronSpace, session
-from ms_heron.evaluate import WrongResult, build, run_and_check
+from ms_heron import HeronSpace, workloads
 from ms_heron.intrinsics import VNNI_INTRIN
 from ms_heron.rules.base import HeronRule
 from ms_heron.space import design_spaces
-from ms_heron.testing import workloads
-from ms_heron.tune import tune_workload
+from ms_heron.tuning import run as session
+from ms_heron.tuning import tune_workload
+from ms_heron.workloads.evaluate import WrongResult, build, run_and_check
 
 
 @pytest.mark.parametrize("family,dtype", [("gemm", "fp32"), ("c2d", "fp32"), ("t2d", "fp32"), ("scan", "fp32"), ("gemm", "int8")])

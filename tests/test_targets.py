@@ -8,10 +8,21 @@ import pytest
 import tvm
 from tvm.target import Target
 
-from ms_heron.hardware.targets import (CACHES_ENV, GpuLimits, TargetError, cpu_cache_bytes, cpu_name, has_vnni, num_cores, parse_target,
-                              usable_cores, vector_bytes, vector_registers)
-from ms_heron.hardware.probes import fma_chains, fma_kernel
 from ms_heron.hardware.peak import fma_peak_gops, vnni_peak_gops
+from ms_heron.hardware.probes import fma_chains, fma_kernel
+from ms_heron.hardware.targets import (
+    CACHES_ENV,
+    GpuLimits,
+    TargetError,
+    cpu_cache_bytes,
+    cpu_name,
+    has_vnni,
+    num_cores,
+    parse_target,
+    usable_cores,
+    vector_bytes,
+    vector_registers,
+)
 
 
 def test_host_target_is_complete(cpu_target):

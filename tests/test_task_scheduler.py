@@ -10,7 +10,7 @@ from ms_heron.hardware.peak import bound_seconds, fma_peak_gops, memory_bandwidt
 from ms_heron.relax import from_onnx
 from ms_heron.search.task_scheduler import ExpectedGain, TaskProgress, at_bound, next_round
 from ms_heron.testing import models
-from ms_heron.tune import tune_model
+from ms_heron.tuning import tune_model
 
 
 def test_next_round_goes_to_the_most_latency_above_the_bound_and_a_task_at_its_bound_stops():

@@ -6,17 +6,17 @@ import re
 import shutil
 
 import pytest
+from rule_helpers import allocations
 from tvm import te
 from tvm.s_tir import meta_schedule as ms
 from tvm.target import Target
 
-from ms_heron.builder import build_cuda, compile_cuda, cuda_source, local_builder
+from ms_heron import workloads
 from ms_heron.constraints import Solver, derive, replay
 from ms_heron.constraints.geometry import UNPADDED
 from ms_heron.intrinsics.wmma import SHAPES
 from ms_heron.space import design_spaces_and_postprocs
-from ms_heron.testing import workloads
-from rule_helpers import allocations
+from ms_heron.tuning.builder import build_cuda, compile_cuda, cuda_source, local_builder
 
 TARGETS = ["nvidia/nvidia-h100", "nvidia/nvidia-a100"]  # sm_90a, sm_80
 

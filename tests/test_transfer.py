@@ -2,14 +2,13 @@
 
 import math
 
+from conftest import HOST_DTYPE
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.runner import RunnerResult
 
-from conftest import HOST_DTYPE
-from ms_heron import HeronSearch, HeronSpace
-from ms_heron.evaluate import build, run_and_check, time_lib
+from ms_heron import HeronSearch, HeronSpace, workloads
 from ms_heron.search.transfer import Donors, donation
-from ms_heron.testing import workloads
+from ms_heron.workloads.evaluate import build, run_and_check, time_lib
 
 
 def _task(workload, strategy, name, target):

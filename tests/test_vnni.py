@@ -10,11 +10,10 @@ from tvm.s_tir import Schedule, TensorIntrin
 from tvm.s_tir import meta_schedule as ms
 from tvm.target import Target
 
-from ms_heron import HeronSearch, HeronSpace
-from ms_heron.evaluate import build, run_and_check
+from ms_heron import HeronSearch, HeronSpace, workloads
 from ms_heron.hardware.targets import target_json
 from ms_heron.intrinsics import TVM_VNNI_INTRIN, VNNI_INTRIN, ensure_registered
-from ms_heron.testing import workloads
+from ms_heron.workloads.evaluate import build, run_and_check
 
 
 def _tensorized_dense(intrin, M=32, N=64, K=32):
@@ -54,7 +53,7 @@ import sys
 import tvm
 import ms_heron
 from tvm.s_tir import meta_schedule as ms
-from ms_heron.testing import workloads
+from ms_heron import workloads
 
 target = tvm.target.Target(json.loads(sys.argv[2]))
 sch = ms.tir_integration.compile_tir(ms.database.JSONDatabase(work_dir=sys.argv[1]), workloads.gemm(M=32, N=64, K=32).func, target)

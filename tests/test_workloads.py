@@ -2,11 +2,11 @@
 
 import numpy as np
 import pytest
-
 from conftest import SMALL_SHAPES
-from ms_heron.evaluate import WrongResult, build, check_output, run_and_check
-from ms_heron.testing import workloads
-from ms_heron.workload import WorkloadError
+
+from ms_heron import workloads
+from ms_heron.workloads import WorkloadError
+from ms_heron.workloads.evaluate import WrongResult, build, check_output, run_and_check
 
 
 @pytest.mark.parametrize("dtype", ["int8", "fp32", "fp16"])

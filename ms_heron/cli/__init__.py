@@ -20,10 +20,10 @@ import errno
 import logging
 import sys
 
+from ..errors import HeronError
+from ..workloads.evaluate import WrongResult
 from . import demo, merge, report, tune, tune_model
-from ..evaluate import WrongResult
-from .common import USER_ERRORS, shared_options
-
+from .common import shared_options
 
 #: A full, read-only or over-quota disk: the work dir cannot take more records.
 _DISK_ERRORS = {errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EDQUOT, errno.EFBIG, errno.EPERM}
@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.raiseExceptions = False  # a log file on a full disk must not print a traceback per line
     try:
         return args.run(args)
-    except USER_ERRORS as err:
+    except HeronError as err:  # its message names the fix: one line, no traceback
         print(f"ms-heron: error: {err}", file=sys.stderr)
         return 2
     except OSError as err:

@@ -1,4 +1,4 @@
-"""What every ``ms-heron`` command shares: its user errors, the shared options, durations, clocks."""
+"""What every ``ms-heron`` command shares: the shared options, durations, clocks, CTRL-C, one tuning arm."""
 
 from __future__ import annotations
 
@@ -10,21 +10,13 @@ import signal
 import sys
 import threading
 
-from ..measure import MeasureError, Tracker, budget_timeout
-from ..records import CorruptDatabase
-from ..relax import ModelError
-from ..session import RunError
-from ..hardware.targets import TargetError
-from ..tune import NoValidRecord
-from ..workload import WorkloadError
+from ..errors import HeronError
+from ..tuning.budget import budget_timeout
+from ..tuning.measure import Tracker
 
 
-class UsageError(ValueError):
+class UsageError(HeronError, ValueError):
     """A malformed option value; the message says what form it takes."""
-
-
-#: Errors whose message already names the fix: shown without a traceback.
-USER_ERRORS = (TargetError, WorkloadError, RunError, NoValidRecord, UsageError, ModelError, MeasureError, CorruptDatabase)
 
 
 def shared_options() -> argparse.ArgumentParser:
@@ -117,3 +109,13 @@ class Interrupts:
         print(f"\nms-heron: stopped; the records stored in {self.work_dir} are kept: run the same command to resume",
               file=sys.stderr, flush=True)
         os._exit(130)  # pylint: disable=protected-access  # at once: no clean-up would be quick
+
+
+def tune_arm(run, trials: int, *, label: str, interrupts: Interrupts, **options) -> bool:
+    """Tune (or resume) ``run`` up to ``trials`` records through :meth:`TuningRun.tune`, saying so in
+    one line when it resumes or has nothing to do; False when CTRL-C stopped it (said too)."""
+    run.tune(trials, stop=interrupts.stop_requested, say=lambda line: print(f"{label}: {line}", flush=True), **options)
+    if interrupts.stop_requested():
+        print(f"interrupted: every measured record is stored in {run.work_dir}; run the same command to resume")
+        return False
+    return True

@@ -8,9 +8,9 @@ import argparse
 import tempfile
 import time
 
+from .. import workloads
 from ..hardware.targets import cpu_name, native_dtype, num_cores, parse_target
-from ..testing import workloads
-from .common import quiet_metaschedule
+from .common import Interrupts, quiet_metaschedule, tune_arm
 
 
 def add_parser(sub, shared: argparse.ArgumentParser) -> None:
@@ -25,10 +25,10 @@ def add_parser(sub, shared: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     # pylint: disable=import-outside-toplevel
-    from ..evaluate import build, run_and_check, time_lib
-    from ..testing.baselines import BaselineUnavailable, onnxruntime_matmul_integer_seconds, onnxruntime_operator_seconds
+    from ..baselines import BaselineUnavailable, onnxruntime_matmul_integer_seconds, onnxruntime_operator_seconds
     from ..hardware.peak import fma_peak_gops, vnni_peak_gops
-    from ..tune import best_schedule, tune_workload
+    from ..tuning.run import RunSpec, TuningRun
+    from ..workloads.evaluate import build, run_and_check, time_lib
 
     target = parse_target(args.target)
     dtype = args.dtype or native_dtype(target)
@@ -42,13 +42,14 @@ def run(args: argparse.Namespace) -> int:
     print("search: HeronSpace + HeronSearch (constrained genetic search over CP-SAT solutions)")
     quiet_metaschedule(args.verbose)
     with tempfile.TemporaryDirectory(prefix="ms_heron_demo_") as tmp:
-        work_dir = args.work_dir or tmp
-        print(f"tuning {args.trials} trials (records and logs in {work_dir}) ...", flush=True)
+        run = TuningRun.create(args.work_dir or tmp, RunSpec.of(workload, target, args.seed))
+        print(f"tuning {args.trials} trials (records and logs in {run.work_dir}) ...", flush=True)
         start = time.perf_counter()
-        db = tune_workload(workload, target, work_dir, args.trials, num_trials_per_iter=min(32, args.trials),
-                           seed=args.seed)
+        with Interrupts(run.work_dir) as interrupts:
+            if not tune_arm(run, args.trials, label="ms_heron", interrupts=interrupts, per_round=min(32, args.trials)):
+                return 130
         tuning_s = time.perf_counter() - start
-        lib = build(best_schedule(db, workload, target).mod, target)
+        lib = build(run.best_schedule().mod, target)
     run_and_check(lib, workload)
     tuned = time_lib(lib, workload)
     peak, unit = (vnni_peak_gops(target), "VNNI") if int8 else (fma_peak_gops(target), "FMA")

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import argparse
 
-from ..session import merge_runs
 from ..hardware.targets import parse_target
+from ..tuning.run import merge_runs
 
 
 def add_parser(sub) -> None:

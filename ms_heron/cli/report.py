@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..session import TuningRun
+from ..tuning.run import TuningRun
 from .common import UsageError
 
 
@@ -20,8 +20,8 @@ def add_parsers(sub) -> None:
 
 def run_report(args: argparse.Namespace) -> int:
     # pylint: disable=import-outside-toplevel
-    from ..report import write
     from ..hardware.peak import fma_peak_gops, vnni_peak_gops
+    from ..report import write
 
     run = TuningRun.open(args.work_dir)
     peak = None

@@ -9,12 +9,21 @@ import re
 import sys
 import time
 
-from ..session import TRIALS_PER_ROUND, RunSpec, TuningRun, summary_rows
-from ..tune import Search
+from .. import workloads
 from ..hardware.targets import cpu_name, host_target, is_cpu, native_dtype, parse_target, require_vnni
-from ..testing import workloads
-from ..workload import Workload, load_kernel
-from .common import Interrupts, UsageError, add_measure_options, clock, parse_duration, quiet_metaschedule, runner
+from ..tuning.run import TRIALS_PER_ROUND, RunSpec, TuningRun, summary_rows
+from ..tuning.setup import Search
+from ..workloads import Workload, load_kernel
+from .common import (
+    Interrupts,
+    UsageError,
+    add_measure_options,
+    clock,
+    parse_duration,
+    quiet_metaschedule,
+    runner,
+    tune_arm,
+)
 
 
 def add_parser(sub, shared: argparse.ArgumentParser) -> None:
@@ -85,18 +94,12 @@ class _ProgressLine:
             print(flush=True)
 
 
-def _tune_arm(run: TuningRun, label: str, args: argparse.Namespace, trials: int, budget_s: float | None, search: Search,
-              interrupts: Interrupts, measuring):
-    start = run.state()
-    if start.trials >= trials:
-        print(f"{label}: {start.trials} records already in {run.work_dir}; nothing to tune (raise --trials to go on)")
-        return
-    if start.trials:
-        print(f"{label}: resuming from {start.trials} records in {run.work_dir}")
-    show = _ProgressLine(label, run.workload.ops, trials, start.trials, budget_s)
+def _tune(run: TuningRun, label: str, args: argparse.Namespace, trials: int, budget_s: float | None, search: Search,
+          interrupts: Interrupts, measuring) -> bool:
+    show = _ProgressLine(label, run.workload.ops, trials, run.state().trials, budget_s)
     try:
-        run.tune(trials, search=search, time_budget_s=budget_s, on_round=show, per_round=args.round_size,
-                 stop=interrupts.stop_requested, runner=measuring)
+        return tune_arm(run, trials, label=label, interrupts=interrupts, search=search, time_budget_s=budget_s,
+                        on_round=show, per_round=args.round_size, runner=measuring)
     finally:
         show.close()
 
@@ -115,16 +118,15 @@ def run(args: argparse.Namespace) -> int:
     run = TuningRun.create(work_dir, RunSpec.of(workload, target, args.seed))
     print(f"ms-heron tune: {run.spec.describe()} on {cpu_name(run.target)}; records in {run.work_dir}")
     with Interrupts(run.work_dir) as interrupts:
-        _tune_arm(run, "ms_heron", args, args.trials, budget_s, search="heron", interrupts=interrupts, measuring=measuring)
+        done = _tune(run, "ms_heron", args, args.trials, budget_s, "heron", interrupts, measuring)
         arms = [("ms_heron", run)]
-        if args.baseline == "metaschedule" and not interrupts.stop_requested():
+        if args.baseline == "metaschedule" and done:
             baseline = run.baseline()  # same trials as ms_heron measured, under the same budget
-            _tune_arm(baseline, "MetaSchedule default", args, run.state().trials, budget_s, search="metaschedule",
-                      interrupts=interrupts, measuring=measuring)
+            done = _tune(baseline, "MetaSchedule default", args, run.state().trials, budget_s, "metaschedule",
+                         interrupts, measuring)
             arms.append(("MetaSchedule default", baseline))
     _print_table(workload, arms)
-    if interrupts.stop_requested():
-        print(f"interrupted: every measured record is stored in {run.work_dir}; run the same command to resume")
+    if not done:
         return 130
     _check_best(arms)
     print(f"report with plots: ms-heron report {run.work_dir}; best schedule: ms-heron show {run.work_dir}")

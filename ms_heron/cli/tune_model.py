@@ -8,9 +8,18 @@ import math
 import re
 import time
 
-from ..session import RunSpec, TuningRun
 from ..hardware.targets import cpu_name, num_cores, parse_target
-from .common import Interrupts, UsageError, add_measure_options, clock, parse_duration, quiet_metaschedule, runner
+from ..tuning.run import RunSpec, TuningRun
+from .common import (
+    Interrupts,
+    UsageError,
+    add_measure_options,
+    clock,
+    parse_duration,
+    quiet_metaschedule,
+    runner,
+    tune_arm,
+)
 
 
 def add_parser(sub, shared: argparse.ArgumentParser) -> None:
@@ -62,12 +71,12 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     import numpy as np
-
     from tvm.s_tir import meta_schedule as ms
 
-    from ..relax import compile_model, run_model, task_table, time_model
-    from ..testing.baselines import BaselineUnavailable, onnxruntime_model
+    from ..baselines import BaselineUnavailable, onnxruntime_model
+    from ..relax import run_model, task_table, time_model
 
+    started = time.monotonic()  # the budget counts the model's import and lowering too
     path = Path(args.model)
     if not path.is_file():
         raise UsageError(f"no ONNX model at {path}")
@@ -83,22 +92,15 @@ def run(args: argparse.Namespace) -> int:
     print(f"ms-heron tune-model: {path.name}, {len(tasks)} tasks, {args.trials} trials on {cpu_name(run.target)}; "
           f"records in {work_dir}")
     quiet_metaschedule(args.verbose)
-    start = run.state()
-    if start.trials >= args.trials:
-        print(f"{start.trials} records already in {work_dir}; nothing to tune (raise --trials to go on)")
-    else:
-        if start.trials:
-            print(f"resuming from {start.trials} records in {work_dir}")
-        with Interrupts(work_dir) as interrupts:
-            run.tune(args.trials, time_budget_s=budget_s, on_round=_ModelProgressLine(tasks, args.trials, budget_s),
-                     per_round=args.round_size, stop=interrupts.stop_requested, runner=measuring)
-        if interrupts.stop_requested():
-            print(f"interrupted: every measured record is stored in {work_dir}; run the same command to resume")
+    left_s = None if budget_s is None else max(0.0, budget_s - (time.monotonic() - started))
+    with Interrupts(work_dir) as interrupts:
+        if not tune_arm(run, args.trials, label="ms_heron", interrupts=interrupts, time_budget_s=left_s,
+                        on_round=_ModelProgressLine(tasks, args.trials, budget_s), per_round=args.round_size,
+                        runner=measuring):
             return 130
     print("\nper task (best kernel measured while tuning, calls per model run, share of the model estimate):")
     print("\n".join(task_table({"ms_heron": run.task_times()})))
-    db = run.database()
-    executable = compile_model(db, run.model, None, run.target, exact_math=run.spec.exact_math)
+    executable = run.compile()
     output.parent.mkdir(parents=True, exist_ok=True)
     executable.export_library(str(output))
     rng = np.random.default_rng(args.seed)
@@ -109,14 +111,11 @@ def run(args: argparse.Namespace) -> int:
     print(f"report with plots: ms-heron report {work_dir}; a task's best schedule: ms-heron show {work_dir} TASK")
     print(f"{'ms_heron (tuned)':28s}{tuned_s * 1e3:10.3f} ms")
     try:
-        import onnx
-
-        ort_outputs, ort_s = onnxruntime_model(onnx.load(str(path)), dict(zip(_onnx_input_names(path), inputs.values())),
+        ort_outputs, ort_s = onnxruntime_model(run.onnx_model, dict(zip(_onnx_input_names(run.onnx_model), inputs.values())),
                                                threads=num_cores(run.target))
     except BaselineUnavailable as err:
         print(f"note: {err}; checking against the untuned model instead")
-        untuned = compile_model(ms.database.MemoryDatabase(), run.model, None, run.target, exact_math=run.spec.exact_math)
-        _check_outputs(outputs, run_model(untuned, inputs), "the untuned model")
+        _check_outputs(outputs, run_model(run.compile(ms.database.MemoryDatabase()), inputs), "the untuned model")
         return 0
     _check_outputs(outputs, ort_outputs, "ONNX Runtime")
     diff = max(float(np.abs(a - b).max()) for a, b in zip(outputs, ort_outputs))
@@ -130,7 +129,7 @@ def _check_outputs(outputs, expected, reference: str) -> None:
     outputs' range (fast math and summation order differ, wrong kernels are off by far more)."""
     import numpy as np  # pylint: disable=import-outside-toplevel
 
-    from ..evaluate import WrongResult  # pylint: disable=import-outside-toplevel
+    from ..workloads.evaluate import WrongResult  # pylint: disable=import-outside-toplevel
 
     for index, (got, want) in enumerate(zip(outputs, expected)):
         want = np.asarray(want, dtype=np.float64)
@@ -149,9 +148,6 @@ def _random_input(rng, param):
     return rng.integers(0, 8, size=shape).astype(dtype)
 
 
-def _onnx_input_names(path) -> list[str]:
-    import onnx  # pylint: disable=import-outside-toplevel
-
-    graph = onnx.load(str(path)).graph
-    weights = {i.name for i in graph.initializer}
-    return [i.name for i in graph.input if i.name not in weights]
+def _onnx_input_names(model) -> list[str]:
+    weights = {i.name for i in model.graph.initializer}
+    return [i.name for i in model.graph.input if i.name not in weights]

@@ -1,10 +1,10 @@
 """Heron's constraint model for MetaSchedule design spaces, solved with OR-Tools CP-SAT."""
 
 from .derive import derive
-from .walk import ConstraintOptions
 from .model import Constraint, ConstraintModel, Decision, Footprint
 from .replay import RepairedDecision, decided_values, decisions_of, native_sample, replay, values_from_trace
 from .solver import Infeasible, Solver, count_solutions, uniformity
+from .walk import ConstraintOptions
 
 __all__ = [
     "ConstraintModel",

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from tvm.s_tir import Schedule
 from tvm.target import Target
 
-from ..annotations import is_metaschedule_space
+from ..schedule.annotations import is_metaschedule_space
 from . import cpu, geometry, gpu, walk
 from .model import ConstraintModel
 from .walk import ConstraintOptions, Walk

@@ -17,7 +17,7 @@ from tvm import tirx
 from tvm.s_tir import Schedule, Trace
 from tvm.target import Target
 
-from ..annotations import AUTO_TENSORIZE, block_annotations
+from ..schedule.annotations import AUTO_TENSORIZE, block_annotations
 from .model import Constraint, ConstraintModel, Decision, divisors
 
 

@@ -15,8 +15,10 @@ from typing import Any
 
 from tvm.target import Target, codegen
 
+from ..errors import HeronError
 
-class TargetError(ValueError):
+
+class TargetError(HeronError, ValueError):
     """A target that cannot serve the request; the message names the fix."""
 
 

@@ -3,26 +3,23 @@
 from __future__ import annotations
 
 from tvm import tirx
-from tvm.ir.utils import derived_object
 from tvm.s_tir import Schedule
-from tvm.s_tir.meta_schedule.postproc import PyPostproc
 from tvm.s_tir.schedule import SBlockRV
 
-from ..annotations import PACK_PANELS
-from ..rules.analysis import block_realize, streamed_input
+from ..schedule.analysis import block_realize, streamed_input
+from ..schedule.annotations import PACK_PANELS
+from ..schedule.options import heron_object
+from .base import HeronPostproc
 
 
-@derived_object
-class PackPanels(PyPostproc):
+@heron_object
+class PackPanels(HeronPostproc):
     """For every block whose ``ms_heron.pack_panels`` annotation is 1: the input its micro-kernel
     streams (``B[k, n]``) is copied, once per call and in parallel, into
     ``B_global[n // NR, k, n % NR]``, NR being the extent of the block's innermost (vector lane) loop,
     so the micro-kernel reads one contiguous panel per NR columns (BLIS's packed B). The annotation
     is removed either way; a block whose lanes no longer stream such an input is left as it is.
     """
-
-    def _initialize_with_tune_context(self, context) -> None:
-        pass
 
     def apply(self, sch: Schedule) -> bool:
         for block in sch.get_child_blocks(sch.get_sblock("root")):
@@ -34,8 +31,6 @@ class PackPanels(PyPostproc):
                 _pack(sch, block)
         return True
 
-    def clone(self) -> "PackPanels":
-        return PackPanels()
 
 
 def _pack(sch: Schedule, block: SBlockRV) -> None:

@@ -66,7 +66,8 @@ def _with_converters(extra: Mapping[str, Any]):
 def onnx_converters() -> dict:
     """ONNX operator name -> Relax frontend converter for the operators above (needs the onnx package)."""
     # pylint: disable-next=import-outside-toplevel
-    from tvm.relax.frontend.onnx.onnx_frontend import Clip as StockClip, OnnxOpConverter
+    from tvm.relax.frontend.onnx.onnx_frontend import Clip as StockClip
+    from tvm.relax.frontend.onnx.onnx_frontend import OnnxOpConverter
 
     class ConvInteger(OnnxOpConverter):
         """ONNX ConvInteger (opset 10): u8 x s8 with zero points -> s32."""

@@ -1,16 +1,14 @@
 """Whole-model tuning through Relax: bind weights, lower and fuse, tune every task, compile.
 
 Relax is how models reach MetaSchedule in TVM 0.27 (Relay is gone). The fused TIR functions of a
-lowered model are its tuning tasks (``ms_heron.tune.tune_model`` tunes them); ``compile_model``
+lowered model are its tuning tasks (``ms_heron.tuning.tune_model`` tunes them); ``compile_model``
 applies the database and returns an executable for ``relax.VirtualMachine``. Weights are bound as constants, so layout-free weights (e.g. int8 weights
 the VNNI intrinsic reads packed) are re-laid out once at compile time, not on every call.
 """
 
 from __future__ import annotations
 
-import math
 import warnings
-from dataclasses import dataclass
 from typing import Any, Mapping
 
 import numpy as np
@@ -20,15 +18,19 @@ from tvm.relax import pipeline as relax_pipeline
 from tvm.s_tir import meta_schedule as ms
 from tvm.target import Target
 
-from ..annotations import is_metaschedule_space
-from ..hardware.peak import bound_seconds, share_of_bound
+from ..errors import HeronError
 from ..intrinsics import ensure_registered
-from ..records import record_seconds
-from .passes import (chain_stacked_reductions, channels_last_epilogues, fold_scale_shift, keep_int8_matmuls,
-                     pointwise_conv_as_matmul)
+from .passes import (
+    chain_stacked_reductions,
+    channels_last_epilogues,
+    fold_scale_shift,
+    keep_int8_matmuls,
+    pointwise_conv_as_matmul,
+)
+from .tasks import untuned_tasks
 
 
-class ModelError(ValueError):
+class ModelError(HeronError, ValueError):
     """A model ms_heron cannot tune as given; the message names the fix."""
 
 
@@ -113,11 +115,6 @@ def lower_for_tuning(
         )(mod)
 
 
-def extract_tasks(lowered: IRModule, target: Target) -> list[ms.ExtractedTask]:
-    """The tuning tasks of a lowered model (one per distinct fused TIR function)."""
-    return list(ms.relax_integration.extract_tasks(lowered, target))
-
-
 def _lowering_passes(target: Target) -> list:
     """Relax's own passes from fused dataflow to VM code (what ``tvm.compile`` runs last)."""
     if target.kind.name == "llvm":  # TVM 0.27's dispatcher misses the CPU backend's dataflow passes
@@ -125,83 +122,6 @@ def _lowering_passes(target: Target) -> list:
     else:
         backend = relax_pipeline
     return [*backend.dataflow_lower_passes(target), *backend.finalize_passes(target)]
-
-
-@dataclass(frozen=True)
-class TaskTime:
-    """One fused kernel of a model: how often the model calls it, its best measured time and how many
-    candidates were measured for it (the task scheduler shares the trials unevenly)."""
-
-    name: str
-    calls: float
-    seconds: float  # inf when the database has no record of it that built and ran
-    #: The kind of design space the best record comes from: "metaschedule" (one of MetaSchedule's
-    #: default spaces HeronSpace added), "heron" (any other) or "" (no record).
-    space: str = ""
-    trials: int = 0
-    #: The least time the kernel can take here (:func:`~ms_heron.hardware.peak.bound_seconds`).
-    bound_s: float = 0.0
-
-    def share_of_bound(self) -> float:
-        return share_of_bound(self.bound_s, self.seconds)
-
-
-#: ``get_top_k`` of this many returns all of a task's records.
-_ALL = 1 << 30
-
-
-def task_times(database: ms.Database, lowered: IRModule, target: Target) -> list[TaskTime]:
-    """Every task of a lowered model with its call count and the database's best kernel time."""
-    out = []
-    for task in extract_tasks(lowered, target):
-        mod = task.dispatched[0]
-        records = database.get_top_k(database.commit_workload(mod), _ALL) if database.has_workload(mod) else []
-        seconds = record_seconds(records[0].run_secs) if records else math.inf
-        out.append(TaskTime(task.task_name, float(task.weight), seconds, _space_kind(records[:1]), len(records),
-                            bound_seconds(mod, target)))
-    return out
-
-
-def _space_kind(records) -> str:
-    if not records:
-        return ""
-    return "metaschedule" if is_metaschedule_space(records[0].trace) else "heron"
-
-
-def task_table(arms: Mapping[str, list[TaskTime]]) -> list[str]:
-    """Markdown table, one row per task: each arm's best kernel, the task's calls and its share of the
-    model's estimated latency (sum of kernel x calls) and its trials in each arm; ratios against the first arm."""
-    names = list(arms)
-    first = arms[names[0]]
-    totals = {arm: sum(t.calls * t.seconds for t in times) for arm, times in arms.items()}
-    head = "| task | calls | bound ms | " + " | ".join(f"{a} ms | {a} share | {a} trials | {a} of bound" for a in names)
-    head += "".join(f" | {names[0]} speed-up over {a}" for a in names[1:]) + f" | {names[0]} best from |"
-    lines = [head, "|" + "---|" * (4 + 4 * len(names) + len(names) - 1)]
-    rows = []
-    for i, task in enumerate(first):
-        cells = [task.name, f"{task.calls:g}", f"{task.bound_s * 1e3:.4f}"]
-        for arm in names:
-            t = arms[arm][i]
-            cells += [f"{t.seconds * 1e3:.4f}", f"{t.calls * t.seconds / totals[arm]:.0%}" if totals[arm] < math.inf else "?",
-                      str(t.trials), f"{t.share_of_bound():.0%}"]
-        cells += [_speedup(arms[a][i].seconds, task.seconds) for a in names[1:]]
-        cells.append(f"{task.space} space" if task.space else "-")
-        rows.append((-task.calls * task.seconds, "| " + " | ".join(cells) + " |"))
-    lines += [row for _, row in sorted(rows, key=lambda r: r[0])]
-    bound = sum(t.calls * t.bound_s for t in first)
-    total = ["**model estimate**", "", f"{bound * 1e3:.4f}"]
-    total += [c for a in names for c in (f"{totals[a] * 1e3:.4f}", "", str(sum(t.trials for t in arms[a])), f"{bound / totals[a]:.0%}")]
-    total += [_speedup(totals[a], totals[names[0]]) for a in names[1:]] + [""]
-    return lines + ["| " + " | ".join(total) + " |"]
-
-
-def _speedup(theirs: float, ours: float) -> str:
-    return f"{theirs / ours:.2f}x" if 0 < ours < math.inf and theirs < math.inf else "n/a"
-
-
-def untuned_tasks(database: ms.Database, lowered: IRModule, target: Target) -> list[str]:
-    """Tasks without a record that built and ran: they will run their untuned kernel."""
-    return [t.name for t in task_times(database, lowered, target) if t.seconds == math.inf]
 
 
 def compile_model(
@@ -213,8 +133,13 @@ def compile_model(
     re-layouts the schedules ask for are split out and folded into the constants here, once.
     ``exact_math`` must be what the model was tuned with (see :func:`lower_for_tuning`).
     """
+    return compile_lowered(database, lower_for_tuning(mod, params, target, exact_math=exact_math), target)
+
+
+
+def compile_lowered(database: ms.Database, lowered: IRModule, target: Target):
+    """:func:`compile_model` on a module :func:`lower_for_tuning` already lowered (a tuning run's own)."""
     ensure_registered()
-    lowered = lower_for_tuning(mod, params, target, exact_math=exact_math)
     missing = untuned_tasks(database, lowered, target)
     if missing:
         warnings.warn(

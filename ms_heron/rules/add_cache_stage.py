@@ -1,16 +1,15 @@
 """Heron's Add-Cache-Stage rule (and, with a fusible consumer, stage fusion at the same levels)."""
 
-from tvm.ir.utils import derived_object
 from tvm.s_tir import Schedule
 from tvm.s_tir.schedule import SBlockRV
 
-from ..annotations import CACHE_LEVEL
-from .analysis import fusible_consumer, is_tiled, tile_levels, transposed_lane_dim, working_block
+from ..schedule.analysis import fusible_consumer, is_tiled, tile_levels, transposed_lane_dim, working_block
+from ..schedule.annotations import CACHE_LEVEL
+from ..schedule.options import check, heron_object
 from .base import HeronRule
 
 
-
-@derived_object
+@heron_object
 class AddCacheStage(HeronRule):
     """Condition: HasDataReuse (the block was multi-level tiled) and not HasFusibleConsumer.
 
@@ -25,14 +24,23 @@ class AddCacheStage(HeronRule):
     convolution vectorized over its channels), the accumulator is always a ``cache_write`` tile,
     stored lanes-last so its vectors are contiguous, and a fusible consumer follows it at the same
     level: accumulating in the output itself would gather and scatter every lane.
+
+    Acts only on a block :class:`MultiLevelTiling` tiled (its tiling annotation); put it after.
+
+    Parameters
+    ----------
+    levels
+        Spatial tile levels the write-back may sit under, one design space each (0: under ``S0``).
+    scope
+        Storage scope of the accumulator.
     """
 
-    def __init__(self, levels: tuple = (0, 1), scope: str = "global"):
+    def __init__(self, *, levels: tuple[int, ...] = (0, 1), scope: str = "global"):
+        check(len(levels) > 0 and all(isinstance(x, int) and x >= 0 for x in levels),
+              f"AddCacheStage(levels={levels!r}): give one or more tile levels >= 0, such as (0, 1)")
         self.levels = tuple(levels)
         self.scope = scope
 
-    def _params(self):
-        return {"levels": self.levels, "scope": self.scope}
 
     def apply(self, sch: Schedule, block: SBlockRV) -> list[Schedule]:
         block = working_block(sch, block)

@@ -1,14 +1,14 @@
 """Heron's Always-Inline rule."""
 
-from tvm.ir.utils import derived_object
 from tvm.s_tir import Schedule
 from tvm.s_tir.schedule import SBlockRV
 
-from .analysis import strictly_inlinable
+from ..schedule.analysis import strictly_inlinable
+from ..schedule.options import heron_object
 from .base import HeronRule
 
 
-@derived_object
+@heron_object
 class AlwaysInline(HeronRule):
     """Condition: the block is strictly inlinable (:func:`~.analysis.strictly_inlinable`) -- a
     transpose feeding a GEMM-like block is kept: an attention's ``Kᵀ`` inlined makes its vector

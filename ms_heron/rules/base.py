@@ -1,17 +1,19 @@
-"""What every ms_heron rule shares: the target it serves and a faithful ``clone``."""
+"""What every ms_heron rule shares: the target it serves, a faithful ``clone`` and a telling ``repr``."""
 
 from __future__ import annotations
 
-import copy
-
 from tvm.s_tir.meta_schedule.schedule_rule import PyScheduleRule
+
+from ..schedule import options
 
 
 class HeronRule(PyScheduleRule):
-    """Base of the generation rules (undecorated: ``@derived_object`` classes cannot be subclassed).
+    """Base of the generation rules (undecorated: ``@derived_object`` classes cannot be subclassed;
+    each rule is decorated with :func:`~ms_heron.schedule.options.heron_object`).
 
-    Subclasses keep their parameters as plain attributes; ``clone`` copies them, and the target
-    is filled in by ``_initialize_with_tune_context`` (``None`` until a TuneContext exists).
+    A rule's options are keyword-only constructor parameters kept as attributes of the same names
+    (:mod:`ms_heron.schedule.options`); the target is filled in by ``_initialize_with_tune_context``
+    (``None`` until a TuneContext exists).
     """
 
     target = None
@@ -20,10 +22,7 @@ class HeronRule(PyScheduleRule):
         self.target = context.target
 
     def clone(self):
-        # ``self`` is the Python instance inside the TVM object; build a new TVM object (its class).
-        decorated = type(self._outer())
-        return decorated(**{k: copy.deepcopy(v) for k, v in self._params().items()})
+        return options.clone(self)
 
-    def _params(self) -> dict:
-        """Constructor arguments of this rule (what ``clone`` must carry over)."""
-        return {}
+    def __repr__(self) -> str:
+        return options.describe(self)

@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import tvm
-from tvm.ir.utils import derived_object
 from tvm.s_tir import Schedule
 from tvm.s_tir.schedule import SBlockRV
 
-from ..annotations import TRANSPOSE_TILE, iter_kinds
 from ..hardware.targets import is_cpu, vector_bytes
-from .analysis import is_injective, is_tiled, placed_by_rule, strictly_inlinable, transposed_read
+from ..schedule.analysis import is_injective, is_tiled, placed_by_rule, strictly_inlinable, transposed_read
+from ..schedule.annotations import TRANSPOSE_TILE, iter_kinds
+from ..schedule.options import heron_object
 from .base import HeronRule
 
 
-@derived_object
+@heron_object
 class BlockedTranspose(HeronRule):
     """Condition: a CPU element-wise block, once its strictly inlinable producers are inlined, reads
     a buffer whose contiguous axis is not the one it writes contiguously (a layout change such as

@@ -9,16 +9,16 @@ constraint model holds it as a categorical (inline, root, or a loop of the consu
 search chooses it like any tile size.
 """
 
-from tvm.ir.utils import derived_object
 from tvm.s_tir import Schedule
 from tvm.s_tir.schedule import SBlockRV
 
 from ..hardware.targets import is_cpu
-from .analysis import needs_sampled_location
+from ..schedule.analysis import needs_sampled_location
+from ..schedule.options import heron_object
 from .base import HeronRule
 
 
-@derived_object
+@heron_object
 class ComputeLocation(HeronRule):
     """Condition: :func:`~.analysis.needs_sampled_location` (a CPU producer no rule tiled or placed,
     feeding a tiled block or a stage placed in one). Application: sample a location among the

@@ -3,20 +3,20 @@
 import math
 
 import tvm
-from tvm.ir.utils import derived_object
 from tvm.s_tir import Schedule
 from tvm.s_tir.schedule import LoopRV, SBlockRV, ScheduleError
 
 from ..hardware.targets import is_cpu, vector_bytes
-from ..annotations import LANE_REDUCTION, iter_kinds
-from .analysis import consumers, has_data_reuse, is_tiled, reduction_loops, working_block
+from ..schedule.analysis import consumers, has_data_reuse, is_tiled, reduction_loops, working_block
+from ..schedule.annotations import LANE_REDUCTION, iter_kinds
+from ..schedule.options import heron_object
 from .base import HeronRule
 
 #: Independent vector accumulators to try (most first): more hide the add latency of a long row.
 _ACCUMULATORS = (4, 2, 1)
 
 
-@derived_object
+@heron_object
 class LaneReduction(HeronRule):
     """Condition: a CPU reduction over rows that no tiling rule took (no data reuse: softmax's max
     and sum, layer norm's mean and variance) -- spatial loops outside, reduction loops inside -- whose

@@ -1,17 +1,16 @@
 """Heron's Add Multi-level SPM rule, CPU form: tile buffers for re-used inputs."""
 
-from tvm.ir.utils import derived_object
 from tvm.s_tir import Schedule
 from tvm.s_tir.schedule import SBlockRV
 
 from ..hardware.targets import is_cpu
-from ..annotations import SPM_LEVEL
-from .analysis import is_tiled, reused_reads, tile_levels, working_block
+from ..schedule.analysis import is_tiled, reused_reads, tile_levels, working_block
+from ..schedule.annotations import SPM_LEVEL
+from ..schedule.options import check, heron_object
 from .base import HeronRule
 
 
-
-@derived_object
+@heron_object
 class MultiLevelSPM(HeronRule):
     """Condition: HasDataReuse (the block was tiled) and the target has a multi-level memory
     hierarchy (every CPU: L1/L2 below DRAM).
@@ -20,14 +19,22 @@ class MultiLevelSPM(HeronRule):
     ``cache_read`` into a contiguous ``scope`` buffer under the outer reduction tile loop (level
     ``R<level>``), so one tile's operands are packed once and stay in cache while the register
     tiles sweep them (the CPU analogue of Heron's shared-memory stage).
+
+    Acts only on a block :class:`MultiLevelTiling` tiled (its tiling annotation); put it after.
+
+    Parameters
+    ----------
+    level
+        The reduction tile level (``R<level>``) the copies sit under.
+    scope
+        Storage scope of the copies.
     """
 
-    def __init__(self, level: int = 0, scope: str = "global"):
+    def __init__(self, *, level: int = 0, scope: str = "global"):
+        check(isinstance(level, int) and level >= 0, f"MultiLevelSPM(level={level!r}): give a reduction tile level >= 0")
         self.level = level
         self.scope = scope
 
-    def _params(self):
-        return {"level": self.level, "scope": self.scope}
 
     def apply(self, sch: Schedule, block: SBlockRV) -> list[Schedule]:
         block = working_block(sch, block)

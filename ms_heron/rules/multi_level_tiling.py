@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from tvm.ir.utils import derived_object
 from tvm.s_tir import Schedule
 from tvm.s_tir.schedule import SBlockRV
 
-from ..annotations import TILING_STRUCTURE, iter_kinds
-from .analysis import has_data_reuse, is_tiled, lane_iterator, working_block
+from ..schedule.analysis import has_data_reuse, is_tiled, lane_iterator, working_block
+from ..schedule.annotations import TILING_STRUCTURE, iter_kinds
+from ..schedule.options import check, heron_object
 from .base import HeronRule
 
 
-@derived_object
+@heron_object
 class MultiLevelTiling(HeronRule):
     """Condition: HasDataReuse -- a reduction block with a read that ignores some spatial
     iterator (so tiles of it are re-used across that iterator).
@@ -27,16 +27,26 @@ class MultiLevelTiling(HeronRule):
     can and every operand read along it is stored, or may be re-laid out, with it contiguous (see
     :func:`lane_iterator`): an NCHW convolution over 56 columns then vectorizes its 64 output
     channels, with the weights re-laid out by MetaSchedule's RewriteLayout.
+
+    The rules after it (:class:`AddCacheStage`, :class:`MultiLevelSPM`, :class:`PackOperand`,
+    :class:`LaneReduction`, :class:`ParallelVectorizeUnroll`) act on the tiling annotation it leaves.
+
+    Parameters
+    ----------
+    structure
+        Tile levels outermost first, ``S`` spatial and ``R`` reduction, each at least once.
+    max_innermost_factor
+        Largest factor sampled for the innermost level of each loop.
     """
 
-    def __init__(self, structure: str = "SSRSRS", max_innermost_factor: int = 64):
-        if set(structure) - {"S", "R"} or "S" not in structure or "R" not in structure:
-            raise ValueError(f"tile structure must use 'S' and 'R' only, each at least once; got {structure!r}")
+    def __init__(self, *, structure: str = "SSRSRS", max_innermost_factor: int = 64):
+        check(not set(structure) - {"S", "R"} and "S" in structure and "R" in structure,
+              f"MultiLevelTiling(structure={structure!r}): use 'S' and 'R' only, each at least once, such as 'SSRSRS'")
+        check(isinstance(max_innermost_factor, int) and max_innermost_factor >= 1,
+              f"MultiLevelTiling(max_innermost_factor={max_innermost_factor!r}): give a whole number >= 1")
         self.structure = structure
         self.max_innermost_factor = max_innermost_factor
 
-    def _params(self):
-        return {"structure": self.structure, "max_innermost_factor": self.max_innermost_factor}
 
     def apply(self, sch: Schedule, block: SBlockRV) -> list[Schedule]:
         block = working_block(sch, block)

@@ -1,15 +1,15 @@
 """Heron's Add Multi-Scope SPM rule: inputs and output in separate on-chip scopes (GPU)."""
 
-from tvm.ir.utils import derived_object
 from tvm.s_tir import Schedule
 from tvm.s_tir.schedule import SBlockRV
 
 from ..hardware.targets import is_cuda
-from .analysis import is_tiled, reused_reads, tile_levels, working_block
+from ..schedule.analysis import is_tiled, reused_reads, tile_levels, working_block
+from ..schedule.options import heron_object
 from .base import HeronRule
 
 
-@derived_object
+@heron_object
 class MultiScopeSPM(HeronRule):
     """Condition: HasDataReuse (the block was tiled) and the target has several scratchpad
     scopes (CUDA: shared memory per block, registers per thread).
@@ -18,14 +18,21 @@ class MultiScopeSPM(HeronRule):
     tile loop, and the output is ``cache_write``-n into ``output_scope`` (the accumulator) written
     back under the outermost spatial tile level. Thread binding and cooperative fetch come with the
     GPU rules; on targets without scratchpad scopes this rule does nothing.
+
+    Acts only on a block :class:`MultiLevelTiling` tiled (its tiling annotation); put it after.
+
+    Parameters
+    ----------
+    input_scope
+        Scope the re-used inputs are copied into.
+    output_scope
+        Scope of the accumulator.
     """
 
-    def __init__(self, input_scope: str = "shared", output_scope: str = "local"):
+    def __init__(self, *, input_scope: str = "shared", output_scope: str = "local"):
         self.input_scope = input_scope
         self.output_scope = output_scope
 
-    def _params(self):
-        return {"input_scope": self.input_scope, "output_scope": self.output_scope}
 
     def apply(self, sch: Schedule, block: SBlockRV) -> list[Schedule]:
         block = working_block(sch, block)

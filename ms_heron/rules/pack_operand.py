@@ -1,16 +1,16 @@
 """BLIS's packed operand as a sampled decision: the input a CPU micro-kernel streams, copied into panels."""
 
-from tvm.ir.utils import derived_object
 from tvm.s_tir import Schedule
 from tvm.s_tir.schedule import SBlockRV
 
-from ..annotations import PACK_PANELS, TILING_STRUCTURE, block_annotations
 from ..hardware.targets import is_cpu
-from .analysis import is_tensorized, is_tiled, lane_iterator, streamed_input, working_block
+from ..schedule.analysis import is_tensorized, is_tiled, lane_iterator, streamed_input, working_block
+from ..schedule.annotations import PACK_PANELS, TILING_STRUCTURE, block_annotations
+from ..schedule.options import check, heron_object
 from .base import HeronRule
 
 
-@derived_object
+@heron_object
 class PackOperand(HeronRule):
     """Condition: a CPU block tiled with its vector lanes innermost (not tensorized) whose
     micro-kernel streams a function input along the lanes and re-reads it for every tile of
@@ -22,13 +22,20 @@ class PackOperand(HeronRule):
     tiles re-read it: each vector load of the micro-kernel then comes from one contiguous stream
     instead of rows a whole matrix row apart. The layout depends on the sampled lane tile (NR), so
     the ``PackPanels`` postproc does the copy once the decisions are known.
+
+    Acts only on a block :class:`MultiLevelTiling` tiled (its tiling annotation); put it after.
+
+    Parameters
+    ----------
+    probs
+        Probabilities of not packing and of packing, summing to 1.
     """
 
-    def __init__(self, probs: tuple = (0.5, 0.5)):
+    def __init__(self, *, probs: tuple[float, float] = (0.5, 0.5)):
+        check(len(probs) == 2 and all(p >= 0 for p in probs) and abs(sum(probs) - 1) < 1e-6,
+              f"PackOperand(probs={probs!r}): give two probabilities (no packing, packing) summing to 1")
         self.probs = tuple(probs)
 
-    def _params(self):
-        return {"probs": self.probs}
 
     def apply(self, sch: Schedule, block: SBlockRV) -> list[Schedule]:
         block = working_block(sch, block)

@@ -11,13 +11,13 @@ buffers once per call, the block computes the padded problem, and the result is 
 from __future__ import annotations
 
 from tvm import DataType, tirx
-from tvm.ir.utils import derived_object
 from tvm.s_tir import Schedule
 from tvm.s_tir.schedule import SBlockRV, ScheduleError
 
-from ..annotations import iter_kinds
 from ..hardware.targets import is_cpu, vector_bytes
-from .analysis import extents, has_data_reuse, is_tensorized, is_tiled, lane_iterator, padded_volume_ratio
+from ..schedule.analysis import extents, has_data_reuse, is_tensorized, is_tiled, lane_iterator, padded_volume_ratio
+from ..schedule.annotations import iter_kinds
+from ..schedule.options import check, heron_object
 from .base import HeronRule
 from .tensorize import matching_intrinsics
 
@@ -27,7 +27,7 @@ _USEFUL_TILES = range(4, 65)
 _TILE_MULTIPLE = 8
 
 
-@derived_object
+@heron_object
 class PadExtents(HeronRule):
     """Condition: a CPU reduction block with data reuse (GEMM-like), not tiled or tensorized yet,
     whose accesses are an einsum (every index a bare iterator), with an awkward extent: the lane
@@ -54,11 +54,10 @@ class PadExtents(HeronRule):
     """
 
     def __init__(self, *, max_waste: float = 0.15, tile_extents: bool = False):
+        check(max_waste >= 0.0, f"PadExtents(max_waste={max_waste!r}): give the extra share of work padding may add, >= 0")
         self.max_waste = max_waste
         self.tile_extents = tile_extents
 
-    def _params(self) -> dict:
-        return {"max_waste": self.max_waste, "tile_extents": self.tile_extents}
 
     def apply(self, sch: Schedule, block: SBlockRV) -> list[Schedule]:
         if (self.target is None or not is_cpu(self.target) or is_tiled(sch, block) or is_tensorized(sch, block)

@@ -1,12 +1,20 @@
 """Heron's loop-annotation rules: parallel outer tiles and vector lanes (CPU), sampled unroll depth (all)."""
 
-from tvm.ir.utils import derived_object
 from tvm.s_tir import Schedule
 from tvm.s_tir.schedule import SBlockRV
 
 from ..hardware.targets import is_cpu, num_cores
-from ..annotations import TILING_STRUCTURE, block_annotations, iter_kinds
-from .analysis import is_root, is_tensorized, is_tiled, needs_sampled_location, placed_by_rule, tile_levels, working_block
+from ..schedule.analysis import (
+    is_root,
+    is_tensorized,
+    is_tiled,
+    needs_sampled_location,
+    placed_by_rule,
+    tile_levels,
+    working_block,
+)
+from ..schedule.annotations import TILING_STRUCTURE, block_annotations, iter_kinds
+from ..schedule.options import check, heron_object
 from .base import HeronRule
 
 #: Root-block annotation MetaSchedule's RewriteParallelVectorizeUnroll postproc turns into unroll pragmas.
@@ -16,7 +24,7 @@ UNROLL_EXPLICIT = "meta_schedule.unroll_explicit"
 PARALLEL = "meta_schedule.parallel"
 
 
-@derived_object
+@heron_object
 class ParallelVectorizeUnroll(HeronRule):
     """Conditions and applications (Heron's parallelOp, CPUvectorizeOp, unrollPragmaOp):
 
@@ -34,16 +42,27 @@ class ParallelVectorizeUnroll(HeronRule):
       postproc then parallelizes. With the pad-and-pack of its 768 x 1000 int8 weight serial, the
       1000-class GEMM reached 29% of the VNNI peak at 64 trials; with it parallel, 52%
       (``bench/results/tuning_vs_default_heron_int8_*awkward.md``).
+
+    Parameters
+    ----------
+    unroll_steps
+        Unroll depths the root block samples from.
+    max_vector_extent
+        Most lanes a stand-alone block's innermost loop is split to.
+    max_jobs_per_core
+        Parallel jobs per core allowed to root-level stages.
     """
 
-    def __init__(self, unroll_steps: tuple = (0, 16, 64, 512), max_vector_extent: int = 64, *, max_jobs_per_core: int = 16):
+    def __init__(self, *, unroll_steps: tuple[int, ...] = (0, 16, 64, 512), max_vector_extent: int = 64,
+                 max_jobs_per_core: int = 16):
+        check(len(unroll_steps) > 0 and all(isinstance(s, int) and s >= 0 for s in unroll_steps),
+              f"ParallelVectorizeUnroll(unroll_steps={unroll_steps!r}): give one or more depths >= 0")
+        for name, value in (("max_vector_extent", max_vector_extent), ("max_jobs_per_core", max_jobs_per_core)):
+            check(isinstance(value, int) and value >= 1, f"ParallelVectorizeUnroll({name}={value!r}): give a whole number >= 1")
         self.unroll_steps = tuple(unroll_steps)
         self.max_vector_extent = max_vector_extent
         self.max_jobs_per_core = max_jobs_per_core
 
-    def _params(self):
-        return {"unroll_steps": self.unroll_steps, "max_vector_extent": self.max_vector_extent,
-                "max_jobs_per_core": self.max_jobs_per_core}
 
     def apply(self, sch: Schedule, block: SBlockRV) -> list[Schedule]:
         if is_root(sch, block):

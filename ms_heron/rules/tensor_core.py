@@ -1,14 +1,14 @@
 """Heron's TensorCore rules for CUDA: multi-level SPM, thread binding and WMMA tensorize in one step."""
 
-from tvm.ir.utils import derived_object
 from tvm.s_tir import Schedule
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.schedule import SBlockRV
 
-from ..intrinsics.wmma import SHAPES, SHARED_SCOPE, wmma_groups
 from ..hardware.targets import is_cuda
-from ..annotations import BLOCKIZED, iter_kinds
-from .analysis import is_tiled
+from ..intrinsics.wmma import SHAPES, SHARED_SCOPE, wmma_groups
+from ..schedule.analysis import is_tiled
+from ..schedule.annotations import BLOCKIZED, iter_kinds
+from ..schedule.options import check, heron_object
 from .base import HeronRule
 
 
@@ -20,7 +20,7 @@ def _operand_dtypes(sch: Schedule, block: SBlockRV) -> tuple[str, str] | None:
     return (inputs.pop(), str(blk.writes[0].source.dtype)) if len(inputs) == 1 and len(blk.writes) == 1 else None
 
 
-@derived_object
+@heron_object
 class TensorCoreTiling(HeronRule):
     """Condition: a CUDA target and a reduction block whose dtypes WMMA computes (fp16 x fp16 -> fp32
     or fp16, s8 x s8 -> s32) and whose loops TVM's auto-tensorize mapping matches to the intrinsic.
@@ -34,15 +34,30 @@ class TensorCoreTiling(HeronRule):
     transformation is MetaSchedule's ``MultiLevelTilingTensorCore`` (layout reindexing, fragment
     blockizing and its tensorize annotations are subtle; reusing it keeps them right); what Heron
     adds is the constraint model over its decisions (:mod:`ms_heron.constraints`).
+
+    Parameters
+    ----------
+    shapes
+        WMMA fragment shapes ``(m, n, k)``, one design space each.
+    structure
+        Tile levels, as :class:`MultiLevelTiling`'s.
+    max_innermost_factor
+        Largest factor sampled for the innermost level.
+    vector_load_lens
+        Vector widths the cooperative loads sample from.
     """
 
     def __init__(
         self,
-        shapes: tuple = SHAPES,
+        *,
+        shapes: tuple[tuple[int, int, int], ...] = SHAPES,
         structure: str = "SSSRRSRS",
         max_innermost_factor: int = 4,
-        vector_load_lens: tuple = (1, 2, 4, 8),
+        vector_load_lens: tuple[int, ...] = (1, 2, 4, 8),
     ):
+        unknown = [tuple(s) for s in shapes if tuple(s) not in SHAPES]
+        check(len(shapes) > 0 and not unknown,
+              f"TensorCoreTiling(shapes={shapes!r}): WMMA computes the fragment shapes {list(SHAPES)} only")
         self.shapes = tuple(tuple(s) for s in shapes)
         self.structure = structure
         self.max_innermost_factor = max_innermost_factor
@@ -50,13 +65,6 @@ class TensorCoreTiling(HeronRule):
         self._context = None
         self._tvm_rules: dict = {}
 
-    def _params(self):
-        return {
-            "shapes": self.shapes,
-            "structure": self.structure,
-            "max_innermost_factor": self.max_innermost_factor,
-            "vector_load_lens": self.vector_load_lens,
-        }
 
     def _initialize_with_tune_context(self, context) -> None:
         super()._initialize_with_tune_context(context)

@@ -1,19 +1,19 @@
 """Heron's Tensorize rule (VNNI on CPU here; WMMA joins with the GPU path)."""
 
 from tvm import tirx
-from tvm.ir.utils import derived_object
 from tvm.s_tir import Schedule, TensorIntrin
-from tvm.s_tir.schedule import SBlockRV, ScheduleError
 from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+from tvm.s_tir.schedule import SBlockRV, ScheduleError
 from tvm.s_tir.schedule.analysis import get_tensorize_loop_mapping
 from tvm.s_tir.schedule.transform import tile_with_tensor_intrin
 
-from ..intrinsics import VNNI_INTRIN, VNNI_MAX_PADDING_WASTE, ensure_registered
 from ..hardware.targets import has_vnni
-from ..annotations import AUTO_TENSORIZE, BLOCKIZED, iter_kinds
-from .analysis import extents, is_tiled, padded_volume_ratio
+from ..intrinsics import VNNI_INTRIN, VNNI_MAX_PADDING_WASTE, ensure_registered
+from ..schedule.analysis import extents, is_tiled, padded_volume_ratio
+from ..schedule.annotations import AUTO_TENSORIZE, BLOCKIZED, iter_kinds
+from ..schedule.operand_layout import match_operands, prepare_operands
+from ..schedule.options import check, heron_object
 from .base import HeronRule
-from .operand_layout import match_operands, prepare_operands
 
 
 def intrinsics_for(target) -> list[str]:
@@ -39,7 +39,7 @@ def _desc_dtypes(desc) -> set[str]:
     return {str(info.dtype) for info in ArgInfo.from_prim_func(desc)}
 
 
-@derived_object
+@heron_object
 class Tensorize(HeronRule):
     """Condition: the block (a reduction not yet tiled) matches a tensor intrinsic the target
     executes -- TVM's loop-mapping analysis finds its description inside the block, dtypes included
@@ -65,14 +65,13 @@ class Tensorize(HeronRule):
         VNNI instruction does four per lane, so even that beats the scalar kernel).
     """
 
-    def __init__(self, intrinsics: list[str] | None = None, *, pad: bool = True,
+    def __init__(self, *, intrinsics: list[str] | None = None, pad: bool = True,
                  max_waste: float = VNNI_MAX_PADDING_WASTE):
+        check(max_waste >= 0.0, f"Tensorize(max_waste={max_waste!r}): give the extra share of work padding may add, >= 0")
         self.intrinsics = intrinsics
         self.pad = pad
         self.max_waste = max_waste
 
-    def _params(self):
-        return {"intrinsics": self.intrinsics, "pad": self.pad, "max_waste": self.max_waste}
 
     def _candidates(self) -> list[str]:
         return list(self.intrinsics) if self.intrinsics is not None else intrinsics_for(self.target)

@@ -43,9 +43,19 @@ from ..constraints import (
     replay,
     values_from_trace,
 )
-from ..annotations import is_metaschedule_space
 from ..records import record_seconds
-from .genetic import Program, choose_keys, crossover, roulette, space_weights, take_roulette, unique, untried_spaces_first
+from ..schedule.annotations import is_metaschedule_space
+from ..schedule.options import check
+from .genetic import (
+    Program,
+    choose_keys,
+    crossover,
+    roulette,
+    space_weights,
+    take_roulette,
+    unique,
+    untried_spaces_first,
+)
 from .ranking import FEATURES, Ranking
 from .transfer import Donors, donation, project, signature
 
@@ -117,11 +127,10 @@ class HeronSearch(PySearchStrategy):
     ):
         for name, value, low in (("population", population, 1), ("generations", generations, 0), ("elite", elite, 0),
                                  ("transfer", transfer, 0)):
-            if not isinstance(value, int) or value < low:
-                raise ValueError(f"HeronSearch({name}={value!r}): give a whole number >= {low}")
+            check(isinstance(value, int) and value >= low, f"HeronSearch({name}={value!r}): give a whole number >= {low}")
         for name, value in (("epsilon", epsilon), ("key_ratio", key_ratio)):
-            if not 0.0 <= value <= 1.0:
-                raise ValueError(f"HeronSearch({name}={value!r}): give a share between 0 and 1")
+            check(isinstance(value, (int, float)) and 0.0 <= value <= 1.0,
+                  f"HeronSearch({name}={value!r}): give a share between 0 and 1")
         self.population = population
         self.generations = generations
         self.epsilon = epsilon
@@ -239,7 +248,7 @@ class HeronSearch(PySearchStrategy):
             raise RuntimeError(
                 f"every candidate of the first round of task {self.context.task_name!r} timed out in the builder: "
                 "TVM's stock LocalBuilder imports tvm.s_tir.tensor_intrin (15-25 s) in every build batch; pass "
-                "builder=ms_heron.builder.local_builder() to ms.tune_tir (or a LocalBuilder with a longer timeout_sec)")
+                "builder=ms_heron.tuning.builder.local_builder() to ms.tune_tir (or a LocalBuilder with a longer timeout_sec)")
         stats.rank_correlation = self.ranking.note_batch(self.pending, secs)
         with self._timed("cost model"):
             self.ranking.fit(self.measured, {p.space for p in self.pending})

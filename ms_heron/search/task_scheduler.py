@@ -28,6 +28,7 @@ from tvm.s_tir.meta_schedule.task_scheduler import PyTaskScheduler
 
 from ..hardware.peak import bound_seconds, share_of_bound
 from ..records import best_seconds, record_seconds
+from ..schedule.options import check
 
 
 @dataclass
@@ -67,12 +68,10 @@ class ExpectedGain(PyTaskScheduler):
 
     def __init__(self, *, at_bound: float = 0.9, discount: float = 0.5):
         super().__init__()
-        if not 0.0 < at_bound <= 1.0:
-            raise ValueError(f"ExpectedGain(at_bound={at_bound}): give the share of its bound, in (0, 1], at "
-                             "which a task stops getting rounds")
-        if not 0.0 < discount <= 1.0:
-            raise ValueError(f"ExpectedGain(discount={discount}): give a factor in (0, 1] for each round that did "
-                             "not improve a task")
+        check(0.0 < at_bound <= 1.0, f"ExpectedGain(at_bound={at_bound}): give the share of its bound, in (0, 1], at "
+              "which a task stops getting rounds")
+        check(0.0 < discount <= 1.0, f"ExpectedGain(discount={discount}): give a factor in (0, 1] for each round that "
+              "did not improve a task")
         self.at_bound = at_bound
         self.discount = discount
         self.tasks: list[TaskProgress] = []

@@ -22,7 +22,6 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
-import tvm
 from tvm import IRModule, relax
 from tvm.relax.dpl import is_const, is_op, rewrite_call, wildcard
 

@@ -17,12 +17,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tvm import tirx
-from tvm.tirx import IndexMap
-from tvm.s_tir import Schedule, SBlockRealize
+from tvm.s_tir import SBlockRealize, Schedule
 from tvm.s_tir.schedule import SBlockRV, ScheduleError
+from tvm.tirx import IndexMap
 
-from ..annotations import UNROLL_TILE
 from .analysis import block_realize, is_layout_free, param_index
+from .annotations import UNROLL_TILE
 
 #: Block annotation of the copy that re-lays out a weight (MetaSchedule and Relax read this key).
 LAYOUT_REWRITE_PREPROC = "meta_schedule.layout_rewrite_preproc"

@@ -33,9 +33,9 @@ import math
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import tvm
 from tvm import IRModule
@@ -43,17 +43,27 @@ from tvm.s_tir import Schedule
 from tvm.s_tir import meta_schedule as ms
 from tvm.target import Target
 
-from . import __version__
-from .measure import was_run
-from .records import (DATABASE_FILES, Merged, cut_torn_line, first_records, json_lines, measured_seconds, merge_records,
-                      record_seconds)
-from .relax import TaskTime, bind_params, extract_tasks, from_onnx, lower_for_tuning, task_times
-from .search import WatchedSearch
-from .space import HeronSpace
-from .hardware.targets import target_json
-from .testing import workloads
-from .tune import ModelRound, NoValidRecord, Search, best_schedule, search_parts, tune_model, tune_workload
-from .workload import KERNEL, Workload, from_func
+from .. import __version__, workloads
+from ..errors import HeronError
+from ..hardware.targets import target_json
+from ..records import (
+    Merged,
+    cut_torn_line,
+    first_records,
+    holds_database,
+    json_lines,
+    measured_seconds,
+    merge_records,
+    record_seconds,
+    records_file,
+    was_run,
+)
+from ..relax import TaskTime, bind_params, compile_lowered, extract_tasks, from_onnx, lower_for_tuning, task_times
+from ..space import HeronSpace
+from ..workloads import KERNEL, Workload, from_func
+from .api import ModelRound, NoValidRecord, best_schedule, tune_model, tune_workload
+from .budget import WatchedSearch
+from .setup import Search, search_parts
 
 #: The family of a model run (its tasks are the model's fused kernels).
 MODEL = "model"
@@ -69,7 +79,7 @@ BASELINE_DIR = "baseline"
 TRIALS_PER_ROUND = 32
 
 
-class RunError(ValueError):
+class RunError(HeronError, ValueError):
     """A work dir that cannot hold this run; the message names the fix."""
 
 
@@ -156,6 +166,9 @@ class Progress:
     #: A model run: the task this round measured, and that task's best kernel so far.
     task: str = ""
     task_seconds: float = math.inf
+    #: Mean search work per round so far in this process (generating candidates and taking in
+    #: results, not building or measuring; :class:`~ms_heron.tuning.budget.WatchedSearch` times it).
+    search_s_per_round: float = 0.0
 
     def best_gops(self, ops: float) -> float:
         return ops / self.best_seconds / 1e9 if self.best_seconds < math.inf else 0.0
@@ -224,7 +237,7 @@ class TuningRun:
                     "into another --work-dir (or resume with the run's own target)"
                 )
             spec = held  # resume as started (seed, model path)
-        elif any((work_dir / f).exists() for f in DATABASE_FILES):
+        elif holds_database(work_dir):
             raise RunError(f"work dir {work_dir} holds a MetaSchedule database not made by ms-heron; use another --work-dir")
         else:
             run_file.write_text(json.dumps(asdict(spec), indent=1) + "\n")
@@ -265,12 +278,23 @@ class TuningRun:
             raise RunError(f"{path} changed since {self.work_dir} began tuning it; tune the new model into another --work-dir")
         if path.name.startswith(RELAX_FILE_PREFIX):
             return tvm.ir.load_json(path.read_text())
-        return from_onnx(path, {name: tuple(dims) for name, dims in self.spec.input_shapes.items()})
+        return from_onnx(self.onnx_model, {name: tuple(dims) for name, dims in self.spec.input_shapes.items()})
+
+    @functools.cached_property
+    def onnx_model(self):
+        """An ONNX model run's file, loaded once (Relax imports it, ONNX Runtime runs it beside)."""
+        import onnx  # pylint: disable=import-outside-toplevel
+
+        return onnx.load(str(self.work_dir / self.spec.model))
 
     @functools.cached_property
     def lowered(self) -> IRModule:
         """The model bound, legalized and fused: its fused TIR functions are the tasks."""
         return lower_for_tuning(self.model, None, self.target, exact_math=self.spec.exact_math)
+
+    def compile(self, database: ms.Database | None = None):
+        """The model compiled with this run's best kernels (or ``database``'s), from :attr:`lowered`."""
+        return compile_lowered(self.database() if database is None else database, self.lowered, self.target)
 
     def task_times(self) -> list[TaskTime]:
         """A model run's tasks with their call counts and best kernels so far."""
@@ -293,7 +317,7 @@ class TuningRun:
     def check_best(self) -> None:
         """Run the best kernel once against the workload's reference (:class:`WrongResult` if it
         differs): a record's time means nothing for a kernel that computes something else."""
-        from .evaluate import build, run_and_check  # pylint: disable=import-outside-toplevel
+        from ..workloads.evaluate import build, run_and_check  # pylint: disable=import-outside-toplevel
 
         run_and_check(build(self.best_schedule().mod, self.target), self.workload)
 
@@ -304,7 +328,7 @@ class TuningRun:
     def progress(self) -> list[Progress]:
         rows = json_lines(self.work_dir / PROGRESS_FILE)
         return [Progress(r["trials"], r["valid"], float(r["best_seconds"]), r["elapsed_s"], r.get("task", ""),
-                         float(r.get("task_seconds", math.inf))) for r in rows]
+                         float(r.get("task_seconds", math.inf)), r.get("search_s_per_round", 0.0)) for r in rows]
 
     def state(self) -> Progress:
         """Trials, valid count and best from the database itself (the progress log may lag it)."""
@@ -330,15 +354,18 @@ class TuningRun:
         stop: Callable[[], bool] | None = None,
         runner: ms.runner.Runner | None = None,
         space: HeronSpace | None = None,
+        strategy: Any = None,
+        say: Callable[[str], None] | None = None,
     ) -> Progress:
         """Tune until the work dir holds ``trials`` records or the time budget is spent (no
-        candidate is measured past it; each task gets its first round). One process at a time: the
-        work dir's lock refuses a second one (:class:`RunError`).
+        candidate is measured past it; each task gets its first round), or resume a run that holds
+        fewer. The one tuning path: the CLI commands, the demo and the bench scripts all come here.
+        One process at a time: the work dir's lock refuses a second one (:class:`RunError`).
 
         Parameters
         ----------
         search
-            HeronSpace + HeronSearch, or MetaSchedule's default search (:data:`~ms_heron.tune.Search`).
+            HeronSpace + HeronSearch, or MetaSchedule's default search (:data:`~ms_heron.tuning.Search`).
         time_budget_s
             Wall-clock seconds, set-up included.
         on_round
@@ -348,24 +375,35 @@ class TuningRun:
         stop
             Asked before every round (the CLI's CTRL-C).
         runner
-            Measures elsewhere (:meth:`ms_heron.measure.Tracker.runner`).
-        space
-            A HeronSpace with your own rules (``user_rules``).
+            Measures elsewhere (:meth:`ms_heron.tuning.measure.Tracker.runner`).
+        space, strategy
+            Replace the search's own space generator (a HeronSpace with your ``user_rules``) or
+            strategy (MetaSchedule's ``"evolutionary"`` over HeronSpace, a HeronSearch with other options).
+        say
+            Told, in one line, that the run resumes or has nothing left to tune (the CLI prints it).
         """
         self.work_dir.mkdir(parents=True, exist_ok=True)
         with _work_dir_lock(self.work_dir):
-            return self._tune(trials, search, time_budget_s, on_round, per_round, stop, runner, space)
+            return self._tune(trials, search, time_budget_s, on_round, per_round, stop, runner, space, strategy,
+                              say or (lambda _: None))
 
-    def _tune(self, trials, search, time_budget_s, on_round, per_round, stop, runner, space) -> Progress:
+    def _tune(self, trials, search, time_budget_s, on_round, per_round, stop, runner, space, strategy, say) -> Progress:
         before = self.state()
         todo = trials - before.trials
         if todo <= 0:
+            say(f"{before.trials} records already in {self.work_dir}; nothing to tune (raise --trials to go on)")
             return before
+        if before.trials:
+            say(f"resuming from {before.trials} records in {self.work_dir}")
         started = time.monotonic()
         current = Progress(before.trials, before.valid, before.best_seconds, before.elapsed_s)
 
+        space, strategy = search_parts(search, space, strategy)
+        watched = WatchedSearch(strategy, stop=stop)
+
         def round_ended() -> None:  # the one round event: progress file, caller's hook
             current.elapsed_s = before.elapsed_s + time.monotonic() - started
+            current.search_s_per_round = watched.per_round_seconds()
             with open(self.work_dir / PROGRESS_FILE, "a") as log:
                 log.write(json.dumps(asdict(current)) + "\n")
             if on_round is not None:
@@ -386,18 +424,17 @@ class TuningRun:
             current.task, current.task_seconds = r.task, r.best_seconds[r.task]
             round_ended()
 
-        space, strategy = search_parts(search, space)
         cut_torn_line(self.work_dir / PROGRESS_FILE)  # before this run appends to it
         options = {"search": search, "space": space, "seed": self.spec.seed, "time_budget_s": time_budget_s}
         if runner is not None:
             options["runner"] = runner
         if self.is_model:
-            tune_model(self.model, None, self.target, str(self.work_dir), todo, num_trials_per_iter=per_round,
-                       strategy=WatchedSearch(strategy, stop=stop), on_round=model_round,
-                       exact_math=self.spec.exact_math, **options)
+            tune_model(self.lowered, None, self.target, str(self.work_dir), todo, num_trials_per_iter=per_round,
+                       strategy=watched, on_round=model_round, lower=False, **options)
         else:
+            watched.on_round = kernel_round
             tune_workload(self.workload, self.target, str(self.work_dir), todo, num_trials_per_iter=min(per_round, todo),
-                          strategy=WatchedSearch(strategy, on_round=kernel_round, stop=stop), **options)
+                          strategy=watched, **options)
         return self.state()
 
 
@@ -408,8 +445,9 @@ def merge_runs(sources: Sequence[str | Path], dest: str | Path, target: Target |
     dest = Path(dest)
     sources = [Path(s) for s in sources]
     for source in sources:
-        if not (source / DATABASE_FILES[1]).is_file():
-            raise RunError(f"{source} holds no tuning records ({DATABASE_FILES[1]} is missing); name work dirs of ms-heron runs")
+        if not records_file(source).is_file():
+            raise RunError(f"{source} holds no tuning records ({records_file(source).name} is missing); name work dirs of "
+                           "ms-heron runs")
         if source.resolve() == dest.resolve():
             raise RunError(f"{source} is the destination; name it once, last")
     runs = [TuningRun.open(s) for s in [dest, *sources] if (s / RUN_FILE).is_file()]

@@ -1,19 +1,16 @@
-"""Tune a kernel or a whole model with MetaSchedule, with ms_heron's set-up, and fetch the best.
+"""Tune a kernel or a whole model with MetaSchedule and Heron, and fetch the best.
 
-The set-up every tuning run on this stack needs, in one place (:func:`_prepare`): the repaired VNNI
-intrinsic registered, ``num-cores`` checked on CPU, the fast builder, MetaSchedule's logger made
-safe; a VNNI check for int8 kernels; and a clear error when the database holds no valid record.
+:func:`tune_func` and :func:`tune_model` are ``ms.tune_tir`` and ``tune_relax`` with the set-up of
+:mod:`.setup`; :func:`tune_pass` and :func:`static_shape_tuning_pipeline` put the same tuning in a
+Relax pipeline; :func:`best_schedule` gives a clear error when the database holds no valid record.
 """
 
 from __future__ import annotations
 
-import logging
-import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import tvm
 from tvm import IRModule, relax
@@ -23,21 +20,17 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 from tvm.target import Target
 
-from .builder import local_builder
-from .intrinsics import ensure_registered
-from .measure import (Budget, BudgetedRunner, budget_timeout, disk_errors_surface, local_runner_for, measure_callbacks,
-                      was_run)
-from .records import DATABASE_FILES, best_seconds, open_database, record_seconds
-from .relax import bind_params, lower_for_tuning
-from .search import HeronSearch, WatchedSearch
-from .search.features import xgb_cost_model
-from .search.task_scheduler import ExpectedGain
-from .space import HeronSpace
-from .hardware.targets import is_cpu, num_cores, require_vnni
-from .workload import Workload
+from ..errors import HeronError
+from ..hardware.targets import require_vnni
+from ..intrinsics import ensure_registered
+from ..records import best_seconds, disk_errors_surface, record_seconds, was_run
+from ..relax import bind_params, lower_for_tuning
+from ..search.task_scheduler import ExpectedGain
+from ..workloads import Workload
+from .setup import Search, prepare, search_parts
 
 
-class NoValidRecord(RuntimeError):
+class NoValidRecord(HeronError, RuntimeError):
     """Tuning produced no candidate that built and ran."""
 
 
@@ -52,25 +45,6 @@ def tune_workload(
     if workload.dtype == "int8":
         require_vnni(target)
     return tune_func(workload.func, target, work_dir, max_trials, **tune_kwargs)
-
-
-#: Which search tunes: ``"heron"``, HeronSpace + HeronSearch (and ExpectedGain over a model's
-#: tasks), or ``"metaschedule"``, MetaSchedule's default (post-order-apply space, evolutionary
-#: search, gradient task scheduler). Every entry point takes it, and defaults to ``"heron"``.
-Search = Literal["heron", "metaschedule"]
-
-
-def search_parts(search: Search, space: Any = None, strategy: Any = None) -> tuple[Any, Any]:
-    """The space generator and search strategy of ``search``; ``space``/``strategy`` replace its own
-    (a HeronSpace with your rules, a HeronSearch with other options)."""
-    if search == "heron":
-        defaults = (HeronSpace, HeronSearch)
-    elif search == "metaschedule":
-        defaults = (lambda: "post-order-apply", lambda: "evolutionary")
-    else:
-        raise ValueError(f"search={search!r}: choose 'heron' (HeronSpace + HeronSearch) or 'metaschedule' "
-                         "(MetaSchedule's default search)")
-    return (defaults[0]() if space is None else space, defaults[1]() if strategy is None else strategy)
 
 
 def tune_func(
@@ -99,11 +73,11 @@ def tune_func(
         No round starts, and no candidate is measured, once that much wall-clock time has passed
         (the first round always runs).
     tune_tir_kwargs
-        Passed to ``ms.tune_tir``; a ``runner`` (e.g. :meth:`ms_heron.measure.Tracker.runner`)
+        Passed to ``ms.tune_tir``; a ``runner`` (e.g. :meth:`ms_heron.tuning.measure.Tracker.runner`)
         measures elsewhere.
     """
     space, strategy = search_parts(search, space, strategy)
-    strategy = _prepare(target, work_dir, tune_tir_kwargs, strategy, time_budget_s=time_budget_s, cold=False)
+    strategy = prepare(target, work_dir, tune_tir_kwargs, strategy, time_budget_s=time_budget_s, cold=False)
     with disk_errors_surface(tune_tir_kwargs["measure_callbacks"]):
         return ms.tune_tir(
             func,
@@ -116,35 +90,6 @@ def tune_func(
             seed=seed,
             **tune_tir_kwargs,
         )
-
-
-def _prepare(target: Target, work_dir: str, tune_kwargs: dict, strategy: Any, *, time_budget_s: float | None,
-             cold: bool, callbacks: Callable[[ms.Database], list] | None = None) -> Any:
-    """What every tuning call needs before MetaSchedule starts (see the module docstring); returns
-    ``strategy`` with the budget's deadline.
-
-    The budget counts from here, set-up (design spaces, a model's lowering) included. It holds
-    between rounds (:class:`WatchedSearch`) and inside one (:class:`BudgetedRunner`), and build and
-    run timeouts are capped by it, so a hanging candidate overruns it by one timeout at most.
-    """
-    ensure_registered()
-    if is_cpu(target):
-        num_cores(target)  # raises early with the fix when num-cores is missing
-    budget = Budget(None if time_budget_s is None else time.monotonic() + time_budget_s)
-    timeout_s = budget_timeout(time_budget_s)
-    tune_kwargs.setdefault("builder", local_builder(timeout_sec=timeout_s))
-    tune_kwargs.setdefault("cost_model", xgb_cost_model())
-    runner = tune_kwargs.get("runner") or local_runner_for(cold=cold and is_cpu(target), timeout_s=timeout_s)
-    runner = ms.runner.create(runner) if isinstance(runner, str) else runner
-    tune_kwargs["runner"] = (runner if isinstance(runner, BudgetedRunner) else BudgetedRunner(runner)).until(budget)
-    os.makedirs(work_dir, exist_ok=True)
-    records = None  # the file to check writes landed in: only the work dir's own database
-    if "database" not in tune_kwargs:
-        tune_kwargs["database"], records = open_database(work_dir), Path(work_dir) / DATABASE_FILES[1]
-    tune_kwargs["measure_callbacks"] = [*measure_callbacks(tune_kwargs["database"], records),
-                                        *(callbacks(tune_kwargs["database"]) if callbacks else ())]
-    reset_metaschedule_logger()
-    return (strategy if isinstance(strategy, WatchedSearch) else WatchedSearch(strategy)).until(budget)
 
 
 @dataclass
@@ -225,15 +170,15 @@ def tune_model(
     wall-clock time has passed, model lowering included, after each task's first round.
     ``exact_math`` keeps exact exp/erf/tanh (see :func:`ms_heron.relax.lower_for_tuning`); compile
     with the same value. On the CPU, candidates are timed with their weights out of cache
-    (:func:`ms_heron.measure.evaluator_config`), also by a ``runner`` from
-    :meth:`ms_heron.measure.Tracker.runner` with ``cold=True``. ``lower=False`` tunes ``mod`` as
+    (:func:`ms_heron.tuning.measure.evaluator_config`), also by a ``runner`` from
+    :meth:`ms_heron.tuning.measure.Tracker.runner` with ``cold=True``. ``lower=False`` tunes ``mod`` as
     given: a module a Relax pipeline already legalized and fused (:func:`tune_pass`).
     """
     report = None if on_round is None else (lambda database: [_ReportRounds(on_round, max_trials, database)])
     space, strategy = search_parts(search, space, strategy)
     if task_scheduler is None:
         task_scheduler = ExpectedGain() if search == "heron" else "gradient"
-    strategy = _prepare(target, work_dir, tune_kwargs, strategy, time_budget_s=time_budget_s, cold=True, callbacks=report)
+    strategy = prepare(target, work_dir, tune_kwargs, strategy, time_budget_s=time_budget_s, cold=True, callbacks=report)
     lowered = lower_for_tuning(mod, params, target, exact_math=exact_math) if lower else bind_params(mod, params)
     with disk_errors_surface(tune_kwargs["measure_callbacks"]):
         return ms.relax_integration.tune_relax(
@@ -307,23 +252,6 @@ def static_shape_tuning_pipeline(
             ])(mod)
 
     return pipeline
-
-
-def reset_metaschedule_logger() -> None:
-    """Make MetaSchedule's logger ready for another tune in this process.
-
-    It re-configures its logger by handler *name* on every tune and crashes on a handler without
-    one (pytest's log capture leaves such handlers behind), so those go. Its console level is the
-    logger's level when a tune starts, but each tune leaves the logger at DEBUG: the level the user
-    chose (kept by the last tune's console handler) is restored, or a second tune in the same
-    process (the baseline arm) prints every round.
-    """
-    logger = logging.getLogger("tvm.s_tir.meta_schedule")
-    for handler in [h for h in logger.handlers if h.get_name() is None]:
-        logger.removeHandler(handler)
-    for handler in logger.handlers:
-        if handler.get_name() == "tvm.s_tir.meta_schedule.console":
-            logger.setLevel(handler.level)
 
 
 def best_schedule(database: ms.Database, task: Workload | tvm.tirx.PrimFunc, target: Target) -> Schedule:

@@ -17,7 +17,7 @@ import tvm
 from tvm.s_tir import meta_schedule as ms
 from tvm.target import Target
 
-from .hardware.targets import TargetError, is_cuda
+from ..hardware.targets import TargetError, is_cuda
 
 #: PassContext for CUDA builds; see the module docstring.
 CUDA_BUILD_CONFIG = {"tirx.disable_storage_rewrite": True}

@@ -1,7 +1,7 @@
 """Heron's static-analysis conditions on TensorIR blocks, and the loop roles rules leave behind.
 
 Rules fire on these conditions (Heron §2: "rules are triggered by static analysis"), and record
-the role of every loop level as block annotations (:mod:`ms_heron.annotations`) so that later
+the role of every loop level as block annotations (:mod:`ms_heron.schedule.annotations`) so that later
 rules, and the constraint model, can recover them from the trace alone.
 """
 
@@ -10,12 +10,13 @@ from __future__ import annotations
 import math
 
 from tvm import DataType, tirx
-from tvm.tirx.analysis import undefined_vars
-from tvm.s_tir import Schedule, SBlockRealize
+from tvm.s_tir import SBlockRealize, Schedule
 from tvm.s_tir.schedule import LoopRV, SBlockRV
 from tvm.s_tir.schedule.analysis import is_output_block
+from tvm.tirx.analysis import undefined_vars
 
-from ..annotations import (
+from ..hardware.targets import is_cpu, vector_bytes
+from .annotations import (
     AUTO_TENSORIZE,
     BLOCKIZED,
     PLACED,
@@ -25,7 +26,6 @@ from ..annotations import (
     iter_kinds,
     split_by_structure,
 )
-from ..hardware.targets import is_cpu, vector_bytes
 
 
 def working_block(sch: Schedule, block: SBlockRV) -> SBlockRV:

@@ -1,4 +1,5 @@
-"""What a user would otherwise run: ONNX Runtime (int8 GEMM, whole ONNX models) and numpy (fp32 GEMM).
+"""What a user would otherwise run, which ``ms-heron demo`` and ``tune-model`` compare with in the same
+run: ONNX Runtime (a suite operator, an int8 GEMM, whole ONNX models) and numpy (fp32 GEMM).
 
 Timed like ms_heron's kernels (median of repeats after a warm-up), on the same number of threads.
 ONNX Runtime is an optional dependency (the ``bench`` extra); a clear error says how to get it.
@@ -11,8 +12,10 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
+from .errors import HeronError
 
-class BaselineUnavailable(RuntimeError):
+
+class BaselineUnavailable(HeronError, RuntimeError):
     """The baseline's package is not installed; the message names the pip extra."""
 
 

@@ -1,6 +1,6 @@
 """A task to tune and check: a PrimFunc with random inputs, a reference and its operation count.
 
-Heron's suite (``ms_heron.testing.workloads``) builds Workloads from TE with numpy references; a
+Heron's suite (``ms_heron.workloads``) builds Workloads from TE with numpy references; a
 user's own kernel becomes one through :func:`from_func` or :func:`load_kernel` (a TVMScript file),
 checked against the kernel itself, unscheduled.
 """
@@ -14,11 +14,13 @@ import numpy as np
 import tvm
 from tvm import tirx
 
+from ..errors import HeronError
+
 #: The family of a user's kernel (:func:`from_func`).
 KERNEL = "kernel"
 
 
-class WorkloadError(ValueError):
+class WorkloadError(HeronError, ValueError):
     """A workload, case, dtype or shape that does not exist or cannot be built; names the fix."""
 
 

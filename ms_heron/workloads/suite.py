@@ -27,7 +27,7 @@ import numpy as np
 from tvm import te, tirx, topi
 
 from ..intrinsics import VNNI_LANES, VNNI_MAX_PADDING_WASTE, VNNI_REDUCTION
-from ..workload import Workload, WorkloadError, random_array
+from .workload import Workload, WorkloadError, random_array
 
 DTYPES = ("int8", "fp32", "fp16")
 

@@ -1,0 +1,23 @@
+"""Tuning: the set-up every call needs (:mod:`.setup`), how candidates are built and measured
+(:mod:`.builder`, :mod:`.measure`) under a wall-clock budget (:mod:`.budget`), the API functions
+(:mod:`.api`), and a resumable run in a work dir (:mod:`.run`), the one tune-or-resume path that the
+CLI, the demo and the bench scripts take."""
+
+from .api import (
+                  ModelRound,
+                  NoValidRecord,
+                  best_schedule,
+                  static_shape_tuning_pipeline,
+                  tune_func,
+                  tune_model,
+                  tune_pass,
+                  tune_workload,
+)
+from .run import Progress, RunError, RunSpec, TuningRun, merge_runs
+from .setup import Search, reset_metaschedule_logger, search_parts
+
+__all__ = [
+    "ModelRound", "NoValidRecord", "Progress", "RunError", "RunSpec", "Search", "TuningRun", "best_schedule",
+    "merge_runs", "reset_metaschedule_logger", "search_parts", "static_shape_tuning_pipeline", "tune_func",
+    "tune_model", "tune_pass", "tune_workload",
+]

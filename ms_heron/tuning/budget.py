@@ -1,0 +1,164 @@
+"""The wall-clock budget: a person budgets in minutes and presses CTRL-C; MetaSchedule budgets in trials.
+
+One deadline (:class:`Budget`) is held in two places. Between rounds, :class:`WatchedSearch` wraps any
+search strategy and returns no candidates once the deadline has passed or a stop was asked for, so the
+round in flight finishes and is stored. Inside a round, :class:`BudgetedRunner` leaves the rest of the
+candidates unmeasured (:data:`~ms_heron.records.NOT_RUN`, not stored as failures, so a resumed run
+measures them). Build and run timeouts are capped by the budget (:func:`budget_timeout`), so a hanging
+candidate overruns it by one timeout at most. The search wrapper also times "search overhead"
+(generating candidates and taking in results, not building or measuring) for HeronSearch and
+MetaSchedule's evolutionary search alike.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from tvm.ir.utils import derived_object
+from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.meta_schedule.runner.runner import PyRunner, PyRunnerFuture
+from tvm.s_tir.meta_schedule.search_strategy import PySearchStrategy, SearchStrategy
+
+from ..records import NOT_RUN
+
+#: MetaSchedule's default per-candidate build and run timeout, in seconds.
+DEFAULT_TIMEOUT_S = 30.0
+
+
+class Budget:
+    """A wall-clock deadline shared by the search (no new round once it has passed) and the runner
+    (the rest of a round is left unmeasured).
+
+    A task's first round is ``guaranteed`` (the search sets it): past the deadline it is measured
+    until one candidate is valid or one times out, so every task of a model gets a kernel and a
+    round of hanging candidates still costs one timeout at most.
+    """
+
+    def __init__(self, deadline: float | None = None):
+        self.deadline = deadline
+        self.guaranteed = False
+
+    def spent(self) -> bool:
+        return self.deadline is not None and time.monotonic() >= self.deadline
+
+
+def budget_timeout(budget_s: float | None) -> float:
+    """A build's or run's timeout under a time budget: a hanging candidate cannot outlast it."""
+    return DEFAULT_TIMEOUT_S if budget_s is None else max(1.0, min(DEFAULT_TIMEOUT_S, budget_s))
+
+
+@derived_object
+class BudgetedRunner(PyRunner):
+    """``inner`` measuring ``width`` candidates at a time (its parallel workers), leaving the rest of
+    a round unmeasured (:data:`NOT_RUN`) once the :class:`Budget` is spent."""
+
+    def __init__(self, inner: ms.runner.Runner, width: int = 1, budget: Budget | None = None):
+        super().__init__()
+        self.inner, self.width, self.budget = inner, max(1, width), budget or Budget()
+
+    def until(self, budget: Budget) -> BudgetedRunner:
+        """The same runner under ``budget``."""
+        return BudgetedRunner(self.inner, self.width, budget)
+
+    def run(self, runner_inputs):
+        results = []
+        settled = False  # a guaranteed round has a valid candidate, or a timed-out one
+        for start in range(0, len(runner_inputs), self.width):
+            chunk = list(runner_inputs[start:start + self.width])
+            if self.budget.spent() and (settled or not self.budget.guaranteed):
+                results += [ms.runner.RunnerResult(None, NOT_RUN) for _ in chunk]
+                continue
+            ran = [future.result() for future in self.inner.run(chunk)]
+            settled = settled or any(r.error_msg is None or "Timeout" in r.error_msg for r in ran)
+            results += ran
+        return [_Done(r) for r in results]
+
+
+@derived_object
+class _Done(PyRunnerFuture):
+    """A runner future whose result is already known."""
+
+    def __init__(self, result: ms.runner.RunnerResult):
+        super().__init__()
+        self.value = result
+
+    def done(self) -> bool:
+        return True
+
+    def result(self) -> ms.runner.RunnerResult:
+        return self.value
+
+
+#: Called after every measured round with the round's candidates and runner results.
+RoundHook = Callable[[list, list], None]
+
+
+@derived_object
+class WatchedSearch(PySearchStrategy):
+    """``inner`` (a strategy or its MetaSchedule name) with a deadline, a stopwatch and a round hook."""
+
+    def __init__(
+        self,
+        inner,
+        budget: Budget | None = None,
+        on_round: RoundHook | None = None,
+        search_seconds: list | None = None,
+        stop: Callable[[], bool] | None = None,
+    ):
+        self.inner = SearchStrategy.create(inner) if isinstance(inner, str) else inner
+        #: Once spent, no new round starts (the runner shares it).
+        self.budget = budget or Budget()
+        self.on_round = on_round
+        #: Asked before every round; True ends tuning there (e.g. after a CTRL-C).
+        self.stop = stop
+        #: Search work in seconds: set-up first, then one entry per round (shared with clones).
+        self.search_seconds = [] if search_seconds is None else search_seconds
+        #: This task's first round always runs, however long set-up took (a model's tasks are clones).
+        self.first_round_done = False
+
+    def _initialize_with_tune_context(self, context) -> None:
+        self.inner._initialize_with_tune_context(context)
+
+    def pre_tuning(self, max_trials, num_trials_per_iter, design_spaces, database=None, cost_model=None):
+        start = time.perf_counter()
+        self.inner.pre_tuning(max_trials, num_trials_per_iter, design_spaces, database, cost_model)
+        self.search_seconds.append(time.perf_counter() - start)
+
+    def post_tuning(self) -> None:
+        self.inner.post_tuning()
+
+    def until(self, budget: Budget) -> WatchedSearch:
+        """The same watch under ``budget``."""
+        return WatchedSearch(self.inner, budget, self.on_round, self.search_seconds, self.stop)
+
+    def generate_measure_candidates(self):
+        if self.first_round_done and self.budget.spent():
+            return None
+        if self.stop is not None and self.stop():
+            return None
+        start = time.perf_counter()
+        got = self.inner.generate_measure_candidates()
+        spent = time.perf_counter() - start
+        if got is None:
+            self.search_seconds[-1] += spent
+        else:
+            self.search_seconds.append(spent)
+            self.budget.guaranteed = not self.first_round_done
+            self.first_round_done = True
+        return got
+
+    def notify_runner_results(self, measure_candidates, results) -> None:
+        start = time.perf_counter()
+        self.inner.notify_runner_results(measure_candidates, results)
+        self.search_seconds[-1] += time.perf_counter() - start
+        if self.on_round is not None:
+            self.on_round(list(measure_candidates), list(results))
+
+    def clone(self):
+        return WatchedSearch(self.inner.clone(), self.budget, self.on_round, self.search_seconds, self.stop)
+
+    def per_round_seconds(self) -> float:
+        """Mean search work per measured round (set-up excluded)."""
+        rounds = self.search_seconds[1:]
+        return sum(rounds) / len(rounds) if rounds else 0.0

@@ -1,0 +1,124 @@
+"""Where and how candidates are measured: the local or RPC runner, and cold weights.
+
+MetaSchedule measures with a runner (a local worker process, or TVM's RPC tracker handing out remote
+servers). ms_heron adds two things (the time budget is :mod:`.budget`'s, storing is :mod:`ms_heron.records`'):
+
+* **Cold weights** (:func:`evaluator_config` with ``cold=True``): in a model a kernel's weights come
+  from memory, so model tasks are timed with every argument but the first flushed from the caches.
+* **RPC** (:class:`Tracker`): ``host:port:key`` is checked before tuning (the tracker answers and has
+  servers for the key), and the RPC runner keeps one connection per server.
+"""
+
+from __future__ import annotations
+
+import math
+import socket
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.meta_schedule.runner import local_runner, rpc_runner
+
+from ..errors import HeronError
+from .budget import DEFAULT_TIMEOUT_S, BudgetedRunner
+
+
+class MeasureError(HeronError, ValueError):
+    """Candidates cannot be measured where asked (e.g. no RPC server); the message names the fix."""
+
+
+def evaluator_config(*, cold: bool, repeat: int = 10) -> ms.runner.EvaluatorConfig | None:
+    """MetaSchedule's default timing (None), or ``repeat`` single calls with every argument but the
+    first flushed from the CPU caches.
+
+    In a model a kernel's weights come from memory: the layer's other weights passed through the
+    caches since its last call, while its first argument, the activation, was just written. Timed
+    warm, the search prefers kernels that re-read a weight panel from L3 for every row block, which
+    run up to 1.3x slower in the model than kernels that read it once (BERT's FFN projection, 768x3072
+    fp32). TVM's Ansor tutorials flush for the same reason.
+    """
+    if not cold:
+        return None
+    return ms.runner.EvaluatorConfig(number=1, repeat=repeat, min_repeat_ms=0, enable_cpu_cache_flush=True)
+
+
+def undisturbed(costs: Sequence[float]) -> list[float]:
+    """``costs`` minus the calls a descheduled worker thread stretched past 1.5x their median.
+
+    Single calls after a flush leave the thread pool idle between them; now and then a worker is
+    descheduled and one call takes milliseconds instead of microseconds. A record's time is the mean
+    of its samples (MetaSchedule's cost model and task scheduler read it so), so those calls are
+    dropped before they turn a fast kernel's record into a slow one.
+    """
+    median = statistics.median(costs)
+    return [c for c in costs if c <= 1.5 * median]
+
+
+def cold_call_seconds(rt_mod, device, config, repeated_args) -> list[float]:
+    """LocalRunner's evaluator, keeping the :func:`undisturbed` calls."""
+    return undisturbed(local_runner.default_run_evaluator(rt_mod, device, config, repeated_args))
+
+
+def cold_call_seconds_rpc(session, rt_mod, device, config, repeated_args) -> list[float]:
+    """RPCRunner's evaluator, keeping the :func:`undisturbed` calls."""
+    return undisturbed(rpc_runner.default_run_evaluator(session, rt_mod, device, config, repeated_args))
+
+
+def local_runner_for(*, cold: bool = False, timeout_s: float = DEFAULT_TIMEOUT_S) -> ms.runner.LocalRunner:
+    """A LocalRunner: MetaSchedule's timing, or cold weights (see :func:`evaluator_config`)."""
+    return ms.runner.LocalRunner(timeout_sec=timeout_s, evaluator_config=evaluator_config(cold=cold),
+                                 f_run_evaluator=cold_call_seconds if cold else None)
+
+
+@dataclass(frozen=True)
+class Tracker:
+    """A TVM RPC tracker and the key its measuring servers registered with (``HOST:PORT:KEY``)."""
+
+    host: str
+    port: int
+    key: str
+
+    @staticmethod
+    def parse(text: str) -> Tracker:
+        host, _, rest = text.rpartition(":")
+        host, _, port = host.rpartition(":")
+        if not host or not port.isdigit() or not rest:
+            raise MeasureError(f"--rpc takes HOST:PORT:KEY of a TVM RPC tracker, such as 127.0.0.1:9190:zen5, got {text!r}")
+        return Tracker(host, int(port), rest)
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port}:{self.key}"
+
+    def servers(self) -> int:
+        """How many servers the tracker holds for the key (free or busy); refuses with the fix when
+        the tracker does not answer or holds none."""
+        from tvm import rpc  # pylint: disable=import-outside-toplevel
+
+        try:
+            socket.create_connection((self.host, self.port), timeout=5).close()  # TVM's own connect retries for a minute
+            summary = rpc.connect_tracker(self.host, self.port).summary()
+        except (OSError, RuntimeError) as err:
+            raise MeasureError(
+                f"no RPC tracker answers at {self.host}:{self.port} ({err}); start one with "
+                f"python -m tvm.exec.rpc_tracker --host {self.host} --port {self.port}"
+            ) from None
+        keys = [info["key"].split(":")[-1] for info in summary.get("server_info", [])]  # "server:KEY" per server
+        count = keys.count(self.key)
+        if not count:
+            held = f"it holds servers for {', '.join(sorted(set(keys)))}" if keys else "it holds no server"
+            raise MeasureError(
+                f"the RPC tracker at {self.host}:{self.port} has no server for key {self.key!r} ({held}); start one "
+                f"on each measuring machine: python -m tvm.exec.rpc_server --tracker {self.host}:{self.port} --key {self.key}"
+            )
+        return count
+
+    def runner(self, *, cold: bool = False, timeout_s: float = DEFAULT_TIMEOUT_S) -> BudgetedRunner:
+        """An RPCRunner with one connection per server the tracker holds now, measuring that many
+        candidates at a time."""
+        servers = self.servers()
+        config = ms.runner.RPCConfig(tracker_host=self.host, tracker_port=self.port, tracker_key=self.key,
+                                     session_priority=1, session_timeout_sec=max(1, math.ceil(timeout_s)))
+        rpc = ms.runner.RPCRunner(config, evaluator_config(cold=cold), max_workers=servers,
+                                  f_run_evaluator=cold_call_seconds_rpc if cold else None)
+        return BudgetedRunner(rpc, width=servers)

@@ -1,0 +1,85 @@
+"""The layout the README promises, checked on the source: what may import what, who touches the
+database files, how many modules sit at the top, and that every command takes the one tuning path."""
+
+import ast
+import json
+import pathlib
+import subprocess
+import sys
+
+import onnx
+
+from ms_heron.testing import models
+
+PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "ms_heron"
+COUNTING_CLI = pathlib.Path(__file__).with_name("counting_cli.py")
+
+
+def _modules():
+    for path in sorted(PACKAGE.rglob("*.py")):
+        yield path.relative_to(PACKAGE).as_posix(), ast.parse(path.read_text())
+
+
+def _imported(tree: ast.Module, path: str) -> set[str]:
+    """Absolute names of the ms_heron modules ``tree`` (at ``path``) imports."""
+    package = ["ms_heron", *path.split("/")[:-1]]
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            module = ".".join([*base, *(node.module.split(".") if node.module else [])])
+            names |= {module, *(f"{module}.{a.name}" for a in node.names)}
+        elif isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+    return {n for n in names if n.startswith("ms_heron")}
+
+
+def test_product_code_never_imports_testing_and_only_hardware_runs_probes():
+    for path, tree in _modules():
+        imported = _imported(tree, path)
+        if not path.startswith("testing/"):
+            assert not any(n.startswith("ms_heron.testing") for n in imported), path
+        if not path.startswith("hardware/"):
+            assert not any(n.startswith("ms_heron.hardware.probes") for n in imported), path
+
+
+def test_records_is_the_one_module_that_touches_the_database_files():
+    for path, tree in _modules():
+        if path == "records.py":
+            continue
+        docstrings = {id(n.body[0].value) for n in ast.walk(tree)
+                      if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef)) and n.body
+                      and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+        for node in ast.walk(tree):
+            name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
+            assert name not in ("JSONDatabase", "DATABASE_FILES", "StoreMeasured"), f"{path}: {name}"
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+                assert "database_tuning_record" not in node.value and "database_workload" not in node.value, path
+
+
+def test_at_most_six_modules_sit_at_the_package_top():
+    top = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(top) <= 6, top
+
+
+def test_demo_and_both_tune_commands_take_the_one_tuning_path_and_a_model_is_lowered_once(tmp_path):
+    """Each command enters ``TuningRun.tune`` once; tune-model lowers its model once (tuning, the task
+    table, compiling and the untuned check all use that one lowering) and still matches ONNX Runtime."""
+    model = tmp_path / "mlp.onnx"
+    onnx.save(models.mlp(batch=4, features=16, hidden=32, out=8).proto, model)
+    commands = {
+        "demo": ["demo", "--shape", "32", "32", "32", "--trials", "2", "--dtype", "fp32", "--work-dir", tmp_path / "demo"],
+        "tune": ["tune", "gemm", "--shape", "M=32", "N=32", "K=32", "--dtype", "fp32", "--trials", "2",
+                 "--work-dir", tmp_path / "tune"],
+        "tune-model": ["tune-model", model, "--trials", "4", "--round-size", "2", "--work-dir", tmp_path / "model"],
+    }
+    procs = {name: subprocess.Popen([sys.executable, COUNTING_CLI, *map(str, args)], stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True) for name, args in commands.items()}
+    for name, proc in procs.items():
+        out, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, f"{name}: {err[-3000:]}"
+        counts = json.loads(err.strip().splitlines()[-1])
+        assert counts["TuningRun.tune"] == 1, (name, counts)
+        assert counts["lower_for_tuning"] == (1 if name == "tune-model" else 0), (name, counts)
+        if name == "tune-model":
+            assert "outputs checked against ONNX Runtime on a random input: correct" in out, out
