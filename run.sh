@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Creates (once) and reuses a virtual environment in .venv, then runs the demo or the tests.
 #   ./run.sh demo [ms-heron demo options]    tune an int8 VNNI GEMM on this CPU, compare with ONNX Runtime
-#   ./run.sh test [pytest options]           run the test suite
+#   ./run.sh test [pytest options]           lint (ruff) and run the test suite
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -22,6 +22,8 @@ command="${1:-}"
 [ $# -gt 0 ] && shift
 case "$command" in
   demo) exec "$venv/bin/ms-heron" demo "$@" ;;
-  test) exec "$venv/bin/python" -m pytest "$@" ;;
+  test)
+    "$venv/bin/ruff" check --quiet . || { echo "ruff: fix the lint above (./.venv/bin/ruff check --fix .)" >&2; exit 1; }
+    exec "$venv/bin/python" -m pytest "$@" ;;
   *) echo "usage: ./run.sh demo [options] | ./run.sh test [pytest options]" >&2; exit 2 ;;
 esac

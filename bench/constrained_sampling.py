@@ -86,7 +86,12 @@ def sampler_uniformity(target, draws: int = 300) -> dict:
     feasible = count_solutions(model)
     solver = Solver(model, seed=0)
     samples = [solver.sample() for _ in range(draws)]
-    return {"workload": workload.name, "feasible": feasible, "draws": draws, "uniformity": uniformity(samples, feasible)}
+    return {
+        "workload": workload.name,
+        "feasible": feasible,
+        "draws": draws,
+        "uniformity": uniformity(samples, feasible),
+    }
 
 
 def main() -> None:
@@ -125,7 +130,8 @@ def main() -> None:
             s = r[label]
             rate = ", ".join(map(str, r["solutions_per_s"])) if label == "heron" else "-"
             lines.append(
-                f"| {r['case']} | {label} | {s['valid_share']:.0%} | {s['median_gops']:.0f} | {s['p90_gops']:.0f} | {s['max_gops']:.0f} | {rate} |"
+                f"| {r['case']} | {label} | {s['valid_share']:.0%} | {s['median_gops']:.0f} | {s['p90_gops']:.0f} "
+                f"| {s['max_gops']:.0f} | {rate} |"
             )
     lines += [
         "",

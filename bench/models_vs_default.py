@@ -54,7 +54,9 @@ def _tune_and_export(name: str, trials: int, out: pathlib.Path, work_root: pathl
     onnx.save(model.proto, work_root / f"{name}.onnx")  # beside the run, which names it
     onnx.save(model.proto, out / f"{name}.onnx")
     np.savez(out / f"{name}_inputs.npz", **model.inputs)
-    run = TuningRun.create(work_root / name, RunSpec.of_model(work_root / f"{name}.onnx", model.input_shapes(), host_target(), seed))
+    run = TuningRun.create(
+        work_root / name, RunSpec.of_model(work_root / f"{name}.onnx", model.input_shapes(), host_target(), seed)
+    )
     row = {"per task": {}}
     for arm, arm_run in zip(ARMS, (run, run.baseline())):
         arm_run.tune(trials, search="heron" if arm_run is run else "metaschedule", per_round=PER_ROUND)
@@ -64,7 +66,9 @@ def _tune_and_export(name: str, trials: int, out: pathlib.Path, work_root: pathl
             times = [dataclasses.replace(t, space="") for t in times]
         row["tasks"] = len(times)
         row["per task"][arm] = [dataclasses.asdict(t) for t in times]
-        compile_model(arm_run.database(), run.model, None, run.target, exact_math=run.spec.exact_math).export_library(str(out / f"{name}_{arm.replace(' ', '_')}.so"))
+        compile_model(arm_run.database(), run.model, None, run.target, exact_math=run.spec.exact_math).export_library(
+            str(out / f"{name}_{arm.replace(' ', '_')}.so")
+        )
     return row
 
 
@@ -89,8 +93,10 @@ def time_exported(out: pathlib.Path, names: list[str], arms=ARMS, rounds: int = 
         for arm, lib in libs.items():
             got = run_model(lib, inputs)
             row[f"{arm} max abs diff"] = max(float(np.abs(a - b).max()) for a, b in zip(got, expected))
-        samplers = {"ONNX Runtime": lambda: median_seconds(lambda: session.run(None, inputs)),
-                    **{arm: (lambda lib=lib: time_model(lib, inputs)) for arm, lib in libs.items()}}
+        samplers = {
+            "ONNX Runtime": lambda: median_seconds(lambda: session.run(None, inputs)),
+            **{arm: (lambda lib=lib: time_model(lib, inputs)) for arm, lib in libs.items()},
+        }
         for who, secs in medians_in_turn(samplers, rounds).items():
             row[f"{who} ms"] = secs * 1e3
         rows[name] = row
@@ -124,14 +130,17 @@ def main() -> None:
         tuned = {name: _tune_and_export(name, args.trials, out, work_root, args.seed) for name in args.models}
         timing = subprocess.run(
             [sys.executable, __file__, "--time-exported", tmp, "--models", *args.models],
-            check=True, capture_output=True, text=True,
+            check=True,
+            capture_output=True,
+            text=True,
         )
         timed = json.loads(timing.stdout.strip().splitlines()[-1])
     data = {name: {**tuned[name], **timed[name]} for name in args.models}
     lines = [
         f"# Whole models, {args.trials} trials per arm, {num_cores(host_target())} cores",
         "",
-        f"Latency of the compiled model (fresh process; ONNX Runtime and both arms timed in turn, {TIMING_ROUNDS} rounds, medians). "
+        f"Latency of the compiled model (fresh process; ONNX Runtime and both arms timed in turn, "
+        f"{TIMING_ROUNDS} rounds, medians). "
         "Ratios > 1 mean ms_heron is faster.",
         "",
         "| model | tasks | ms_heron ms | MS default ms | ONNX Runtime ms | ms_heron / MS default | ms_heron / ORT "
@@ -146,16 +155,25 @@ def main() -> None:
             f"{r['ms_heron max abs diff']:.2g} / {r['MetaSchedule default max abs diff']:.2g} |"
         )
     ratios = [r["MetaSchedule default ms"] / r["ms_heron ms"] for r in data.values()]
-    lines += ["", f"Geometric mean ms_heron / MetaSchedule default: **{results_io.geomean(ratios):.2f}x** "
-              f"({sum(x >= 1.0 for x in ratios)} of {len(ratios)} models >= 1.0x)."]
+    lines += [
+        "",
+        f"Geometric mean ms_heron / MetaSchedule default: **{results_io.geomean(ratios):.2f}x** "
+        f"({sum(x >= 1.0 for x in ratios)} of {len(ratios)} models >= 1.0x).",
+    ]
     from ms_heron.relax import TaskTime, task_table  # pylint: disable=import-outside-toplevel
 
     for name, r in data.items():
         arms = {arm: [TaskTime(**t) for t in times] for arm, times in r["per task"].items()}
         slowest = min(arms[ARMS[0]], key=lambda t: _task_ratio(t, arms[ARMS[1]]))
-        lines += ["", f"## {name}: per task (best kernel time while tuning; share of the model estimate)", "",
-                  f"Slowest ms_heron kernel against MetaSchedule default's for the same task: {slowest.name}, "
-                  f"{_task_ratio(slowest, arms[ARMS[1]]):.2f}x.", "", *task_table(arms)]
+        lines += [
+            "",
+            f"## {name}: per task (best kernel time while tuning; share of the model estimate)",
+            "",
+            f"Slowest ms_heron kernel against MetaSchedule default's for the same task: {slowest.name}, "
+            f"{_task_ratio(slowest, arms[ARMS[1]]):.2f}x.",
+            "",
+            *task_table(arms),
+        ]
     subset = "" if args.models == list(models.ZOO) else "_" + "_".join(args.models)
     results_io.write(args.out, f"models_vs_default_{args.trials}{subset}", lines, data)
 

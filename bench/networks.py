@@ -59,12 +59,21 @@ def _race_points(arm: str, arm_run, shares=RACE_SHARES) -> list[dict]:
     for share in shares:
         done = [r for r in rows if r.elapsed_s <= share * rows[-1].elapsed_s + 1e-6]
         if done:
-            points.append({"label": _label(arm, share), "share": share, "elapsed s": done[-1].elapsed_s, "records": done[-1].trials,
-                           "estimate ms": done[-1].best_seconds * 1e3})
+            points.append(
+                {
+                    "label": _label(arm, share),
+                    "share": share,
+                    "elapsed s": done[-1].elapsed_s,
+                    "records": done[-1].trials,
+                    "estimate ms": done[-1].best_seconds * 1e3,
+                }
+            )
     return points
 
 
-def _tune_and_export(name: str, budgets: dict[str, float], out: pathlib.Path, work_root: pathlib.Path, seed: int) -> dict:
+def _tune_and_export(
+    name: str, budgets: dict[str, float], out: pathlib.Path, work_root: pathlib.Path, seed: int
+) -> dict:
     # pylint: disable=import-outside-toplevel
     from ms_heron.records import first_records
     from ms_heron.relax import compile_model
@@ -75,25 +84,45 @@ def _tune_and_export(name: str, budgets: dict[str, float], out: pathlib.Path, wo
     onnx.save(model.proto, work_root / f"{name}.onnx")
     onnx.save(model.proto, out / f"{name}.onnx")
     np.savez(out / f"{name}_inputs.npz", **model.inputs)
-    run = TuningRun.create(work_root / name, RunSpec.of_model(work_root / f"{name}.onnx", model.input_shapes(), host_target(), seed))
+    run = TuningRun.create(
+        work_root / name, RunSpec.of_model(work_root / f"{name}.onnx", model.input_shapes(), host_target(), seed)
+    )
     row = {"per task": {}, "race": {}, "curve": {}}
     for arm, arm_run in zip(ARMS, (run, run.baseline())):
-        state = arm_run.tune(TRIALS, search="heron" if arm_run is run else "metaschedule", time_budget_s=budgets[arm],
-                             per_round=PER_ROUND)
+        state = arm_run.tune(
+            TRIALS,
+            search="heron" if arm_run is run else "metaschedule",
+            time_budget_s=budgets[arm],
+            per_round=PER_ROUND,
+        )
         times = arm_run.task_times()
         if arm_run is not run:
             times = [dataclasses.replace(t, space="") for t in times]
-        row.update({f"{arm} tuning s": state.elapsed_s, f"{arm} records": state.trials, "tasks": len(times),
-                    f"{arm} estimate ms": sum(t.calls * t.seconds for t in times) * 1e3})
+        row.update(
+            {
+                f"{arm} tuning s": state.elapsed_s,
+                f"{arm} records": state.trials,
+                "tasks": len(times),
+                f"{arm} estimate ms": sum(t.calls * t.seconds for t in times) * 1e3,
+            }
+        )
         row["per task"][arm] = [dataclasses.asdict(t) for t in times]
-        print(f"{name} {arm}: {state.trials} records in {state.elapsed_s:.0f} s, estimate "
-              f"{row[f'{arm} estimate ms']:.2f} ms", flush=True)
+        print(
+            f"{name} {arm}: {state.trials} records in {state.elapsed_s:.0f} s, estimate "
+            f"{row[f'{arm} estimate ms']:.2f} ms",
+            flush=True,
+        )
         row["race"][arm] = _race_points(arm, arm_run)
-        row["curve"][arm] = [(p.elapsed_s, p.best_seconds * 1e3) for p in arm_run.progress() if p.best_seconds < float("inf")]
+        row["curve"][arm] = [
+            (p.elapsed_s, p.best_seconds * 1e3) for p in arm_run.progress() if p.best_seconds < float("inf")
+        ]
         for point in row["race"][arm]:
-            database = arm_run.database() if point["share"] == 1.0 else first_records(arm_run.work_dir, point["records"])
+            database = (
+                arm_run.database() if point["share"] == 1.0 else first_records(arm_run.work_dir, point["records"])
+            )
             compile_model(database, run.model, None, run.target).export_library(
-                str(out / f"{name}_{point['label'].replace(' ', '_')}.so"))
+                str(out / f"{name}_{point['label'].replace(' ', '_')}.so")
+            )
     return row
 
 
@@ -111,8 +140,13 @@ def _plot(name: str, r: dict, path: pathlib.Path) -> None:
             xs, ys = zip(*r["curve"][arm])
             ax.plot(xs, ys, color=color, linestyle="--", label=f"{arm}: estimate")
         points = [p for p in r["race"].get(arm, []) if f"{p['label']} ms" in r]
-        ax.plot([p["elapsed s"] for p in points], [r[f"{p['label']} ms"] for p in points], "o-", color=color,
-                label=f"{arm}: measured")
+        ax.plot(
+            [p["elapsed s"] for p in points],
+            [r[f"{p['label']} ms"] for p in points],
+            "o-",
+            color=color,
+            label=f"{arm}: measured",
+        )
     ax.axhline(r["ONNX Runtime ms"], color="black", linewidth=1, label="ONNX Runtime")
     ax.set(xlabel="tuning time (s)", ylabel="model latency (ms)", title=f"{name}: the race", yscale="log")
     ax.legend(fontsize=8)
@@ -128,7 +162,8 @@ def _markdown(data: dict, budget: str) -> list[str]:
         f"# Whole networks, {budget} of tuning per arm, {num_cores(host_target())} cores",
         "",
         "Each arm tuned under a wall-clock budget (set-up included), then the compiled models and ONNX Runtime "
-        f"(all graph optimizations, same ONNX file) timed in turn in one fresh process ({TIMING_ROUNDS} rounds, medians). "
+        f"(all graph optimizations, same ONNX file) timed in turn in one fresh process "
+        f"({TIMING_ROUNDS} rounds, medians). "
         "Ratios > 1 mean ms_heron is faster. The estimate is the tuner's: best kernel x calls, summed over tasks.",
         "",
         "| network | commit | tasks | ms_heron ms | MS default ms | ONNX Runtime ms | vs MS default | vs ORT "
@@ -138,26 +173,43 @@ def _markdown(data: dict, budget: str) -> list[str]:
     for name, r in data.items():
         ours, default, ort = r["ms_heron ms"], r["MetaSchedule default ms"], r["ONNX Runtime ms"]
         lines.append(
-            f"| {name} | {r['commit']} | {r['tasks']} | {ours:.2f} | {default:.2f} | {ort:.2f} | **{default / ours:.2f}x** | **{ort / ours:.2f}x** | "
+            f"| {name} | {r['commit']} | {r['tasks']} | {ours:.2f} | {default:.2f} | {ort:.2f} "
+            f"| **{default / ours:.2f}x** | **{ort / ours:.2f}x** | "
             f"{r['ms_heron records']} / {r['MetaSchedule default records']} | "
             f"{r['ms_heron estimate ms'] / ours:.2f} / {r['MetaSchedule default estimate ms'] / default:.2f} | "
-            f"{r['ms_heron max abs diff']:.2g} |")
+            f"{r['ms_heron max abs diff']:.2g} |"
+        )
     ratios = [r["MetaSchedule default ms"] / r["ms_heron ms"] for r in data.values()]
-    lines += ["", f"Geometric mean ms_heron / MetaSchedule default: **{results_io.geomean(ratios):.2f}x**; "
-              f"ms_heron / ONNX Runtime: **{results_io.geomean(r['ONNX Runtime ms'] / r['ms_heron ms'] for r in data.values()):.2f}x**."]
+    vs_ort = results_io.geomean(r["ONNX Runtime ms"] / r["ms_heron ms"] for r in data.values())
+    lines += [
+        "",
+        f"Geometric mean ms_heron / MetaSchedule default: **{results_io.geomean(ratios):.2f}x**; "
+        f"ms_heron / ONNX Runtime: **{vs_ort:.2f}x**.",
+    ]
     for name, r in data.items():
         if r.get("race"):
-            lines += ["", f"## {name}: the race (plotted in `*_{name}_race.png` beside this file)", "",
-                      "| arm | tuning time s | records | estimate ms | measured ms | estimate / measured |", "|---|---|---|---|---|---|"]
+            lines += [
+                "",
+                f"## {name}: the race (plotted in `*_{name}_race.png` beside this file)",
+                "",
+                "| arm | tuning time s | records | estimate ms | measured ms | estimate / measured |",
+                "|---|---|---|---|---|---|",
+            ]
             for arm, points in r["race"].items():
                 for p in points:
                     measured = r.get(f"{p['label']} ms", math.nan)
-                    lines.append(f"| {arm} | {p['elapsed s']:.0f} | {p['records']} | {p['estimate ms']:.2f} | {measured:.2f} | "
-                                 f"{p['estimate ms'] / measured:.2f} |")
+                    lines.append(
+                        f"| {arm} | {p['elapsed s']:.0f} | {p['records']} | {p['estimate ms']:.2f} | {measured:.2f} | "
+                        f"{p['estimate ms'] / measured:.2f} |"
+                    )
     for name, r in data.items():
         arms = {arm: [TaskTime(**t) for t in times] for arm, times in r["per task"].items()}
-        lines += ["", f"## {name}: per task (best kernel time while tuning; share of the model estimate)", "",
-                  *task_table(arms)]
+        lines += [
+            "",
+            f"## {name}: per task (best kernel time while tuning; share of the model estimate)",
+            "",
+            *task_table(arms),
+        ]
     return lines
 
 
@@ -167,15 +219,20 @@ def main() -> None:
     parser.add_argument("--budget", default="15m", help="ms_heron's wall-clock tuning budget (default 15m)")
     parser.add_argument("--baseline-budget", help="MetaSchedule default's budget (default: the same)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--work-root", help="where the runs stay (default: a new temporary dir); ms-heron report works on them")
+    parser.add_argument(
+        "--work-root", help="where the runs stay (default: a new temporary dir); ms-heron report works on them"
+    )
     parser.add_argument("--out", default=str(results_io.DEFAULT_DIR))
     parser.add_argument("--time-exported", metavar="DIR", help=argparse.SUPPRESS)  # the fresh timing process
     args = parser.parse_args()
     logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
     if args.time_exported:
         labels = json.loads((pathlib.Path(args.time_exported) / "labels.json").read_text())
-        print(json.dumps(models_vs_default.time_exported(pathlib.Path(args.time_exported), [args.network], labels,
-                                                         TIMING_ROUNDS)))
+        print(
+            json.dumps(
+                models_vs_default.time_exported(pathlib.Path(args.time_exported), [args.network], labels, TIMING_ROUNDS)
+            )
+        )
         return
     from ms_heron.cli.common import parse_duration  # pylint: disable=import-outside-toplevel
 
@@ -184,9 +241,12 @@ def main() -> None:
     print(f"runs under {work_root}", flush=True)
     with tempfile.TemporaryDirectory(prefix="ms_heron_networks_") as tmp:
         row = _tune_and_export(args.network, budgets, pathlib.Path(tmp), work_root, args.seed)
-        (pathlib.Path(tmp) / "labels.json").write_text(json.dumps([p["label"] for ps in row["race"].values() for p in ps]))
-        timing = subprocess.run([sys.executable, __file__, args.network, "--time-exported", tmp],
-                                check=True, capture_output=True, text=True)
+        (pathlib.Path(tmp) / "labels.json").write_text(
+            json.dumps([p["label"] for ps in row["race"].values() for p in ps])
+        )
+        timing = subprocess.run(
+            [sys.executable, __file__, args.network, "--time-exported", tmp], check=True, capture_output=True, text=True
+        )
         row.update(json.loads(timing.stdout.strip().splitlines()[-1])[args.network])
     stem = f"networks_{args.budget}" + (f"_vs_{args.baseline_budget}" if args.baseline_budget else "")
     path = pathlib.Path(args.out) / f"{stem}.json"

@@ -75,8 +75,13 @@ def _tune(run: TuningRun, arm: str, trials: list[int]) -> None:
 def _time_row(run: TuningRun, key: str, config: int, trials: list[int], peak_gops: float) -> dict:
     """Rebuild, check and time every arm's best kernel after each trial count (fresh process)."""
     workload, target = run.workload, run.target
-    row = {"key": key, "config": config, "shape": list(CONFIGS[key][1][config]), "flops": workload.ops,
-           "fma_peak_gops": peak_gops}
+    row = {
+        "key": key,
+        "config": config,
+        "shape": list(CONFIGS[key][1][config]),
+        "flops": workload.ops,
+        "fma_peak_gops": peak_gops,
+    }
     for arm in ARMS:
         arm_run = _arm(run, arm)
         secs, rounds = arm_run.seconds(), arm_run.progress()
@@ -91,7 +96,9 @@ def _time_row(run: TuningRun, key: str, config: int, trials: list[int], peak_gop
                 seconds = time_lib(lib, workload).seconds
                 entry.update(correct=True, seconds=seconds, peak_share=workload.ops / seconds / 1e9 / peak_gops)
             except Exception as exc:  # pylint: disable=broad-except  # a row's failure is reported in its row
-                entry.update(correct=False, error=f"{type(exc).__name__}: {exc}"[:300], seconds=math.inf, peak_share=0.0)
+                entry.update(
+                    correct=False, error=f"{type(exc).__name__}: {exc}"[:300], seconds=math.inf, peak_share=0.0
+                )
             row[f"{arm}@{n}"] = entry
     return row
 
@@ -107,10 +114,12 @@ def _peak_bound(rows, n) -> str:
     bound = [1 / s for s in shares if 0.5 <= s <= 1.0]  # above 1: the FLOP estimate counts zeros (T2D)
     if not bound:
         return "No row's default kernel runs at 50% or more of the FMA peak."
-    return (f"Bound from the FMA peak: on {len(bound)} of {len(rows)} rows the default runs at 50-100% of it, "
-            f"so no program can be faster there than 1 / that share: {results_io.geomean(bound):.2f}x on the "
-            f"geometric mean of those rows, {min(bound):.2f}x-{max(bound):.2f}x each; "
-            f"{sum(b < 1.3 for b in bound)} of them cannot reach 1.3x.")
+    return (
+        f"Bound from the FMA peak: on {len(bound)} of {len(rows)} rows the default runs at 50-100% of it, "
+        f"so no program can be faster there than 1 / that share: {results_io.geomean(bound):.2f}x on the "
+        f"geometric mean of those rows, {min(bound):.2f}x-{max(bound):.2f}x each; "
+        f"{sum(b < 1.3 for b in bound)} of them cannot reach 1.3x."
+    )
 
 
 def _report(args, rows) -> None:
@@ -145,8 +154,14 @@ def _report(args, rows) -> None:
             )
         ratios = [x for x in _ratios(rows, n) if 0 < x < math.inf]
         geomean = results_io.geomean(ratios)
-        lines += ["", f"Geometric mean ms_heron / default at {n} trials: **{geomean:.2f}x** "
-                  f"({sum(x >= 1.0 for x in ratios)} of {len(rows)} rows >= 1.0x).", "", _peak_bound(rows, n), ""]
+        lines += [
+            "",
+            f"Geometric mean ms_heron / default at {n} trials: **{geomean:.2f}x** "
+            f"({sum(x >= 1.0 for x in ratios)} of {len(rows)} rows >= 1.0x).",
+            "",
+            _peak_bound(rows, n),
+            "",
+        ]
     stem = "te_suite_" + "_".join(map(str, args.trials))
     if args.configs != [0, 1]:
         stem += "_config" + "".join(map(str, args.configs))
@@ -170,7 +185,9 @@ def main() -> None:
     pairs = [(key, config) for config in args.configs for key in args.keys]  # config 0 of every key first
     if args.time_rows:
         peak = fma_peak_gops(host_target())
-        rows = [_time_row(TuningRun.open(root / f"{key}_{config}"), key, config, args.trials, peak) for key, config in pairs]
+        rows = [
+            _time_row(TuningRun.open(root / f"{key}_{config}"), key, config, args.trials, peak) for key, config in pairs
+        ]
         pathlib.Path(args.time_rows).write_text(json.dumps(rows))
         return
     print(f"work dirs under {root}", flush=True)
@@ -181,8 +198,20 @@ def main() -> None:
             print(f"tuned {key}[{config}] {arm}", flush=True)
     rows_file = root / "timed.json"
     subprocess.run(
-        [sys.executable, __file__, "--time-rows", str(rows_file), "--work-root", str(root), "--trials",
-         *map(str, args.trials), "--keys", *args.keys, "--configs", *map(str, args.configs)],
+        [
+            sys.executable,
+            __file__,
+            "--time-rows",
+            str(rows_file),
+            "--work-root",
+            str(root),
+            "--trials",
+            *map(str, args.trials),
+            "--keys",
+            *args.keys,
+            "--configs",
+            *map(str, args.configs),
+        ],
         check=True,
     )
     _report(args, json.loads(rows_file.read_text()))

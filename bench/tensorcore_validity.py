@@ -50,8 +50,13 @@ def heron_schedules(workload, target, n):
 
 
 def stock_schedules(workload, target, n):
-    spaces, postprocs = design_spaces_and_postprocs(workload.func, target, ms.space_generator.PostOrderApply(
-        sch_rules="cuda-tensorcore", postprocs="cuda-tensorcore", mutator_probs="cuda-tensorcore"))
+    spaces, postprocs = design_spaces_and_postprocs(
+        workload.func,
+        target,
+        ms.space_generator.PostOrderApply(
+            sch_rules="cuda-tensorcore", postprocs="cuda-tensorcore", mutator_probs="cuda-tensorcore"
+        ),
+    )
     for k in range(n):
         sch = Schedule(workload.func, seed=k + 1, debug_mask="none")
         trace = spaces[k % len(spaces)].trace.simplified(remove_postproc=True)
@@ -64,12 +69,14 @@ def _nvcc(sources: list[str], arch: str) -> bool:
     preamble = sources[0][: sources[0].index(_KERNEL)]
     if any(not s.startswith(preamble) for s in sources):
         return all(_nvcc([s], arch) for s in sources) if len(sources) > 1 else False
-    body = "".join(re.sub(r"\b(main_kernel\w*)", rf"\1_s{i}", s[len(preamble):]) for i, s in enumerate(sources))
+    body = "".join(re.sub(r"\b(main_kernel\w*)", rf"\1_s{i}", s[len(preamble) :]) for i, s in enumerate(sources))
     with tempfile.TemporaryDirectory() as tmp:
         src, out = f"{tmp}/batch.cu", f"{tmp}/batch.fatbin"
         with open(src, "w") as f:
             f.write(preamble + body)
-        done = subprocess.run(["nvcc", "--fatbin", "-O3", f"-arch={arch}", "-o", out, src], capture_output=True, check=False)
+        done = subprocess.run(
+            ["nvcc", "--fatbin", "-O3", f"-arch={arch}", "-o", out, src], capture_output=True, check=False
+        )
     return done.returncode == 0
 
 
@@ -120,7 +127,9 @@ def main() -> None:
             for arm, sampler in (("ms_heron", heron_schedules), ("stock cuda-tensorcore", stock_schedules)):
                 start = time.time()
                 counts = measure(sampler(workload, target, args.samples), target)
-                rows.append({"target": tag, "case": case, "arm": arm, **counts, "seconds": round(time.time() - start, 1)})
+                rows.append(
+                    {"target": tag, "case": case, "arm": arm, **counts, "seconds": round(time.time() - start, 1)}
+                )
                 print(rows[-1], flush=True)
     lines = [
         f"# TensorCore candidates: ms_heron constrained samples vs stock cuda-tensorcore ({args.samples} each)",
@@ -129,8 +138,12 @@ def main() -> None:
         "",
         "| target | case | arm | pass postprocs (VerifyGPUCode) | built | nvcc | with wmma::mma_sync | valid share |",
         "|---|---|---|---|---|---|---|---|",
-        *(f"| {r['target']} | {r['case']} | {r['arm']} | {r['postprocs']}/{r['samples']} | {r['built']} | {r['nvcc']} | "
-          f"{r['wmma']} | {r['valid_share']:.0%} |" for r in rows),
+        *(
+            f"| {r['target']} | {r['case']} | {r['arm']} | {r['postprocs']}/{r['samples']} | {r['built']} "
+            f"| {r['nvcc']} | "
+            f"{r['wmma']} | {r['valid_share']:.0%} |"
+            for r in rows
+        ),
     ]
     results_io.write(args.out, f"tensorcore_validity_{args.samples}", lines, {"rows": rows})
     print("\n".join(lines))

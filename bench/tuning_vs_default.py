@@ -102,8 +102,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, nargs="+", default=[64])
     parser.add_argument("--dtype", default="int8", choices=["int8", "fp32"])
-    parser.add_argument("--search", default="heron", choices=["heron", "evolutionary"],
-                        help="the ms_heron arm's search strategy over HeronSpace (default: HeronSearch)")
+    parser.add_argument(
+        "--search",
+        default="heron",
+        choices=["heron", "evolutionary"],
+        help="the ms_heron arm's search strategy over HeronSpace (default: HeronSearch)",
+    )
     parser.add_argument("--cases", nargs="*", default=CASES, help="case names, or 'awkward' for the padding rows")
     parser.add_argument("--out", default=str(results_io.DEFAULT_DIR))
     args = parser.parse_args()
@@ -119,7 +123,9 @@ def main() -> None:
             heron_strategy = None if args.search == "heron" else "evolutionary"
             row["default"], default_lib = _tune(workload, target, trials, "metaschedule")
             row["heron"], heron_lib = _tune(workload, target, trials, "heron", heron_strategy)
-            gops = _retimed_gops(workload, {"default": default_lib, "heron": heron_lib}, _library_calls(workload, target))
+            gops = _retimed_gops(
+                workload, {"default": default_lib, "heron": heron_lib}, _library_calls(workload, target)
+            )
             for arm in ("default", "heron"):
                 row[arm]["retimed_gops"] = gops.pop(arm)
             d, h = row["default"]["retimed_gops"], row["heron"]["retimed_gops"]
@@ -135,30 +141,40 @@ def _report(args, rows) -> None:
     lines = [
         f"# ms_heron (HeronSpace + {args.search} search) vs MetaSchedule default ({args.dtype}, one run)",
         "",
-        f"GOPS: each arm's best record rebuilt and checked against numpy; both arms and the libraries then timed in turn, "
+        "GOPS: each arm's best record rebuilt and checked against numpy; both arms and the libraries then "
+        f"timed in turn, "
         f"{TIMING_ROUNDS} rounds of 3 repeats of >= 100 ms, medians kept. "
-        f"% of peak: of the {peak_name} peak measured in the same run ({rows[0]['peak_gops']:.0f} GOPS). Libraries in the "
+        f"% of peak: of the {peak_name} peak measured in the same run ({rows[0]['peak_gops']:.0f} GOPS). "
+        "Libraries in the "
         "same run, operands fed as inputs. Search s/round: the strategy's own work per round of 32 "
         "(generating candidates and taking in results; build and measurement excluded).",
         "",
         "| case | trials | default valid | default GOPS | ms_heron valid | ms_heron GOPS | ms_heron / default "
-        "| % of peak (default / ms_heron) | ms_heron / ONNX Runtime | ms_heron / numpy | search s/round default | search s/round ms_heron |",
+        "| % of peak (default / ms_heron) | ms_heron / ONNX Runtime | ms_heron / numpy "
+        "| search s/round default | search s/round ms_heron |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         d, h = r["default"], r["heron"]
         ratio = f"{r['ratio']:.2f}x" if r["ratio"] else "n/a"
         peak = f"{d['retimed_gops'] / r['peak_gops']:.0%} / {h['retimed_gops'] / r['peak_gops']:.0%}"
-        libs = [f"{h['retimed_gops'] / r['library_gops'][k]:.2f}x" if k in r["library_gops"] else "-" for k in ("ONNX Runtime", "numpy")]
+        libs = [
+            f"{h['retimed_gops'] / r['library_gops'][k]:.2f}x" if k in r["library_gops"] else "-"
+            for k in ("ONNX Runtime", "numpy")
+        ]
         lines.append(
-            f"| {r['case']} | {r['trials']} | {d['valid_share']:.0%} | {d['retimed_gops']:.0f} | {h['valid_share']:.0%} "
-            f"| {h['retimed_gops']:.0f} | {ratio} | {peak} | {' | '.join(libs)} | {d['search_s_per_round']:.2f} | {h['search_s_per_round']:.2f} |"
+            f"| {r['case']} | {r['trials']} | {d['valid_share']:.0%} | {d['retimed_gops']:.0f} "
+            f"| {h['valid_share']:.0%} | {h['retimed_gops']:.0f} | {ratio} | {peak} | {' | '.join(libs)} "
+            f"| {d['search_s_per_round']:.2f} | {h['search_s_per_round']:.2f} |"
         )
     for trials in args.trials:
         ratios = [r["ratio"] for r in rows if r["trials"] == trials and r["ratio"]]
         if ratios:
-            lines += ["", f"Geometric mean ms_heron / default at {trials} trials: "
-                      f"**{results_io.geomean(ratios):.2f}x** ({len(ratios)} cases)."]
+            lines += [
+                "",
+                f"Geometric mean ms_heron / default at {trials} trials: "
+                f"**{results_io.geomean(ratios):.2f}x** ({len(ratios)} cases).",
+            ]
     budgets = "_".join(str(t) for t in args.trials)
     subset = "_awkward" if args.cases == AWKWARD else ""
     results_io.write(args.out, f"tuning_vs_default_{args.search}_{args.dtype}_{budgets}{subset}", lines, rows)

@@ -58,5 +58,7 @@ def reference(x):
     return z * params["norm.weight"] + params["norm.bias"]
 
 
-print(f"FFN block: {time_model(executable, {'x': x}, func='forward') * 1e3:.3f} ms; "
-      f"max abs difference from numpy {np.abs(y - reference(x)).max():.2g}")
+print(
+    f"FFN block: {time_model(executable, {'x': x}, func='forward') * 1e3:.3f} ms; "
+    f"max abs difference from numpy {np.abs(y - reference(x)).max():.2g}"
+)

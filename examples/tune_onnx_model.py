@@ -44,5 +44,7 @@ executable = compile_model(database, mod, None, target)  # a relax.VirtualMachin
 (ours,) = run_model(executable, model.inputs)
 (theirs,), ort_s = onnxruntime_model(model.proto, model.inputs, threads=num_cores(target))
 ours_s = time_model(executable, model.inputs)
-print(f"{model.name}: ms_heron {ours_s * 1e3:.3f} ms, ONNX Runtime {ort_s * 1e3:.3f} ms "
-      f"({ort_s / ours_s:.2f}x); max abs difference {np.abs(ours - theirs).max():.2g}; records in {work_dir}")
+print(
+    f"{model.name}: ms_heron {ours_s * 1e3:.3f} ms, ONNX Runtime {ort_s * 1e3:.3f} ms "
+    f"({ort_s / ours_s:.2f}x); max abs difference {np.abs(ours - theirs).max():.2g}; records in {work_dir}"
+)

@@ -135,12 +135,20 @@ def onnxruntime_operator(workload, threads: int) -> Callable[[], object]:
         node, to_ort, from_ort = helper.make_node("MatMul", ["X", "W"], ["Y"]), (x, w), lambda y: y
     else:
         s = workload.shape
-        node = helper.make_node("Conv", ["X", "W"], ["Y"], kernel_shape=[s["KH"], s["KW"]], pads=[s["pad"]] * 4,
-                                strides=[s["stride"]] * 2, dilations=[s["dilation"]] * 2)
+        node = helper.make_node(
+            "Conv",
+            ["X", "W"],
+            ["Y"],
+            kernel_shape=[s["KH"], s["KW"]],
+            pads=[s["pad"]] * 4,
+            strides=[s["stride"]] * 2,
+            dilations=[s["dilation"]] * 2,
+        )
         to_ort = (x.transpose(0, 3, 1, 2).copy(), w.transpose(3, 2, 0, 1).copy())  # NHWC -> NCHW, [KH,KW,CI,CO] -> OIHW
         from_ort = lambda y: y.transpose(0, 2, 3, 1)  # noqa: E731
     graph = helper.make_graph(
-        [node], workload.family,
+        [node],
+        workload.family,
         [helper.make_tensor_value_info(n, TensorProto.FLOAT, list(a.shape)) for n, a in zip("XW", to_ort)],
         [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)],
     )

@@ -78,11 +78,13 @@ class StoreMeasured(PyMeasureCallback):
                 continue
             secs = list(result.run_secs) if result.run_secs is not None else [1e10]
             self.database.commit_tuning_record(
-                ms.database.TuningRecord(candidate.sch.trace, workload, secs, context.target, candidate.args_info))
+                ms.database.TuningRecord(candidate.sch.trace, workload, secs, context.target, candidate.args_info)
+            )
             stored += 1
         if stored and self.records_file is not None and not self._landed(before):
-            self.failure = OSError(errno.ENOSPC, "the round's records did not reach the disk (full or read-only?)",
-                                   str(self.records_file))
+            self.failure = OSError(
+                errno.ENOSPC, "the round's records did not reach the disk (full or read-only?)", str(self.records_file)
+            )
             raise self.failure
 
     def _size(self) -> int:
@@ -112,8 +114,11 @@ def disk_errors_surface(callbacks: Sequence):
 
 def measure_callbacks(database: ms.Database, records_file: Path | None = None) -> list:
     """MetaSchedule's default measure callbacks, storing with :class:`StoreMeasured`."""
-    return [StoreMeasured(database, records_file), ms.measure_callback.RemoveBuildArtifact(),
-            ms.measure_callback.UpdateCostModel()]
+    return [
+        StoreMeasured(database, records_file),
+        ms.measure_callback.RemoveBuildArtifact(),
+        ms.measure_callback.UpdateCostModel(),
+    ]
 
 
 def record_seconds(run_secs) -> float:
@@ -164,8 +169,10 @@ def set_aside_corrupt_records(work_dir: Path) -> None:
     workloads_file = work_dir / DATABASE_FILES[0]
     workloads = [line for line in _lines(workloads_file) if line.strip()]  # read raw: json_lines would skip a bad one
     if not all(_is_workload(line) for line in workloads):
-        raise CorruptDatabase(f"{workloads_file} has a corrupt workload line; its records cannot be loaded: "
-                              "move the work dir's database files aside and tune again")
+        raise CorruptDatabase(
+            f"{workloads_file} has a corrupt workload line; its records cannot be loaded: "
+            "move the work dir's database files aside and tune again"
+        )
     path = work_dir / DATABASE_FILES[1]
     good, bad = [], []
     for number, line in enumerate(_lines(path), 1):
@@ -181,8 +188,10 @@ def set_aside_corrupt_records(work_dir: Path) -> None:
         os.fsync(out.fileno())
     os.replace(fresh, path)
     for number, _ in bad:
-        warnings.warn(f"{path}:{number} is not a tuning record and was set aside in {REJECTED_FILE}; "
-                      "the other records are kept", stacklevel=3)
+        warnings.warn(
+            f"{path}:{number} is not a tuning record and was set aside in {REJECTED_FILE}; the other records are kept",
+            stacklevel=3,
+        )
 
 
 def _lines(path: Path) -> list[str]:
@@ -223,7 +232,9 @@ def json_lines(path: Path) -> list:
         try:
             out.append(json.loads(line))
         except ValueError:
-            warnings.warn(f"{path}:{number} is not a JSON record and is skipped; the other records are kept", stacklevel=2)
+            warnings.warn(
+                f"{path}:{number} is not a JSON record and is skipped; the other records are kept", stacklevel=2
+            )
     return out
 
 

@@ -67,15 +67,25 @@ def write(run: TuningRun, peak: tuple[str, float] | None = None) -> tuple[Path, 
     lines += [f"| {name} | " + " | ".join(cells) + " |" for name, cells in rows.items()]
     lines += ["", f"![tuning curve]({CURVE_FILE})", ""]
     if run.is_model:
-        lines += ["## Tasks", "", "Best kernel per task, the model's calls of it and its share of the estimated latency "
-                  "(`ms-heron show WORK_DIR TASK` prints a task's best schedule).", ""]
+        lines += [
+            "## Tasks",
+            "",
+            "Best kernel per task, the model's calls of it and its share of the estimated latency "
+            "(`ms-heron show WORK_DIR TASK` prints a task's best schedule).",
+            "",
+        ]
         lines += task_table({a.label.split(" (")[0]: a.run.task_times() for a in found})
     else:
         lines += ["## Constraint model of each design space", ""]
-        lines += ["| space | variables | CP-SAT variables | constraints | unconstrained size |", "|---|---|---|---|---|"]
+        lines += [
+            "| space | variables | CP-SAT variables | constraints | unconstrained size |",
+            "|---|---|---|---|---|",
+        ]
         for i, s in enumerate(constraint_summaries(run)):
             kinds = ", ".join(f"{k} {v}" for k, v in sorted(s["constraints"].items()))
-            lines.append(f"| {i} | {s['variables']} | {s['cp_sat_variables']} | {kinds} | {s['unconstrained_space_size']:.3g} |")
+            lines.append(
+                f"| {i} | {s['variables']} | {s['cp_sat_variables']} | {kinds} | {s['unconstrained_space_size']:.3g} |"
+            )
     report = run.work_dir / REPORT_FILE
     report.write_text("\n".join(lines) + "\n")
     return report, curve

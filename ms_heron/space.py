@@ -109,14 +109,27 @@ class HeronSpace(PySpaceGenerator):
         mutator_probs: Mapping[Mutator, float] | None = None,
         include_default_spaces: bool = True,
     ):
-        for option, parts, kind in (("rules", rules or (), ScheduleRule), ("user_rules", user_rules, ScheduleRule),
-                                    ("postprocs", postprocs or (), Postproc), ("mutator_probs", mutator_probs or {}, Mutator)):
+        example = {ScheduleRule: "MultiLevelTiling()", Postproc: "PackPanels()", Mutator: "MutateTileSize()"}
+        for option, parts, kind in (
+            ("rules", rules or (), ScheduleRule),
+            ("user_rules", user_rules, ScheduleRule),
+            ("postprocs", postprocs or (), Postproc),
+            ("mutator_probs", mutator_probs or {}, Mutator),
+        ):
             for index, part in enumerate(parts):
-                check(isinstance(part, kind), f"HeronSpace({option}=...): item {index} is {part!r}, not a {kind.__name__}; "
-                      f"pass instances, such as {'MultiLevelTiling()' if kind is ScheduleRule else kind.__name__ + ' objects'}")
-        check(all(p >= 0 for p in (mutator_probs or {}).values()), "HeronSpace(mutator_probs=...): give probabilities >= 0")
-        check(isinstance(include_default_spaces, bool),
-              f"HeronSpace(include_default_spaces={include_default_spaces!r}): give True or False")
+                check(
+                    isinstance(part, kind),
+                    f"HeronSpace({option}=...): item {index} is {part!r}, not a {kind.__name__}; "
+                    f"pass instances, such as {example[kind]}",
+                )
+        check(
+            all(p >= 0 for p in (mutator_probs or {}).values()),
+            "HeronSpace(mutator_probs=...): give probabilities >= 0",
+        )
+        check(
+            isinstance(include_default_spaces, bool),
+            f"HeronSpace(include_default_spaces={include_default_spaces!r}): give True or False",
+        )
         # ``None`` means "Heron's defaults for the tuning target", resolved once the target is known.
         self.rules = None if rules is None else list(rules)
         self.user_rules = list(user_rules)
@@ -133,7 +146,11 @@ class HeronSpace(PySpaceGenerator):
 
     def _set_rules(self, rules: list) -> None:
         self.sch_rules = rules
-        given = [_rule_name(r) for r in rules[: len(rules) - len(self.user_rules)]] if self.rules is None else self.given_rule_names
+        given = (
+            [_rule_name(r) for r in rules[: len(rules) - len(self.user_rules)]]
+            if self.rules is None
+            else self.given_rule_names
+        )
         self.rule_names = [*given, *self.user_rule_names]
 
     def _initialize_with_tune_context(self, context) -> None:
@@ -182,7 +199,9 @@ class HeronSpace(PySpaceGenerator):
             defaults = list(self.default_space.generate_design_space(mod))
         except Exception as err:  # pylint: disable=broad-except  # TVM's rules: their bug must not stop the task
             logging.getLogger(__name__).warning(
-                "HeronSpace: MetaSchedule's default design spaces fail on this task and are left out: %s", _last_line(err))
+                "HeronSpace: MetaSchedule's default design spaces fail on this task and are left out: %s",
+                _last_line(err),
+            )
             return []
         for sch in defaults:
             sch.annotate(sch.get_sblock("root"), SPACE_ORIGIN, METASCHEDULE_SPACE)
@@ -234,7 +253,8 @@ def _apply(rule, rule_name: str, sch: Schedule, name: str) -> list[Schedule]:
         return list(rule.apply(trial, trial.get_sblock(name)))
     except Exception as err:  # pylint: disable=broad-except
         logging.getLogger(__name__).warning(
-            "HeronSpace: rule %s failed on block %r and is skipped there: %s", rule_name, name, _last_line(err))
+            "HeronSpace: rule %s failed on block %r and is skipped there: %s", rule_name, name, _last_line(err)
+        )
         return [sch]
 
 

@@ -1,4 +1,5 @@
-"""Helpers the tests share: design spaces through stock PostOrderApply, schedule inspection, allocations in lowered TIR."""
+"""Helpers the tests share: design spaces through stock PostOrderApply, schedule inspection, allocations in
+lowered TIR."""
 
 import math
 import re
@@ -67,7 +68,9 @@ def allocations(mod, scope: str | None = None) -> dict[str, int]:
     ``shared.dyn``, if given): name -> elements, storage_align
     row padding included (what the constraint model's footprints must equal)."""
     out = {}
-    for name, shape, rest in re.findall(r"(\w+) = T\.(?:sblock_alloc_buffer|alloc_buffer)\(\(([^)]*)\)([^\n]*)", _COMPACT(mod).script()):
+    for name, shape, rest in re.findall(
+        r"(\w+) = T\.(?:sblock_alloc_buffer|alloc_buffer)\(\(([^)]*)\)([^\n]*)", _COMPACT(mod).script()
+    ):
         found = re.search(r'scope="([\w.]+)"', rest)
         if scope is not None and not (found.group(1) if found else "global").startswith(scope):
             continue

@@ -10,7 +10,9 @@ from ms_heron.workloads import WorkloadError, from_func
 
 
 def test_int8_shape_too_small_to_pad_names_the_limit_and_nearest_shape():
-    with pytest.raises(ValueError, match=r"N=1 is not a multiple of 16 .*nearest that is: N=16.*32.0x the work.*2x limit"):
+    with pytest.raises(
+        ValueError, match=r"N=1 is not a multiple of 16 .*nearest that is: N=16.*32.0x the work.*2x limit"
+    ):
         workloads.gemm(M=32, N=1, K=2)
 
 
@@ -60,17 +62,22 @@ def test_kernel_whose_output_is_not_last_names_the_fix():
                 vi = T.axis.remap("S", [i])
                 out[vi] = a[vi]
 
-    with pytest.raises(WorkloadError, match=r"output_first: .*one output, passed last; this one writes parameters \[0\]"):
+    with pytest.raises(
+        WorkloadError, match=r"output_first: .*one output, passed last; this one writes parameters \[0\]"
+    ):
         from_func(output_first, "output_first")
 
 
-@pytest.mark.parametrize("options, message", [
-    (dict(population=0), "HeronSearch(population=0): give a whole number >= 1"),
-    (dict(elite=-1), "HeronSearch(elite=-1): give a whole number >= 0"),
-    (dict(generations=2.5), "HeronSearch(generations=2.5): give a whole number >= 0"),
-    (dict(epsilon=1.5), "HeronSearch(epsilon=1.5): give a share between 0 and 1"),
-    (dict(key_ratio=-0.1), "HeronSearch(key_ratio=-0.1): give a share between 0 and 1"),
-])
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (dict(population=0), "HeronSearch(population=0): give a whole number >= 1"),
+        (dict(elite=-1), "HeronSearch(elite=-1): give a whole number >= 0"),
+        (dict(generations=2.5), "HeronSearch(generations=2.5): give a whole number >= 0"),
+        (dict(epsilon=1.5), "HeronSearch(epsilon=1.5): give a share between 0 and 1"),
+        (dict(key_ratio=-0.1), "HeronSearch(key_ratio=-0.1): give a share between 0 and 1"),
+    ],
+)
 def test_heron_search_refuses_options_outside_their_range(options, message):
     from ms_heron import HeronSearch  # pylint: disable=import-outside-toplevel
 

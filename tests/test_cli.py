@@ -82,10 +82,14 @@ def _trace_lines(work_dir):
 
 def test_tune_resume_report_show(tmp_path):
     work = tmp_path / "run"
-    proc = ms_heron_cli("tune", *SMALL_GEMM, "--trials", "4", "--round-size", "4", "--work-dir", str(work), "--baseline", "metaschedule")
+    proc = ms_heron_cli(
+        "tune", *SMALL_GEMM, "--trials", "4", "--round-size", "4", "--work-dir", str(work), "--baseline", "metaschedule"
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert re.search(r"ms_heron:\s+4/4 trials \| best [\d.]+ ms = [\d.]+ GOPS \| valid 100%", proc.stdout), proc.stdout
-    assert re.search(r"speed-up\s+[\d.]+x", proc.stdout) and "MetaSchedule default:    4/4 trials" in proc.stdout, proc.stdout
+    assert re.search(r"speed-up\s+[\d.]+x", proc.stdout) and "MetaSchedule default:    4/4 trials" in proc.stdout, (
+        proc.stdout
+    )
     assert len(_trace_lines(work)) == 4 and len(_trace_lines(work / "baseline")) == 4
     assert "best kernel of ms_heron and MetaSchedule default checked against the reference: correct" in proc.stdout
 
@@ -113,7 +117,9 @@ def test_tune_resume_report_show(tmp_path):
 def test_a_spent_time_budget_measures_only_until_the_first_valid_candidate(tmp_path):
     """Set-up alone outlasts a 1 s budget: the first round is measured until a candidate is valid,
     the rest of it is left unmeasured and not stored as failures."""
-    proc = ms_heron_cli("tune", *SMALL_GEMM, "--trials", "40", "--round-size", "4", "--time-budget", "1s", "--work-dir", str(tmp_path))
+    proc = ms_heron_cli(
+        "tune", *SMALL_GEMM, "--trials", "40", "--round-size", "4", "--time-budget", "1s", "--work-dir", str(tmp_path)
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     seconds = measured_seconds(tmp_path)
     assert len(seconds) == 1 and seconds[0] < float("inf"), seconds
@@ -121,7 +127,19 @@ def test_a_spent_time_budget_measures_only_until_the_first_valid_candidate(tmp_p
 
 def _tune_until(tmp_path, trials_line):
     """A ``tune`` of 40 trials in rounds of 4, returned once it printed ``trials_line``."""
-    cmd = [sys.executable, "-m", "ms_heron.cli", "tune", *SMALL_GEMM, "--trials", "40", "--round-size", "4", "--work-dir", str(tmp_path)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "ms_heron.cli",
+        "tune",
+        *SMALL_GEMM,
+        "--trials",
+        "40",
+        "--round-size",
+        "4",
+        "--work-dir",
+        str(tmp_path),
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     for line in proc.stdout:
         if re.search(rf"\b{trials_line}/40 trials", line):
@@ -195,8 +213,11 @@ def test_resume_with_another_target_is_refused_naming_both(tmp_path):
     session.TuningRun.create(tmp_path, session.RunSpec.of(workload, host_target(), seed=0))
     cores = num_cores(host_target())
     other = host_target(num_cores=cores + 1)
-    with pytest.raises(session.RunError, match=rf'records measured for target \{{.*"num-cores": {cores}.*\}}, not '
-                       rf'\{{.*"num-cores": {cores + 1}.*\}}; timings on one target do not rank kernels for another'):
+    with pytest.raises(
+        session.RunError,
+        match=rf'records measured for target \{{.*"num-cores": {cores}.*\}}, not '
+        rf'\{{.*"num-cores": {cores + 1}.*\}}; timings on one target do not rank kernels for another',
+    ):
         session.TuningRun.create(tmp_path, session.RunSpec.of(workload, other, seed=0))
     run_file = json.loads((tmp_path / session.RUN_FILE).read_text())
     assert run_file["versions"]["tvm"] == tvm.__version__ and run_file["versions"]["ms_heron"] == ms_heron.__version__
@@ -243,7 +264,9 @@ def test_a_malformed_run_file_gets_one_line(tmp_path):
 
 @pytest.mark.usefixtures("four_trial_run")
 def test_work_dir_of_another_workload_or_unwritable_is_refused(tmp_path):
-    other = ms_heron_cli("tune", "bmm", "--shape", "B=2", "M=8", "N=16", "K=8", "--trials", "2", "--work-dir", str(tmp_path))
+    other = ms_heron_cli(
+        "tune", "bmm", "--shape", "B=2", "M=8", "N=16", "K=8", "--trials", "2", "--work-dir", str(tmp_path)
+    )
     assert other.returncode == 2 and f"holds a run of gemm M=64 N=64 K=64 {HOST_DTYPE}" in other.stderr
     blocker = tmp_path / "a_file"
     blocker.write_text("")
@@ -294,7 +317,10 @@ def test_resume_sets_a_corrupt_middle_record_aside_and_keeps_every_good_one(tmp_
     records.write_text("".join([*lines[:2], "{not json\n", *lines[2:]]))
     proc = ms_heron_cli("tune", *SMALL_GEMM, "--trials", "6", "--round-size", "2", "--work-dir", str(tmp_path))
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "database_tuning_record.json:3 is not a tuning record and was set aside in database_tuning_record.rejected" in proc.stderr
+    assert (
+        "database_tuning_record.json:3 is not a tuning record and was set aside in database_tuning_record.rejected"
+        in proc.stderr
+    )
     kept = records.read_text().splitlines(keepends=True)
     assert kept[:4] == lines and len(kept) == 6  # the good records byte for byte, then the new ones
     assert (tmp_path / "database_tuning_record.rejected").read_text() == "3\t{not json\n"
@@ -315,8 +341,25 @@ runpy.run_module("ms_heron.cli", run_name="__main__")
 def test_a_disk_that_fills_up_mid_run_stops_with_one_line_and_keeps_every_record(tmp_path):
     records = tmp_path / "database_tuning_record.json"
     before = records.read_bytes()
-    proc = subprocess.run([sys.executable, "-c", LIMITED_CLI, str(len(before) + 100), "tune", *SMALL_GEMM, "--trials", "12",
-                           "--round-size", "4", "--work-dir", str(tmp_path)], capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            LIMITED_CLI,
+            str(len(before) + 100),
+            "tune",
+            *SMALL_GEMM,
+            "--trials",
+            "12",
+            "--round-size",
+            "4",
+            "--work-dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 2, proc.stderr[-3000:]
     # The limit also fails the build workers' object files (LLVM says so on their stderr): only the
     # last line is ms-heron's, and no traceback.

@@ -1,6 +1,5 @@
 """The constraint model derived from HeronSpace's design spaces, solved with CP-SAT."""
 
-
 import pytest
 from conftest import SMALL_SHAPES
 from rule_helpers import allocations
@@ -108,7 +107,8 @@ def test_register_tile_holds_enough_accumulators_to_hide_fma_latency(cpu_target)
     for index, space in enumerate(_spaces(workload, cpu_target)):
         model = derive(space, cpu_target)
         assert [c.name for c in model.constraints if "FMA latency" in c.name] == [
-            f"register_tile[C]: accumulators >= {chains} (FMA latency x FMA ports)"]
+            f"register_tile[C]: accumulators >= {chains} (FMA latency x FMA ports)"
+        ]
         for values in Solver(model, seed=index).samples(20):
             full = model.evaluate(values)
             assert full["register_tile[C].rows"] * -(-full["register_tile[C].lane_bytes"] // width) >= chains, values
@@ -161,7 +161,10 @@ def test_analytical_choice_fills_the_registers_and_half_of_each_cache(cpu_target
 
         full = model.evaluate(choice)
         for level in ("L1", "L2"):
-            assert sum(full[w.variable] * w.dtype_bytes for w in model.working_sets if w.scope == level) <= caches[level] // 2
+            assert (
+                sum(full[w.variable] * w.dtype_bytes for w in model.working_sets if w.scope == level)
+                <= caches[level] // 2
+            )
         for values in Solver(model, seed=index).samples(100):
             assert kernel(values) <= kernel(choice), (values, choice)
             assert kernel(values) < kernel(choice) or traffic(values) >= traffic(choice), (values, choice)
@@ -202,7 +205,7 @@ def test_metaschedule_default_spaces_are_modelled_and_replay_valid(cpu_target):
     assert len(spaces) > len(heron_only)
     postprocs = default_postprocs()
     kinds = set()
-    for index, space in enumerate(spaces[len(heron_only):]):
+    for index, space in enumerate(spaces[len(heron_only) :]):
         model = derive(space, cpu_target)
         kinds |= {d.kind for d in model.decisions}
         trace = space.trace.simplified(remove_postproc=True)
@@ -252,8 +255,13 @@ def test_micro_kernel_tile_and_cache_blocks_equal_lowered_allocations(family, cp
     solver = Solver(model, seed=6)
     last = structure.rfind("R")
     outer = {"R": 0, "S": structure[:last].count("S") - 1}
-    fixed = {d.variables[outer[k]]: 1 for d in model.decisions if d.kind == "tile"
-             for k in "RS" if len(d.variables) == structure.count(k)}
+    fixed = {
+        d.variables[outer[k]]: 1
+        for d in model.decisions
+        if d.kind == "tile"
+        for k in "RS"
+        if len(d.variables) == structure.count(k)
+    }
     for _ in range(4):
         values = solver.complete(fixed)
         full = model.evaluate(values)

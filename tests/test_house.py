@@ -47,9 +47,14 @@ def test_records_is_the_one_module_that_touches_the_database_files():
     for path, tree in _modules():
         if path == "records.py":
             continue
-        docstrings = {id(n.body[0].value) for n in ast.walk(tree)
-                      if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef)) and n.body
-                      and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+        docstrings = {
+            id(n.body[0].value)
+            for n in ast.walk(tree)
+            if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef))
+            and n.body
+            and isinstance(n.body[0], ast.Expr)
+            and isinstance(n.body[0].value, ast.Constant)
+        }
         for node in ast.walk(tree):
             name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
             assert name not in ("JSONDatabase", "DATABASE_FILES", "StoreMeasured"), f"{path}: {name}"
@@ -68,13 +73,41 @@ def test_demo_and_both_tune_commands_take_the_one_tuning_path_and_a_model_is_low
     model = tmp_path / "mlp.onnx"
     onnx.save(models.mlp(batch=4, features=16, hidden=32, out=8).proto, model)
     commands = {
-        "demo": ["demo", "--shape", "32", "32", "32", "--trials", "2", "--dtype", "fp32", "--work-dir", tmp_path / "demo"],
-        "tune": ["tune", "gemm", "--shape", "M=32", "N=32", "K=32", "--dtype", "fp32", "--trials", "2",
-                 "--work-dir", tmp_path / "tune"],
+        "demo": [
+            "demo",
+            "--shape",
+            "32",
+            "32",
+            "32",
+            "--trials",
+            "2",
+            "--dtype",
+            "fp32",
+            "--work-dir",
+            tmp_path / "demo",
+        ],
+        "tune": [
+            "tune",
+            "gemm",
+            "--shape",
+            "M=32",
+            "N=32",
+            "K=32",
+            "--dtype",
+            "fp32",
+            "--trials",
+            "2",
+            "--work-dir",
+            tmp_path / "tune",
+        ],
         "tune-model": ["tune-model", model, "--trials", "4", "--round-size", "2", "--work-dir", tmp_path / "model"],
     }
-    procs = {name: subprocess.Popen([sys.executable, COUNTING_CLI, *map(str, args)], stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, text=True) for name, args in commands.items()}
+    procs = {
+        name: subprocess.Popen(
+            [sys.executable, COUNTING_CLI, *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for name, args in commands.items()
+    }
     for name, proc in procs.items():
         out, err = proc.communicate(timeout=600)
         assert proc.returncode == 0, f"{name}: {err[-3000:]}"

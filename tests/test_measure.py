@@ -24,7 +24,7 @@ SMALL_GEMM = ("gemm", "--shape", "M=64", "N=64", "K=64")
 
 #: No candidate of this kernel finishes: 16 x 10^18 dependent multiply-adds. (MetaSchedule's own
 #: rules fail on its loops, so it also shows a task tuning in HeronSpace's spaces alone.)
-SPIN_KERNEL = '''
+SPIN_KERNEL = """
 from tvm.script import tirx as T
 
 @T.prim_func(s_tir=True)
@@ -35,10 +35,10 @@ def spin(A: T.Buffer((16,), "float32"), B: T.Buffer((16,), "float32")):
             with T.init():
                 B[vi] = T.float32(0)
             B[vi] = B[vi] * T.float32(0.5) + A[vi]
-'''
+"""
 
 #: Each candidate of this kernel reads 4 GB past its input: the measuring process dies (SIGSEGV).
-CRASH_KERNEL = '''
+CRASH_KERNEL = """
 from tvm.script import tirx as T
 
 @T.prim_func(s_tir=True)
@@ -47,7 +47,7 @@ def crash(A: T.Buffer((16,), "float32"), B: T.Buffer((16,), "float32")):
         with T.sblock("B"):
             vi = T.axis.spatial(16, i)
             B[vi] = A[vi + 1000000000]
-'''
+"""
 
 
 def _free_port() -> int:
@@ -64,21 +64,40 @@ class Fleet:
         self.tracker = self._start("rpc_tracker", "--port", self.port, "--port-end", self.port + 1)
         self.servers = []
         self.address = Tracker("127.0.0.1", self.port, key)
-        self._wait_until(lambda: socket.create_connection(("127.0.0.1", self.port), timeout=1).close() or True,
-                         "the RPC tracker did not start")
+        self._wait_until(
+            lambda: socket.create_connection(("127.0.0.1", self.port), timeout=1).close() or True,
+            "the RPC tracker did not start",
+        )
 
     @staticmethod
     def _start(module, *args):
         # Its own process group: an RPC server's popen workers go with it when it is killed.
-        return subprocess.Popen([sys.executable, "-m", f"tvm.exec.{module}", "--host", "127.0.0.1", *map(str, args)],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        return subprocess.Popen(
+            [sys.executable, "-m", f"tvm.exec.{module}", "--host", "127.0.0.1", *map(str, args)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
 
     def add_servers(self, count: int) -> None:
         for _ in range(count):
             port = _free_port()
-            self.servers.append(self._start("rpc_server", "--port", port, "--port-end", port + 1,
-                                            "--tracker", f"127.0.0.1:{self.port}", "--key", self.key))
-        self._wait_until(lambda: self.address.servers() == len(self.servers), "RPC servers did not register with the tracker")
+            self.servers.append(
+                self._start(
+                    "rpc_server",
+                    "--port",
+                    port,
+                    "--port-end",
+                    port + 1,
+                    "--tracker",
+                    f"127.0.0.1:{self.port}",
+                    "--key",
+                    self.key,
+                )
+            )
+        self._wait_until(
+            lambda: self.address.servers() == len(self.servers), "RPC servers did not register with the tracker"
+        )
 
     @staticmethod
     def _wait_until(ready, failure: str) -> None:
@@ -140,11 +159,15 @@ def test_a_killed_rpc_server_leaves_tuning_to_the_other_and_loses_no_record(tmp_
 
 
 def test_rpc_tracker_without_a_server_for_the_key_gets_one_line(tmp_path, fleet):
-    proc = ms_heron_cli("tune", *SMALL_GEMM, "--trials", "4", "--rpc", f"127.0.0.1:{fleet.port}:absent", "--work-dir", tmp_path)
+    proc = ms_heron_cli(
+        "tune", *SMALL_GEMM, "--trials", "4", "--rpc", f"127.0.0.1:{fleet.port}:absent", "--work-dir", tmp_path
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip() == (
-        f"ms-heron: error: the RPC tracker at 127.0.0.1:{fleet.port} has no server for key 'absent' (it holds no server); "
-        f"start one on each measuring machine: python -m tvm.exec.rpc_server --tracker 127.0.0.1:{fleet.port} --key absent")
+        f"ms-heron: error: the RPC tracker at 127.0.0.1:{fleet.port} has no server for key 'absent' "
+        "(it holds no server); start one on each measuring machine: python -m tvm.exec.rpc_server "
+        f"--tracker 127.0.0.1:{fleet.port} --key absent"
+    )
     nobody = ms_heron_cli("tune", *SMALL_GEMM, "--rpc", f"127.0.0.1:{_free_port()}:k", "--work-dir", tmp_path)
     assert nobody.returncode == 2 and "no RPC tracker answers at 127.0.0.1:" in nobody.stderr
     assert len(nobody.stderr.strip().splitlines()) == 1
@@ -161,8 +184,19 @@ def test_hanging_candidates_overrun_the_budget_by_one_timeout_at_most(tmp_path, 
         fleet = request.getfixturevalue("fleet")
         fleet.add_servers(1)
         measuring = ["--rpc", f"127.0.0.1:{fleet.port}:{fleet.key}"]
-    proc = ms_heron_cli("tune", source, "--trials", "64", "--round-size", "8", "--time-budget", f"{budget}s", "--work-dir", work,
-                        *measuring)
+    proc = ms_heron_cli(
+        "tune",
+        source,
+        "--trials",
+        "64",
+        "--round-size",
+        "8",
+        "--time-budget",
+        f"{budget}s",
+        "--work-dir",
+        work,
+        *measuring,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "MetaSchedule's default design spaces fail on this task and are left out" in proc.stderr
     (last,) = json_lines(work / "progress.jsonl")[-1:]
@@ -194,13 +228,17 @@ def test_a_model_under_a_tiny_budget_gives_every_task_a_round(tmp_path):
 
 def test_merge_combines_records_of_one_target_and_skips_foreign_ones(tmp_path):
     other = json.dumps(target_json(host_target(num_cores=1)))
-    for tuned in ms_heron_clis(("tune", *SMALL_GEMM, "--trials", "3", "--seed", 1, "--work-dir", tmp_path / "a"),
-                               ("tune", *SMALL_GEMM, "--trials", "3", "--seed", 2, "--work-dir", tmp_path / "b"),
-                               ("tune", *SMALL_GEMM, "--trials", "2", "--target", other, "--work-dir", tmp_path / "c")):
+    for tuned in ms_heron_clis(
+        ("tune", *SMALL_GEMM, "--trials", "3", "--seed", 1, "--work-dir", tmp_path / "a"),
+        ("tune", *SMALL_GEMM, "--trials", "3", "--seed", 2, "--work-dir", tmp_path / "b"),
+        ("tune", *SMALL_GEMM, "--trials", "2", "--target", other, "--work-dir", tmp_path / "c"),
+    ):
         assert tuned.returncode == 0, tuned.stderr[-2000:]
     before = {n: (tmp_path / n / "database_tuning_record.json").read_bytes() for n in "abc"}
     # Both seeds measure each Heron space's analytical choice first: those programs are the same.
-    distinct = len({json.dumps(line[1][0]) for n in "ab" for line in json_lines(tmp_path / n / "database_tuning_record.json")})
+    distinct = len(
+        {json.dumps(line[1][0]) for n in "ab" for line in json_lines(tmp_path / n / "database_tuning_record.json")}
+    )
     assert 3 <= distinct <= 6
     proc = ms_heron_cli("merge", tmp_path / "a", tmp_path / "b", tmp_path / "c", tmp_path / "all")
     assert proc.returncode == 0, proc.stderr[-2000:]

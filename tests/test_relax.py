@@ -49,7 +49,9 @@ def test_nn_module_tunes_compiles_and_matches_numpy(tmp_path, cpu_target):
     assert rounds[-1].trials >= 8 and rounds[-1].model_seconds() < float("inf")
     # timed by the cold-weights runner: ten single calls each, minus any stretched past 1.5x their
     # median (MetaSchedule's default runner records one mean)
-    timed = [[float(x) for x in r.run_secs] for r in db.get_all_tuning_records() if record_seconds(r.run_secs) < float("inf")]
+    timed = [
+        [float(x) for x in r.run_secs] for r in db.get_all_tuning_records() if record_seconds(r.run_secs) < float("inf")
+    ]
     assert timed and all(5 <= len(secs) <= 10 for secs in timed)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # every task has a tuned kernel: no fallback warning
@@ -66,8 +68,10 @@ def test_a_stock_style_relax_pipeline_takes_heron_by_swapping_one_pass(tmp_path,
     kernels = [f for f in tuned.functions.values() if isinstance(f, tvm.tirx.PrimFunc)]
     assert len(kernels) == 2 and all(f.attrs.get("tirx.is_scheduled", False) for f in kernels)
     records = ms.database.JSONDatabase(work_dir=str(tmp_path)).get_all_tuning_records()
-    assert len(records) == 8 and all(any(str(i.attrs[0]).startswith("ms_heron.") for i in r.trace.insts
-                                         if i.kind.name == "Annotate") for r in records)
+    assert len(records) == 8 and all(
+        any(str(i.attrs[0]).startswith("ms_heron.") for i in r.trace.insts if i.kind.name == "Annotate")
+        for r in records
+    )
     vm = tvm.relax.VirtualMachine(tvm.compile(tuned, target=cpu_target), tvm.cpu())
     np.testing.assert_allclose(vm["forward"](tvm.runtime.tensor(x)).numpy(), expected, rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="run it under `with tvm.target.Target"):
@@ -121,8 +125,9 @@ def test_pointwise_nchw_convolutions_become_matmuls_with_their_epilogues(tmp_pat
 def test_failed_tasks_fall_back_to_untuned_kernels(tmp_path, cpu_target):
     """Every candidate is killed by a real runner timeout: compile warns, and the model still runs right."""
     mod, params, x, expected = _two_layer()
-    db = tune_model(mod, params, cpu_target, str(tmp_path), 4, num_trials_per_iter=2, seed=0,
-                    runner=timing_out_runner())
+    db = tune_model(
+        mod, params, cpu_target, str(tmp_path), 4, num_trials_per_iter=2, seed=0, runner=timing_out_runner()
+    )
     with pytest.warns(UserWarning, match=r"2 task\(s\) have no tuned schedule"):
         executable = compile_model(db, mod, params, cpu_target)
     (got,) = run_model(executable, {"x": x}, func="forward")
@@ -159,9 +164,16 @@ def _conv_integer_model(x, w, attrs, weight_zero_point=None):
     inits = [onnx.numpy_helper.from_array(w, "w"), onnx.numpy_helper.from_array(np.array(128, np.uint8), "zp")]
     if weight_zero_point is not None:
         inits.append(onnx.numpy_helper.from_array(np.array(weight_zero_point, w.dtype), "w_zp"))
-    node = helper.make_node("ConvInteger", ["x", "w", "zp", *(["w_zp"] if weight_zero_point is not None else [])], ["y"], **attrs)
-    graph = helper.make_graph([node], "conv", [helper.make_tensor_value_info("x", TensorProto.UINT8, x.shape)],
-                              [helper.make_tensor_value_info("y", TensorProto.INT32, None)], initializer=inits)
+    node = helper.make_node(
+        "ConvInteger", ["x", "w", "zp", *(["w_zp"] if weight_zero_point is not None else [])], ["y"], **attrs
+    )
+    graph = helper.make_graph(
+        [node],
+        "conv",
+        [helper.make_tensor_value_info("x", TensorProto.UINT8, x.shape)],
+        [helper.make_tensor_value_info("y", TensorProto.INT32, None)],
+        initializer=inits,
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     return model
@@ -178,21 +190,27 @@ def _conv_integer_model(x, w, attrs, weight_zero_point=None):
         (8, 16, 1, dict(), np.uint8, 100),
     ],
 )
-def test_onnx_conv_integer_imports_and_computes_what_onnxruntime_computes(ci, co, k, attrs, weight_dtype, weight_zero_point, cpu_target):
+def test_onnx_conv_integer_imports_and_computes_what_onnxruntime_computes(
+    ci, co, k, attrs, weight_dtype, weight_zero_point, cpu_target
+):
     """TVM's frontend has no ConvInteger; ms_heron's converter pads the input with its zero point (as
     ONNX Runtime does) and gives the same int32 results, bit for bit. A layer with no VNNI form
     (grouped, u8 weights, a weight zero point) is widened to int32 and named in a warning."""
     rng = np.random.default_rng(0)
     x = rng.integers(0, 256, (1, ci, 9, 9)).astype(np.uint8)
-    w = rng.integers(-127 if weight_dtype == np.int8 else 0, 128, (co, ci // attrs.get("group", 1), k, k)).astype(weight_dtype)
+    w = rng.integers(-127 if weight_dtype == np.int8 else 0, 128, (co, ci // attrs.get("group", 1), k, k)).astype(
+        weight_dtype
+    )
     model = _conv_integer_model(x, w, dict(kernel_shape=[k, k], **attrs), weight_zero_point)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         mod = from_onnx(model)
     widened = [str(c.message) for c in caught if "without VNNI" in str(c.message)]
     if attrs.get("group", 1) > 1:
-        assert widened == [f"ConvInteger [1, {ci}, 9, 9] x [{co}, {ci // 2}, {k}, {k}]: it is grouped (2 groups), "
-                           "so it runs as an int32 convolution without VNNI"]
+        assert widened == [
+            f"ConvInteger [1, {ci}, 9, 9] x [{co}, {ci // 2}, {k}, {k}]: it is grouped (2 groups), "
+            "so it runs as an int32 convolution without VNNI"
+        ]
     elif weight_dtype == np.uint8:
         assert widened and "VNNI multiplies u8 by s8, not uint8 by uint8" in widened[0]
     else:
@@ -258,7 +276,9 @@ def _model_work_dir_reports_shows_and_resumes(work_dir, path):
 
 def _matmul_model(nodes, x_shape, extra_inputs=()):
     graph = helper.make_graph(
-        nodes, "m", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape), *extra_inputs],
+        nodes,
+        "m",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape), *extra_inputs],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
         initializer=[onnx.numpy_helper.from_array(np.ones((4, 4), np.float32), "w")],
     )
@@ -274,8 +294,10 @@ def test_dynamic_onnx_input_needs_a_static_shape():
 
 
 def test_onnx_operator_relax_cannot_import_is_named():
-    model = _matmul_model([helper.make_node("MatMul", ["x", "w"], ["t"]),
-                           helper.make_node("Einsum", ["t"], ["y"], equation="ij->ji")], [2, 4])
+    model = _matmul_model(
+        [helper.make_node("MatMul", ["x", "w"], ["t"]), helper.make_node("Einsum", ["t"], ["y"], equation="ij->ji")],
+        [2, 4],
+    )
     model.graph.node[1].op_type = "NoSuchOperator"
     with pytest.raises(ModelError, match="NoSuchOperator.*Relax cannot import"):
         from_onnx(model)
@@ -303,8 +325,12 @@ def test_model_lowering_approximates_exp_and_erf_unless_exact_math_is_asked(cpu_
     still matches ONNX Runtime closely, and ``exact_math`` keeps the libm calls (other tasks)."""
     model = models.bert_layer(seq=8, hidden=32, heads=2, ffn=64)
     mod = from_onnx(model.proto, model.input_shapes())
-    names = {exact: " ".join(t.task_name for t in extract_tasks(lower_for_tuning(mod, None, cpu_target, exact_math=exact), cpu_target))
-             for exact in (False, True)}
+    names = {
+        exact: " ".join(
+            t.task_name for t in extract_tasks(lower_for_tuning(mod, None, cpu_target, exact_math=exact), cpu_target)
+        )
+        for exact in (False, True)
+    }
     assert "fast_erf" in names[False] and "fast_softmax" in names[False]
     assert "fast_" not in names[True] and "_erf" in names[True] and "softmax" in names[True]
 
@@ -317,15 +343,21 @@ def test_model_lowering_approximates_exp_and_erf_unless_exact_math_is_asked(cpu_
 
     path = tmp_path / "bert.onnx"
     onnx.save(model.proto, path)
-    run_file = TuningRun.create(tmp_path / "wd", RunSpec.of_model(path, {}, cpu_target, 0)).work_dir / "ms_heron_run.json"
+    run_file = (
+        TuningRun.create(tmp_path / "wd", RunSpec.of_model(path, {}, cpu_target, 0)).work_dir / "ms_heron_run.json"
+    )
     old = {k: v for k, v in json.loads(run_file.read_text()).items() if k != "exact_math"}
     run_file.write_text(json.dumps(old))  # a run file from before the option: tuned with exact math
-    assert TuningRun.open(tmp_path / "wd").spec.exact_math and "(exact math)" in TuningRun.open(tmp_path / "wd").spec.describe()
+    assert (
+        TuningRun.open(tmp_path / "wd").spec.exact_math
+        and "(exact math)" in TuningRun.open(tmp_path / "wd").spec.describe()
+    )
 
 
 def test_a_relax_module_is_a_run_with_resume_report_and_show(tmp_path, cpu_target):
     """A Relax module tuned through TuningRun keeps itself in the work dir: reopened from the work
     dir alone it resumes, reports and shows a task's schedule; another module is refused."""
+
     class Tiny(nn.Module):
         def __init__(self, features):
             self.dense = nn.Linear(16, features)

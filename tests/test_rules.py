@@ -75,10 +75,19 @@ def _nchw_conv_bias_relu() -> Workload:
     x = te.placeholder((N, CI, H, W), "float32", name="x")
     w = te.placeholder((CO, CI, 3, 3), "float32", name="w")
     b = te.placeholder((CO,), "float32", name="b")
-    pad = te.compute((N, CI, H + 2, W + 2), lambda n, c, h, v: tvm.tirx.if_then_else(
-        tvm.tirx.all(h >= 1, h <= H, v >= 1, v <= W), x[n, c, h - 1, v - 1], 0.0), name="pad")
+    pad = te.compute(
+        (N, CI, H + 2, W + 2),
+        lambda n, c, h, v: tvm.tirx.if_then_else(
+            tvm.tirx.all(h >= 1, h <= H, v >= 1, v <= W), x[n, c, h - 1, v - 1], 0.0
+        ),
+        name="pad",
+    )
     rc, ry, rx = te.reduce_axis((0, CI), "rc"), te.reduce_axis((0, 3), "ry"), te.reduce_axis((0, 3), "rx")
-    conv = te.compute((N, CO, H, W), lambda n, f, y, v: te.sum(pad[n, rc, y + ry, v + rx] * w[f, rc, ry, rx], axis=[rc, ry, rx]), name="C")
+    conv = te.compute(
+        (N, CO, H, W),
+        lambda n, f, y, v: te.sum(pad[n, rc, y + ry, v + rx] * w[f, rc, ry, rx], axis=[rc, ry, rx]),
+        name="C",
+    )
     out = te.compute((N, CO, H, W), lambda n, f, y, v: te.max(conv[n, f, y, v] + b[f], 0.0), name="Relu")
 
     def inputs(rng):
@@ -91,7 +100,15 @@ def _nchw_conv_bias_relu() -> Workload:
 
     from ms_heron.workloads.suite import _workload  # the same packaging the suite uses
 
-    workload = _workload("custom", "fp32", dict(N=N, CI=CI, H=H, W=W, CO=CO), [x, w, b, out], 2 * N * CO * H * W * CI * 9, inputs, reference)
+    workload = _workload(
+        "custom",
+        "fp32",
+        dict(N=N, CI=CI, H=H, W=W, CO=CO),
+        [x, w, b, out],
+        2 * N * CO * H * W * CI * 9,
+        inputs,
+        reference,
+    )
     return dataclasses.replace(workload, func=workload.func.with_attr("layout_free_buffers", [1, 2]))
 
 
@@ -189,7 +206,9 @@ def test_nchw_convolution_vectorizes_its_output_channels_through_a_transposed_ac
         block = space.get_sblock("C")
         lane_var = space.get(space.get_loops(block)[-1]).loop_var
         channel = space.get(block).iter_vars[1].var
-        bindings = {iv.var.name: v for iv, v in zip(space.get(block).iter_vars, block_realize(space, block).iter_values)}
+        bindings = {
+            iv.var.name: v for iv, v in zip(space.get(block).iter_vars, block_realize(space, block).iter_values)
+        }
         assert lane_var in tvm.tirx.analysis.undefined_vars(bindings[channel.name])
         accumulator = space.get(block).writes[0]
         assert accumulator.source.name == "C_global" and int(accumulator.source.shape[-1]) == 16  # channels last
@@ -199,7 +218,9 @@ def test_nchw_convolution_vectorizes_its_output_channels_through_a_transposed_ac
     for space in stock_design_spaces(gemm.func, rules, cpu_target):
         block = space.get_sblock("C")
         lane_var = space.get(space.get_loops(block)[-1]).loop_var
-        bindings = {iv.var.name: v for iv, v in zip(space.get(block).iter_vars, block_realize(space, block).iter_values)}
+        bindings = {
+            iv.var.name: v for iv, v in zip(space.get(block).iter_vars, block_realize(space, block).iter_values)
+        }
         assert lane_var in tvm.tirx.analysis.undefined_vars(bindings[space.get(block).iter_vars[1].var.name])
 
 
@@ -212,7 +233,9 @@ def test_pack_operand_packs_the_streamed_input_into_panels_when_sampled(cpu_targ
     rules = [MultiLevelTiling(), AddCacheStage(levels=(1,)), PackOperand(), ParallelVectorizeUnroll()]
     (space,) = stock_design_spaces(workload.func, rules, cpu_target)
     trace = space.trace.simplified(remove_postproc=True)
-    (choice,) = [inst for inst in trace.insts if inst.kind.name == "SampleCategorical" and list(inst.attrs[0]) == [0, 1]]
+    (choice,) = [
+        inst for inst in trace.insts if inst.kind.name == "SampleCategorical" and list(inst.attrs[0]) == [0, 1]
+    ]
     for decision in (0, 1):
         for seed in (1, 2):
             sch = tvm.s_tir.Schedule(workload.func, seed=seed)
@@ -226,7 +249,10 @@ def test_pack_operand_packs_the_streamed_input_into_panels_when_sampled(cpu_targ
                 panels = next(r.source for r in sch.get(block).reads if r.source.name == "W_global")
                 assert [int(d) for d in panels.shape] == [64 // lanes, 16, lanes]
                 copy_loops = [sch.get(lp) for lp in sch.get_loops(sch.get_sblock("W_global"))]
-                assert copy_loops[0].kind == tvm.tirx.ForKind.PARALLEL and copy_loops[-1].kind == tvm.tirx.ForKind.VECTORIZED
+                assert (
+                    copy_loops[0].kind == tvm.tirx.ForKind.PARALLEL
+                    and copy_loops[-1].kind == tvm.tirx.ForKind.VECTORIZED
+                )
             run_and_check(build(sch.mod, cpu_target), workload, seed=seed)
     free = dataclasses.replace(workload, func=workload.func.with_attr("layout_free_buffers", [1]))
     (space,) = stock_design_spaces(free.func, rules, cpu_target)
@@ -322,7 +348,11 @@ def test_lane_reduction_vectorizes_row_reductions_of_softmax_and_layer_norm(fami
         assert width % lanes == 0 and 192 % width == 0
         text = finished(space, workload).mod.script()
         # ``width`` partial results per row (accumulator vectors), folded into one vector, then its lanes
-        stages = [(f"{name}_rf_rf_update", width), (f"{name}_rf_update", lanes)] if width > lanes else [(f"{name}_rf_update", lanes)]
+        stages = (
+            [(f"{name}_rf_rf_update", width), (f"{name}_rf_update", lanes)]
+            if width > lanes
+            else [(f"{name}_rf_update", lanes)]
+        )
         for stage, vector in stages:
             assert f'T.sblock("{stage}")' in text
             before = text[text.index(f'T.sblock("{stage}")') - 200 : text.index(f'T.sblock("{stage}")')]
@@ -349,7 +379,9 @@ def test_compute_location_puts_a_convolutions_padding_at_a_sampled_loop(cpu_targ
     (space,) = stock_design_spaces(workload.func, rules, cpu_target)
     steps = schedule_steps(space)
     assert steps.count("SampleComputeLocation") == 1 and steps.count("ComputeAt") == 1
-    (pad,) = [b for b in block_names(tvm.s_tir.Schedule(workload.func)) if "pad" in b.lower()]  # the space may inline it
+    (pad,) = [
+        b for b in block_names(tvm.s_tir.Schedule(workload.func)) if "pad" in b.lower()
+    ]  # the space may inline it
     nested = 0
     for seed in range(1, 9):
         sch = finished(space, workload, seed=seed)
@@ -380,7 +412,8 @@ def test_lane_reduction_fuses_a_norms_two_reduction_axes(cpu_target):
 
 def test_prime_extent_is_padded_into_a_space_with_real_tiles(cpu_target):
     """A GEMM with M = 127 (prime): with ``tile_extents`` on (off by default), besides the space as
-    it is, HeronSpace yields one padded by ``pad_einsum`` to 128, whose tiles of M are neither 1 nor the whole extent; its random samples
+    it is, HeronSpace yields one padded by ``pad_einsum`` to 128, whose tiles of M are neither 1 nor the whole
+    extent; its random samples
     compute the right answer, and the padded work stays within the waste bound in the lowered TIR."""
     from ms_heron.rules import default_rules  # pylint: disable=import-outside-toplevel
     from ms_heron.space import HeronSpace, design_spaces  # pylint: disable=import-outside-toplevel
@@ -393,8 +426,11 @@ def test_prime_extent_is_padded_into_a_space_with_real_tiles(cpu_target):
     padded = [s for s in spaces if any(i.kind.name == "PadEinsum" for i in s.trace.insts)]
     assert padded and len(padded) < len(spaces)  # padding is a choice: the unpadded spaces stay
     space = padded[0]
-    m_tiles = next(space.trace.decisions[i] for i in space.trace.insts
-                   if i.kind.name == "SamplePerfectTile" and math.prod(int(x) for x in space.trace.decisions[i]) == 128)
+    m_tiles = next(
+        space.trace.decisions[i]
+        for i in space.trace.insts
+        if i.kind.name == "SamplePerfectTile" and math.prod(int(x) for x in space.trace.decisions[i]) == 128
+    )
     assert any(1 < int(t) < 128 for t in m_tiles)
     check_random_samples(space, workload, cpu_target, samples=2)
     # The padded input copy's place is sampled (inlined, or computed per tile): the padded work is
@@ -481,7 +517,10 @@ def test_a_padded_weight_is_packed_tile_by_tile_where_the_search_places_it(vnni_
         sch = replay(model, space.trace.simplified(remove_postproc=True), workload.func, values)
         assert all(p.apply(sch) for p in default_postprocs())
         loops = [sch.get(loop) for loop in sch.get_loops(sch.get_sblock("W_pad"))]
-        assert [(int(lp.extent), lp.kind) for lp in loops[-2:]] == [(16, tvm.tirx.ForKind.UNROLLED), (4, tvm.tirx.ForKind.UNROLLED)]
+        assert [(int(lp.extent), lp.kind) for lp in loops[-2:]] == [
+            (16, tvm.tirx.ForKind.UNROLLED),
+            (4, tvm.tirx.ForKind.UNROLLED),
+        ]
         if len(loops) not in places:  # each place once: bit-exact
             run_and_check(build(sch.mod, vnni_target), workload)
             places.add(len(loops))
@@ -494,8 +533,11 @@ def _channels_last_to_first(n=1, h=4, w=6, c=32, swap=True) -> Workload:
     axis, as attention's head split does."""
     y = te.placeholder((n, h, w, c) if swap else (h, n, w, c), "float32", name="Y")
     x = te.placeholder((n, c, h, w) if swap else (n, h, w, c), "float32", name="X")
-    moved = (te.compute((n, c, h, w), lambda a, b, i, j: y[a, i, j, b], name="T") if swap
-             else te.compute((n, h, w, c), lambda a, i, j, b: y[i, a, j, b], name="T"))
+    moved = (
+        te.compute((n, c, h, w), lambda a, b, i, j: y[a, i, j, b], name="T")
+        if swap
+        else te.compute((n, h, w, c), lambda a, i, j, b: y[i, a, j, b], name="T")
+    )
     added = te.compute(moved.shape, lambda *i: moved(*i) + x(*i), name="Add")
     out = te.compute(moved.shape, lambda *i: te.max(added(*i), 0.0), name="Relu")
     return from_func(te.create_prim_func([y, x, out]), "nhwc_to_nchw" if swap else "head_split")

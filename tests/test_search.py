@@ -21,7 +21,14 @@ from ms_heron.workloads.evaluate import build, run_and_check, time_lib
 def test_tunes_every_family_and_best_record_is_correct(family, cpu_target, tmp_path):
     workload = workloads.make(family, HOST_DTYPE, **SMALL_SHAPES[family])
     db = tune_workload(
-        workload, cpu_target, str(tmp_path), 8, num_trials_per_iter=4, space=HeronSpace(), strategy=HeronSearch(), seed=0
+        workload,
+        cpu_target,
+        str(tmp_path),
+        8,
+        num_trials_per_iter=4,
+        space=HeronSpace(),
+        strategy=HeronSearch(),
+        seed=0,
     )
     records = db.get_all_tuning_records()
     assert len(records) == 8
@@ -34,7 +41,12 @@ def test_tunes_every_family_and_best_record_is_correct(family, cpu_target, tmp_p
 def _strategy(workload, target, seed, trials=16, per_round=8, cost_model=None):
     strategy = HeronSearch()
     ctx = ms.TuneContext(
-        mod=workload.func, target=target, space_generator=HeronSpace(), search_strategy=strategy, task_name="t", rand_state=seed
+        mod=workload.func,
+        target=target,
+        space_generator=HeronSpace(),
+        search_strategy=strategy,
+        task_name="t",
+        rand_state=seed,
     )
     strategy.pre_tuning(trials, per_round, ctx.generate_design_space(), None, cost_model)
     return strategy
@@ -76,7 +88,7 @@ def test_round_zero_is_ranked_by_the_feature_model_other_tasks_trained(cpu_targe
     leaders, chosen = len({p.space for p in greedy}), sorted(other_task.analytical)
     assert len({p.space for p in greedy[:leaders]}) == leaders
     assert [p.key for p in greedy[: len(chosen)]] == [other_task.analytical[s].key for s in chosen]
-    for part in (greedy[len(chosen):leaders], greedy[leaders:]):
+    for part in (greedy[len(chosen) : leaders], greedy[leaders:]):
         scores = [p.predicted[FEATURES] for p in part]
         assert scores == sorted(scores, reverse=True)
     assert len(greedy) >= 3
@@ -122,8 +134,14 @@ def test_design_space_without_decisions_is_measured_once(cpu_target):
     workload = workloads.make("gemm", "fp32", **SMALL_SHAPES["gemm"])
     strategy = HeronSearch()
     space = HeronSpace(rules=[AlwaysInline()], include_default_spaces=False)
-    ctx = ms.TuneContext(mod=workload.func, target=cpu_target, space_generator=space, search_strategy=strategy,
-                         task_name="t", rand_state=0)
+    ctx = ms.TuneContext(
+        mod=workload.func,
+        target=cpu_target,
+        space_generator=space,
+        search_strategy=strategy,
+        task_name="t",
+        rand_state=0,
+    )
     strategy.pre_tuning(4, 2, ctx.generate_design_space(), None, None)
     batch = strategy.generate_measure_candidates()
     assert len(batch) == 1
@@ -140,12 +158,20 @@ def test_first_round_measures_every_design_space(cpu_target):
     ranked = [Program(1, {"a": 1}), Program(1, {"a": 2}), Program(2, {"b": 1}), Program(0, {}), Program(2, {"b": 2})]
     assert [p.key for p in untried_spaces_first(ranked, tried={2})] == [ranked[i].key for i in (0, 3, 1, 2, 4)]
     preferred = {1: Program(1, {"a": 2})}  # a space's analytical choice, also ranked: listed once, first
-    assert [p.key for p in untried_spaces_first(ranked, tried={2}, preferred=preferred)] == [ranked[i].key for i in (1, 3, 0, 2, 4)]
+    assert [p.key for p in untried_spaces_first(ranked, tried={2}, preferred=preferred)] == [
+        ranked[i].key for i in (1, 3, 0, 2, 4)
+    ]
 
     workload = workloads.make("layernorm", "fp32", M=4, N=64)
     strategy = HeronSearch()
-    ctx = ms.TuneContext(mod=workload.func, target=cpu_target, space_generator=HeronSpace(), search_strategy=strategy,
-                         task_name="t", rand_state=0)
+    ctx = ms.TuneContext(
+        mod=workload.func,
+        target=cpu_target,
+        space_generator=HeronSpace(),
+        search_strategy=strategy,
+        task_name="t",
+        rand_state=0,
+    )
     spaces = ctx.generate_design_space()
     strategy.pre_tuning(16, 16, spaces, None, None)
     strategy.generate_measure_candidates()
@@ -182,8 +208,9 @@ def test_fresh_samples_follow_the_spaces_that_measured_fastest(cpu_target):
     assert all(w == 1.0 for w, d in zip(priors, default) if not d)
     batch = strategy.generate_measure_candidates()
     fastest = next(i for i, p in enumerate(strategy.pending) if default[p.space])
-    strategy.notify_runner_results(batch, [RunnerResult(run_secs=[1e-4 if i == fastest else 1e-3], error_msg=None)
-                                           for i in range(len(batch))])
+    strategy.notify_runner_results(
+        batch, [RunnerResult(run_secs=[1e-4 if i == fastest else 1e-3], error_msg=None) for i in range(len(batch))]
+    )
     weights = strategy._space_weights()  # pylint: disable=protected-access
     assert weights[strategy.pending[fastest].space] == max(weights) == priors[strategy.pending[fastest].space]
     assert all(w == pytest.approx(0.02) for w, d in zip(weights, default) if not d)
@@ -194,8 +221,15 @@ def test_survives_candidates_that_time_out(cpu_target, tmp_path):
     workload = workloads.make("gemm", HOST_DTYPE, M=256, N=256, K=256)
     runner = timing_out_runner()
     db = tune_workload(
-        workload, cpu_target, str(tmp_path), 4, num_trials_per_iter=2, space=HeronSpace(), strategy=HeronSearch(),
-        runner=runner, seed=0,
+        workload,
+        cpu_target,
+        str(tmp_path),
+        4,
+        num_trials_per_iter=2,
+        space=HeronSpace(),
+        strategy=HeronSearch(),
+        runner=runner,
+        seed=0,
     )
     records = db.get_all_tuning_records()
     assert len(records) == 4 and all(not r.run_secs or min(float(s) for s in r.run_secs) >= 1e9 for r in records)
@@ -206,7 +240,9 @@ def test_decision_model_learns_which_variable_matters():
     import random
 
     rng = random.Random(0)
-    rows = [{"a": rng.choice([1, 2, 4, 8]), "b": rng.choice([1, 2, 4, 8]), "c": rng.choice([1, 2, 4])} for _ in range(40)]
+    rows = [
+        {"a": rng.choice([1, 2, 4, 8]), "b": rng.choice([1, 2, 4, 8]), "c": rng.choice([1, 2, 4])} for _ in range(40)
+    ]
     scores = [r["b"] / 8 for r in rows]
     model = DecisionModel(["a", "b", "c"])
     model.fit(rows, scores)
@@ -233,7 +269,9 @@ def test_te_workload_c3d_models_build_and_a_small_c3d_tunes(cpu_target, tmp_path
         model = derive(space, cpu_target)
         assert model.violations(Solver(model, seed=0).sample()) == []
     small = te.create_prim_func(conv3d_ndhwc(1, 4, 8, 8, 3, 8, 3, 2, 1))
-    db = tune_func(small, cpu_target, str(tmp_path), 8, num_trials_per_iter=4, space=HeronSpace(), strategy=HeronSearch(), seed=0)
+    db = tune_func(
+        small, cpu_target, str(tmp_path), 8, num_trials_per_iter=4, space=HeronSpace(), strategy=HeronSearch(), seed=0
+    )
     assert len(db.get_all_tuning_records()) == 8
 
 
@@ -248,8 +286,14 @@ def test_space_without_solution_is_skipped_with_a_warning_and_the_rest_tune(capl
     target = Target({**a100, "max_shared_memory_per_block": 3000}, host={"kind": "llvm"})
     workload = workloads.make("gemm", "fp16", M=64, N=64, K=64)
     strategy = HeronSearch()
-    ctx = ms.TuneContext(mod=workload.func, target=target, space_generator=HeronSpace(), search_strategy=strategy,
-                         task_name="t", rand_state=0)
+    ctx = ms.TuneContext(
+        mod=workload.func,
+        target=target,
+        space_generator=HeronSpace(),
+        search_strategy=strategy,
+        task_name="t",
+        rand_state=0,
+    )
     spaces = ctx.generate_design_space()
     with caplog.at_level("WARNING"):
         strategy.pre_tuning(8, 4, spaces, None, None)
@@ -267,8 +311,14 @@ def test_space_whose_performance_constraints_conflict_is_searched_under_validity
     target = host_target(num_cores=32)
     workload = workloads.make("gemm", "fp32", M=2, N=16, K=16)
     strategy = HeronSearch()
-    ctx = ms.TuneContext(mod=workload.func, target=target, space_generator=HeronSpace(include_default_spaces=False),
-                         search_strategy=strategy, task_name="t", rand_state=0)
+    ctx = ms.TuneContext(
+        mod=workload.func,
+        target=target,
+        space_generator=HeronSpace(include_default_spaces=False),
+        search_strategy=strategy,
+        task_name="t",
+        rand_state=0,
+    )
     with caplog.at_level("WARNING"):
         strategy.pre_tuning(8, 4, ctx.generate_design_space(), None, None)
     assert "searching it under its validity constraints only" in _log_lines(caplog)
@@ -280,8 +330,16 @@ def test_a_users_tvmscript_kernel_tunes_and_is_checked_against_itself_unschedule
     a, s = workload.random_inputs(0)
     assert workload.name == "row_scale" and workload.output_shape == (64, 48)
     assert abs(workload.reference([a, s]) - (a * s + 1)).max() < 1e-6
-    db = tune_func(workload.func, cpu_target, str(tmp_path), 4, num_trials_per_iter=4, space=HeronSpace(),
-                   strategy=HeronSearch(), seed=0)
+    db = tune_func(
+        workload.func,
+        cpu_target,
+        str(tmp_path),
+        4,
+        num_trials_per_iter=4,
+        space=HeronSpace(),
+        strategy=HeronSearch(),
+        seed=0,
+    )
     run_and_check(build(best_schedule(db, workload, cpu_target).mod, cpu_target), workload)
 
 
@@ -292,8 +350,16 @@ def test_stock_tune_tir_whose_builds_all_time_out_stops_after_the_first_round_na
     workload = workloads.make("gemm", "fp32", **SMALL_SHAPES["gemm"])
     reset_metaschedule_logger()  # pytest's log capture leaves handlers MetaSchedule's logging set-up crashes on
     with pytest.raises(RuntimeError) as raised:
-        ms.tune_tir(workload.func, cpu_target, str(tmp_path), max_trials_global=8, num_trials_per_iter=4,
-                    space=HeronSpace(), strategy=HeronSearch(), builder=ms.builder.LocalBuilder(timeout_sec=0.5))
+        ms.tune_tir(
+            workload.func,
+            cpu_target,
+            str(tmp_path),
+            max_trials_global=8,
+            num_trials_per_iter=4,
+            space=HeronSpace(),
+            strategy=HeronSearch(),
+            builder=ms.builder.LocalBuilder(timeout_sec=0.5),
+        )
     assert "pass builder=ms_heron.tuning.builder.local_builder() to ms.tune_tir" in str(raised.value)
     assert len(ms.database.JSONDatabase(work_dir=str(tmp_path))) <= 4  # stopped after the first round
 
@@ -305,15 +371,25 @@ def test_stock_tune_tir_with_heron_tunes_correctly(cpu_target, tmp_path):
 
     workload = workloads.make("gemm", "fp32", **SMALL_SHAPES["gemm"])
     reset_metaschedule_logger()  # as above
-    db = ms.tune_tir(workload.func, cpu_target, str(tmp_path), max_trials_global=8, num_trials_per_iter=4,
-                     space=HeronSpace(), strategy=HeronSearch(), builder=local_builder())
+    db = ms.tune_tir(
+        workload.func,
+        cpu_target,
+        str(tmp_path),
+        max_trials_global=8,
+        num_trials_per_iter=4,
+        space=HeronSpace(),
+        strategy=HeronSearch(),
+        builder=local_builder(),
+    )
     assert len(db) == 8 and all(min(float(s) for s in r.run_secs) < 1e9 for r in db.get_all_tuning_records())
     run_and_check(build(ms.tir_integration.compile_tir(db, workload.func, cpu_target).mod, cpu_target), workload)
 
 
 def _heron_annotated(record) -> bool:
     """Whether the record's design space came from HeronSpace (its rules annotate ``ms_heron.*``)."""
-    return any(inst.kind.name == "Annotate" and str(inst.attrs[0]).startswith("ms_heron.") for inst in record.trace.insts)
+    return any(
+        inst.kind.name == "Annotate" and str(inst.attrs[0]).startswith("ms_heron.") for inst in record.trace.insts
+    )
 
 
 def test_every_entry_point_tunes_with_heron_unless_told_metaschedule(cpu_target, tmp_path):
@@ -328,8 +404,9 @@ def test_every_entry_point_tunes_with_heron_unless_told_metaschedule(cpu_target,
     for db in heron:
         records = db.get_all_tuning_records()
         assert len(records) == 4 and all(_heron_annotated(r) for r in records)
-    stock = tune_workload(workload, cpu_target, str(tmp_path / "stock"), 4, num_trials_per_iter=4, seed=0,
-                          search="metaschedule")
+    stock = tune_workload(
+        workload, cpu_target, str(tmp_path / "stock"), 4, num_trials_per_iter=4, seed=0, search="metaschedule"
+    )
     assert not any(_heron_annotated(r) for r in stock.get_all_tuning_records())
     with pytest.raises(ValueError, match="search='ansor': choose 'heron'"):
         tune_func(workload.func, cpu_target, str(tmp_path / "bad"), 4, search="ansor")

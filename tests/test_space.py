@@ -15,7 +15,9 @@ from ms_heron.tuning import tune_workload
 from ms_heron.workloads.evaluate import WrongResult, build, run_and_check
 
 
-@pytest.mark.parametrize("family,dtype", [("gemm", "fp32"), ("c2d", "fp32"), ("t2d", "fp32"), ("scan", "fp32"), ("gemm", "int8")])
+@pytest.mark.parametrize(
+    "family,dtype", [("gemm", "fp32"), ("c2d", "fp32"), ("t2d", "fp32"), ("scan", "fp32"), ("gemm", "int8")]
+)
 def test_stock_evolutionary_search_tunes_heron_spaces(family, dtype, cpu_target, tmp_path, request):
     """A GEMM, a strided and a transposed convolution, a scan with its computed operand, and the
     VNNI-tensorized int8 GEMM (every family's spaces are sampled, replayed and built in
@@ -49,7 +51,7 @@ def test_user_rules_apply_with_the_rest(cpu_target):
     spaces = design_spaces(workload.func, cpu_target, space)
     assert len(spaces) == 4  # 2 cache levels x (with, without) tile buffers
     for sch in spaces:
-        assert 'user.seen' in sch.mod.script()
+        assert "user.seen" in sch.mod.script()
         assert "meta_schedule.tiling_structure" in sch.mod.script()
 
 
@@ -100,8 +102,13 @@ def test_seed_zero_is_a_seed(cpu_target):
     workload = workloads.make("gemm", "fp32", **SMALL_SHAPES["gemm"])
 
     def sampled(seed):
-        context = ms.TuneContext(mod=IRModule({"main": workload.func}), target=cpu_target, rand_state=seed, task_name="main",
-                                 space_generator=HeronSpace(include_default_spaces=False))
+        context = ms.TuneContext(
+            mod=IRModule({"main": workload.func}),
+            target=cpu_target,
+            rand_state=seed,
+            task_name="main",
+            space_generator=HeronSpace(include_default_spaces=False),
+        )
         return [str(space.trace) for space in context.generate_design_space()]
 
     first = sampled(0)

@@ -86,8 +86,16 @@ def test_fma_chains_are_measured_on_the_host_and_assumed_elsewhere(cpu_target):
 def test_cores_respect_cpu_affinity_and_the_container_quota(tmp_path):
     """``taskset -c 0`` and a cgroup quota of 1.5 CPUs both cap what host_target() counts."""
     pinned = subprocess.run(
-        [sys.executable, "-c", "import os; os.sched_setaffinity(0, {0}); from ms_heron.hardware.targets import usable_cores; print(usable_cores())"],
-        capture_output=True, text=True, check=True)
+        [
+            sys.executable,
+            "-c",
+            "import os; os.sched_setaffinity(0, {0}); "
+            "from ms_heron.hardware.targets import usable_cores; print(usable_cores())",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert pinned.stdout.strip() == "1"
     quota = tmp_path / "cpu.max"
     quota.write_text("150000 100000\n")
@@ -97,11 +105,15 @@ def test_cores_respect_cpu_affinity_and_the_container_quota(tmp_path):
 
 
 def test_cache_sizes_of_another_cpu_come_from_the_environment(monkeypatch, cpu_target):
-    other = Target({"kind": "llvm", "mcpu": "haswell" if cpu_name(cpu_target) != "haswell" else "znver4", "num-cores": 4})
+    other = Target(
+        {"kind": "llvm", "mcpu": "haswell" if cpu_name(cpu_target) != "haswell" else "znver4", "num-cores": 4}
+    )
     host = cpu_cache_bytes(cpu_target)
     monkeypatch.setenv(CACHES_ENV, "L1=32K,L2=256K")
     assert cpu_cache_bytes(other) == {"L1": 32 * 1024, "L2": 256 * 1024}
     assert cpu_cache_bytes(cpu_target) == host  # the host's own are read from it
     monkeypatch.setenv(CACHES_ENV, "L1=lots")
-    with pytest.raises(TargetError, match=r"MS_HERON_CPU_CACHES='L1=lots': write the target CPU's per-core data caches as L1=32K,L2=1M"):
+    with pytest.raises(
+        TargetError, match=r"MS_HERON_CPU_CACHES='L1=lots': write the target CPU's per-core data caches as L1=32K,L2=1M"
+    ):
         cpu_cache_bytes(other)

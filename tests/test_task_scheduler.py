@@ -36,11 +36,14 @@ def test_a_task_never_valid_yields_once_it_failed_and_measured_tasks_are_not_at_
     assert failed.gain(0.5) == pytest.approx(0.5 * (10 * 1e-4 - 1e-4))
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(at_bound=0.0), "share of its bound, in (0, 1]"),
-    (dict(at_bound=1.5), "share of its bound, in (0, 1]"),
-    (dict(discount=0.0), "factor in (0, 1]"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(at_bound=0.0), "share of its bound, in (0, 1]"),
+        (dict(at_bound=1.5), "share of its bound, in (0, 1]"),
+        (dict(discount=0.0), "factor in (0, 1]"),
+    ],
+)
 def test_bad_options_are_refused_naming_the_range(kwargs, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         ExpectedGain(**kwargs)
@@ -74,8 +77,17 @@ def test_a_task_at_its_bound_gets_no_further_round_and_tuning_ends(tmp_path, cpu
     mod = _small_model(tmp_path)
     done = ExpectedGain(at_bound=1e-9)
     rounds = []
-    tune_model(mod, None, cpu_target, str(tmp_path / "done"), 64, num_trials_per_iter=4, seed=0, task_scheduler=done,
-               on_round=rounds.append)
+    tune_model(
+        mod,
+        None,
+        cpu_target,
+        str(tmp_path / "done"),
+        64,
+        num_trials_per_iter=4,
+        seed=0,
+        task_scheduler=done,
+        on_round=rounds.append,
+    )
     assert len(done.tasks) == 3 and [t.rounds for t in done.tasks] == [1, 1, 1]  # conv, dense, flatten
     assert all(0 < t.bound_s and t.best_s < math.inf for t in done.tasks)
     assert len(rounds) == 3 and rounds[-1].trials < 64

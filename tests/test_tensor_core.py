@@ -25,10 +25,12 @@ def _target(tag):
     return Target(tag, host={"kind": "llvm"})
 
 
-
 def _wmma_shape(space):
-    found = [re.search(r"wmma_sync_(\d+)x(\d+)x(\d+)", str(inst.inputs[1])) for inst in space.trace.insts
-             if inst.kind.name == "Annotate"]
+    found = [
+        re.search(r"wmma_sync_(\d+)x(\d+)x(\d+)", str(inst.inputs[1]))
+        for inst in space.trace.insts
+        if inst.kind.name == "Annotate"
+    ]
     return next(tuple(int(x) for x in m.group(1, 2, 3)) for m in found if m)
 
 
@@ -43,8 +45,12 @@ def _matmul(in_dtype, out_dtype, n=64):
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH: CUDA sources cannot be compiled here")
 @pytest.mark.parametrize(
     "tag,in_dtype,out_dtype",
-    [(TARGETS[0], "float16", "float32"), (TARGETS[1], "float16", "float32"),
-     (TARGETS[1], "float16", "float16"), (TARGETS[1], "int8", "int32")],
+    [
+        (TARGETS[0], "float16", "float32"),
+        (TARGETS[1], "float16", "float32"),
+        (TARGETS[1], "float16", "float16"),
+        (TARGETS[1], "int8", "int32"),
+    ],
 )
 def test_constrained_wmma_samples_verify_and_compile_with_nvcc(tag, in_dtype, out_dtype):
     target = _target(tag)
@@ -65,7 +71,9 @@ def test_constrained_wmma_samples_verify_and_compile_with_nvcc(tag, in_dtype, ou
             assert len(compile_cuda(lib, target)) > 0
 
 
-@pytest.mark.parametrize("family,shape", [("gemm", dict(M=64, N=128, K=64)), ("c2d", dict(N=1, H=8, W=8, CI=32, CO=32, KH=3, KW=3, pad=1))])
+@pytest.mark.parametrize(
+    "family,shape", [("gemm", dict(M=64, N=128, K=64)), ("c2d", dict(N=1, H=8, W=8, CI=32, CO=32, KH=3, KW=3, pad=1))]
+)
 def test_shared_memory_model_matches_lowered_allocations(family, shape):
     """Tile buffers A/B: exactly their padded allocation; the write-back stage: an upper bound
     (MetaSchedule's rule stores the output tile in slices), so the summed limit is safe."""

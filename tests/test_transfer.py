@@ -12,8 +12,14 @@ from ms_heron.workloads.evaluate import build, run_and_check, time_lib
 
 
 def _task(workload, strategy, name, target):
-    ctx = ms.TuneContext(mod=workload.func, target=target, space_generator=HeronSpace(), search_strategy=strategy,
-                         task_name=name, rand_state=1)
+    ctx = ms.TuneContext(
+        mod=workload.func,
+        target=target,
+        space_generator=HeronSpace(),
+        search_strategy=strategy,
+        task_name=name,
+        rand_state=1,
+    )
     strategy.pre_tuning(16, 8, ctx.generate_design_space(), None, None)
     return strategy
 

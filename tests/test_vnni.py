@@ -56,7 +56,8 @@ from tvm.s_tir import meta_schedule as ms
 from ms_heron import workloads
 
 target = tvm.target.Target(json.loads(sys.argv[2]))
-sch = ms.tir_integration.compile_tir(ms.database.JSONDatabase(work_dir=sys.argv[1]), workloads.gemm(M=32, N=64, K=32).func, target)
+database = ms.database.JSONDatabase(work_dir=sys.argv[1])
+sch = ms.tir_integration.compile_tir(database, workloads.gemm(M=32, N=64, K=32).func, target)
 print("vpdpbusd" in tvm.compile(sch.mod, target=target).mod.inspect_source("asm"))
 """
 
@@ -66,14 +67,25 @@ def test_an_int8_record_compiles_with_stock_compile_tir_in_a_process_that_only_i
     host checks it."""
     target = Target({"kind": "llvm", "mcpu": "znver4", "num-cores": 2})
     strategy = HeronSearch()
-    ctx = ms.TuneContext(mod=workloads.gemm(M=32, N=64, K=32).func, target=target, space_generator=HeronSpace(),
-                         search_strategy=strategy, task_name="gemm", rand_state=0)
+    ctx = ms.TuneContext(
+        mod=workloads.gemm(M=32, N=64, K=32).func,
+        target=target,
+        space_generator=HeronSpace(),
+        search_strategy=strategy,
+        task_name="gemm",
+        rand_state=0,
+    )
     strategy.pre_tuning(4, 4, ctx.generate_design_space(), None, None)
     candidate = next(c for c in strategy.generate_measure_candidates() if VNNI_INTRIN in str(c.sch.trace))
     db = ms.database.JSONDatabase(work_dir=str(tmp_path))
-    db.commit_tuning_record(ms.database.TuningRecord(candidate.sch.trace, db.commit_workload(ctx.mod), [1e-3], target,
-                                                     candidate.args_info))
-    replay = subprocess.run([sys.executable, "-c", _REPLAY, str(tmp_path), json.dumps(target_json(target))],
-                            capture_output=True, text=True, timeout=300)
+    db.commit_tuning_record(
+        ms.database.TuningRecord(candidate.sch.trace, db.commit_workload(ctx.mod), [1e-3], target, candidate.args_info)
+    )
+    replay = subprocess.run(
+        [sys.executable, "-c", _REPLAY, str(tmp_path), json.dumps(target_json(target))],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert replay.returncode == 0, replay.stderr[-2000:]
     assert replay.stdout.strip().splitlines()[-1] == "True"

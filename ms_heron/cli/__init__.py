@@ -54,8 +54,11 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as err:
         if err.errno not in _DISK_ERRORS:
             raise
-        print(f"ms-heron: error: cannot write {err.filename or 'the work dir'} ({err.strerror}); every record "
-              "stored before is kept: free space or make it writable, then run the same command to resume", file=sys.stderr)
+        print(
+            f"ms-heron: error: cannot write {err.filename or 'the work dir'} ({err.strerror}); every record "
+            "stored before is kept: free space or make it writable, then run the same command to resume",
+            file=sys.stderr,
+        )
         return 2
     except WrongResult as err:  # a tuned kernel that computes the wrong thing: a bug to report, not a usage error
         print(f"ms-heron: WRONG RESULT: {err}; please report it with the work dir", file=sys.stderr)

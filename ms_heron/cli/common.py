@@ -30,8 +30,11 @@ def shared_options() -> argparse.ArgumentParser:
 
 def add_measure_options(parser: argparse.ArgumentParser) -> None:
     """Where candidates are measured (``tune`` and ``tune-model``)."""
-    parser.add_argument("--rpc", metavar="HOST:PORT:KEY",
-                        help="measure on the servers a TVM RPC tracker holds for KEY (builds stay on this machine)")
+    parser.add_argument(
+        "--rpc",
+        metavar="HOST:PORT:KEY",
+        help="measure on the servers a TVM RPC tracker holds for KEY (builds stay on this machine)",
+    )
 
 
 def runner(args: argparse.Namespace, *, cold: bool, budget_s: float | None):
@@ -104,10 +107,15 @@ class Interrupts:
             first = self.count == 1
         if first:
             self.asked.set()
-            print("\nms-heron: stopping after the round in flight (CTRL-C again to stop now)", file=sys.stderr, flush=True)
+            print(
+                "\nms-heron: stopping after the round in flight (CTRL-C again to stop now)", file=sys.stderr, flush=True
+            )
             return
-        print(f"\nms-heron: stopped; the records stored in {self.work_dir} are kept: run the same command to resume",
-              file=sys.stderr, flush=True)
+        print(
+            f"\nms-heron: stopped; the records stored in {self.work_dir} are kept: run the same command to resume",
+            file=sys.stderr,
+            flush=True,
+        )
         os._exit(130)  # pylint: disable=protected-access  # at once: no clean-up would be quick
 
 

@@ -16,8 +16,11 @@ from .common import Interrupts, quiet_metaschedule, tune_arm
 def add_parser(sub, shared: argparse.ArgumentParser) -> None:
     demo = sub.add_parser("demo", parents=[shared], help="tune a GEMM on this CPU and compare with ONNX Runtime")
     demo.add_argument("--shape", type=int, nargs=3, metavar=("M", "N", "K"), default=(512, 512, 512))
-    demo.add_argument("--dtype", choices=["int8", "fp32"],
-                      help="int8 (u8 x s8 -> s32 on VNNI) or fp32; default int8 where the CPU has AVX-512 VNNI, else fp32")
+    demo.add_argument(
+        "--dtype",
+        choices=["int8", "fp32"],
+        help="int8 (u8 x s8 -> s32 on VNNI) or fp32; default int8 where the CPU has AVX-512 VNNI, else fp32",
+    )
     demo.add_argument("--trials", type=int, default=64, help="measured candidates (default 64)")
     demo.add_argument("--work-dir", help="keep the tuning database and logs here (default: a temp dir)")
     demo.set_defaults(run=run)
@@ -37,8 +40,10 @@ def run(args: argparse.Namespace) -> int:
     cores = num_cores(target)
     int8 = dtype == "int8"
     form = "int8 GEMM {}x{}x{} (u8 x s8 -> s32)" if int8 else "fp32 GEMM {}x{}x{}"
-    print(f"ms-heron demo: {form.format(M, N, K)} on {cpu_name(target)}, {cores} cores"
-          + ("" if int8 or args.dtype else " (no AVX-512 VNNI on this CPU: the fp32 form)"))
+    print(
+        f"ms-heron demo: {form.format(M, N, K)} on {cpu_name(target)}, {cores} cores"
+        + ("" if int8 or args.dtype else " (no AVX-512 VNNI on this CPU: the fp32 form)")
+    )
     print("search: HeronSpace + HeronSearch (constrained genetic search over CP-SAT solutions)")
     quiet_metaschedule(args.verbose)
     with tempfile.TemporaryDirectory(prefix="ms_heron_demo_") as tmp:
@@ -55,8 +60,11 @@ def run(args: argparse.Namespace) -> int:
     peak, unit = (vnni_peak_gops(target), "VNNI") if int8 else (fma_peak_gops(target), "FMA")
     ort_name = "ONNX Runtime MatMulInteger" if int8 else "ONNX Runtime MatMul"
     try:
-        ort_s = (onnxruntime_matmul_integer_seconds(M, N, K, threads=cores) if int8
-                 else onnxruntime_operator_seconds(workload, threads=cores))
+        ort_s = (
+            onnxruntime_matmul_integer_seconds(M, N, K, threads=cores)
+            if int8
+            else onnxruntime_operator_seconds(workload, threads=cores)
+        )
     except BaselineUnavailable as err:
         ort_s = None
         print(f"note: {err}")

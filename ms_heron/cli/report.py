@@ -12,7 +12,9 @@ def add_parsers(sub) -> None:
     report = sub.add_parser("report", help="markdown summary and PNG tuning curve of a work dir")
     report.add_argument("work_dir")
     report.set_defaults(run=run_report)
-    show = sub.add_parser("show", help="the best schedule of a work dir (of one task of a model) as TVMScript and trace")
+    show = sub.add_parser(
+        "show", help="the best schedule of a work dir (of one task of a model) as TVMScript and trace"
+    )
     show.add_argument("work_dir")
     show.add_argument("task", nargs="?", help="a model run's task (the names `report` and `tune-model` list)")
     show.set_defaults(run=run_show)

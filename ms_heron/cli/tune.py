@@ -28,19 +28,37 @@ from .common import (
 
 def add_parser(sub, shared: argparse.ArgumentParser) -> None:
     tune = sub.add_parser("tune", parents=[shared], help="tune a workload into a work dir (re-run to resume)")
-    tune.add_argument("workload", help=f"a case such as gemm.G1, a family ({', '.join(workloads.FAMILIES)}) with --shape, "
-                      "or your TVMScript kernel as kernel.py[:name]")
-    tune.add_argument("--shape", nargs="+", metavar="NAME=INT", help="the family's dimensions, e.g. M=512 N=512 K=512")
-    tune.add_argument("--dtype", choices=list(workloads.DTYPES),
-                      help="a case's or family's form (a kernel has its own); default int8 where the target has "
-                      "AVX-512 VNNI, else fp32")
-    tune.add_argument("--trials", type=int, default=200, help="records the work dir should hold in the end (default 200)")
-    tune.add_argument("--time-budget", help="wall-clock limit such as 10m, set-up included; past it nothing more is measured "
-                      "(candidates left unmeasured wait for a resume; each task's first round still gets a valid kernel)")
-    tune.add_argument("--work-dir", help="database, logs and progress (default: ms_heron_runs/<workload>)")
-    tune.add_argument("--round-size", type=int, default=TRIALS_PER_ROUND, help=f"candidates measured per round (default {TRIALS_PER_ROUND})")
     tune.add_argument(
-        "--baseline", choices=["metaschedule"], help="also tune with MetaSchedule's default search, same trials, in <work-dir>/baseline"
+        "workload",
+        help=f"a case such as gemm.G1, a family ({', '.join(workloads.FAMILIES)}) with --shape, "
+        "or your TVMScript kernel as kernel.py[:name]",
+    )
+    tune.add_argument("--shape", nargs="+", metavar="NAME=INT", help="the family's dimensions, e.g. M=512 N=512 K=512")
+    tune.add_argument(
+        "--dtype",
+        choices=list(workloads.DTYPES),
+        help="a case's or family's form (a kernel has its own); default int8 where the target has "
+        "AVX-512 VNNI, else fp32",
+    )
+    tune.add_argument(
+        "--trials", type=int, default=200, help="records the work dir should hold in the end (default 200)"
+    )
+    tune.add_argument(
+        "--time-budget",
+        help="wall-clock limit such as 10m, set-up included; past it nothing more is measured "
+        "(candidates left unmeasured wait for a resume; each task's first round still gets a valid kernel)",
+    )
+    tune.add_argument("--work-dir", help="database, logs and progress (default: ms_heron_runs/<workload>)")
+    tune.add_argument(
+        "--round-size",
+        type=int,
+        default=TRIALS_PER_ROUND,
+        help=f"candidates measured per round (default {TRIALS_PER_ROUND})",
+    )
+    tune.add_argument(
+        "--baseline",
+        choices=["metaschedule"],
+        help="also tune with MetaSchedule's default search, same trials, in <work-dir>/baseline",
     )
     add_measure_options(tune)
     tune.set_defaults(run=run)
@@ -64,7 +82,9 @@ def _workload(args: argparse.Namespace, dtype: str) -> Workload:
         shape[match.group(1)] = int(match.group(2))
     if args.workload in workloads.FAMILIES and not shape:
         cases = [c for c in workloads.CASES if c.startswith(args.workload + ".")]
-        raise UsageError(f"{args.workload} needs --shape (e.g. M=1024 N=1024 K=1024) or a named case such as {cases[0]}")
+        raise UsageError(
+            f"{args.workload} needs --shape (e.g. M=1024 N=1024 K=1024) or a named case such as {cases[0]}"
+        )
     return workloads.make(args.workload, dtype, **shape)
 
 
@@ -82,7 +102,11 @@ class _ProgressLine:
         left = spent / done_here * (self.trials - p.trials) if done_here else math.inf
         if self.budget_s is not None:
             left = min(left, max(0.0, self.budget_s - spent))
-        best = f"{p.best_seconds * 1e3:.4f} ms = {p.best_gops(self.ops):.1f} GOPS" if p.best_seconds < math.inf else "none yet"
+        best = (
+            f"{p.best_seconds * 1e3:.4f} ms = {p.best_gops(self.ops):.1f} GOPS"
+            if p.best_seconds < math.inf
+            else "none yet"
+        )
         line = (
             f"{self.label}: {p.trials:4d}/{self.trials} trials | best {best} | valid {p.valid / max(p.trials, 1):.0%} "
             f"| {clock(spent)} elapsed, ~{clock(left) if left < math.inf else '?'} left"
@@ -94,12 +118,29 @@ class _ProgressLine:
             print(flush=True)
 
 
-def _tune(run: TuningRun, label: str, args: argparse.Namespace, trials: int, budget_s: float | None, search: Search,
-          interrupts: Interrupts, measuring) -> bool:
+def _tune(
+    run: TuningRun,
+    label: str,
+    args: argparse.Namespace,
+    trials: int,
+    budget_s: float | None,
+    search: Search,
+    interrupts: Interrupts,
+    measuring,
+) -> bool:
     show = _ProgressLine(label, run.workload.ops, trials, run.state().trials, budget_s)
     try:
-        return tune_arm(run, trials, label=label, interrupts=interrupts, search=search, time_budget_s=budget_s,
-                        on_round=show, per_round=args.round_size, runner=measuring)
+        return tune_arm(
+            run,
+            trials,
+            label=label,
+            interrupts=interrupts,
+            search=search,
+            time_budget_s=budget_s,
+            on_round=show,
+            per_round=args.round_size,
+            runner=measuring,
+        )
     finally:
         show.close()
 
@@ -122,8 +163,16 @@ def run(args: argparse.Namespace) -> int:
         arms = [("ms_heron", run)]
         if args.baseline == "metaschedule" and done:
             baseline = run.baseline()  # same trials as ms_heron measured, under the same budget
-            done = _tune(baseline, "MetaSchedule default", args, run.state().trials, budget_s, "metaschedule",
-                         interrupts, measuring)
+            done = _tune(
+                baseline,
+                "MetaSchedule default",
+                args,
+                run.state().trials,
+                budget_s,
+                "metaschedule",
+                interrupts,
+                measuring,
+            )
             arms.append(("MetaSchedule default", baseline))
     _print_table(workload, arms)
     if not done:

@@ -23,16 +23,31 @@ from .common import (
 
 
 def add_parser(sub, shared: argparse.ArgumentParser) -> None:
-    model = sub.add_parser("tune-model", parents=[shared], help="tune every kernel of an ONNX model, compile it, compare with ONNX Runtime")
+    model = sub.add_parser(
+        "tune-model", parents=[shared], help="tune every kernel of an ONNX model, compile it, compare with ONNX Runtime"
+    )
     model.add_argument("model", help="an .onnx file")
-    model.add_argument("--input-shape", nargs="+", metavar="NAME:DIMS", help="static shapes for symbolic inputs, e.g. x:1,128")
-    model.add_argument("--trials", type=int, default=200, help="records over all tasks the work dir should hold in the end (default 200)")
-    model.add_argument("--time-budget", help="wall-clock limit such as 10m, set-up included; past it nothing more is measured "
-                      "(candidates left unmeasured wait for a resume; each task's first round still gets a valid kernel)")
+    model.add_argument(
+        "--input-shape", nargs="+", metavar="NAME:DIMS", help="static shapes for symbolic inputs, e.g. x:1,128"
+    )
+    model.add_argument(
+        "--trials",
+        type=int,
+        default=200,
+        help="records over all tasks the work dir should hold in the end (default 200)",
+    )
+    model.add_argument(
+        "--time-budget",
+        help="wall-clock limit such as 10m, set-up included; past it nothing more is measured "
+        "(candidates left unmeasured wait for a resume; each task's first round still gets a valid kernel)",
+    )
     model.add_argument("--work-dir", help="database and logs (default: ms_heron_models/<model>); re-run to resume")
     model.add_argument("--output", help="compiled model library (default: <work-dir>/<model>_tuned.so)")
-    model.add_argument("--exact-math", action="store_true",
-                       help="keep exact exp/erf/tanh (scalar libm calls) instead of TVM's fast vectorized approximations")
+    model.add_argument(
+        "--exact-math",
+        action="store_true",
+        help="keep exact exp/erf/tanh (scalar libm calls) instead of TVM's fast vectorized approximations",
+    )
     model.add_argument("--round-size", type=int, default=16, help="candidates measured per task round (default 16)")
     add_measure_options(model)
     model.set_defaults(run=run)
@@ -86,17 +101,28 @@ def run(args: argparse.Namespace) -> int:
     target = parse_target(args.target)
     work_dir = Path(args.work_dir or f"ms_heron_models/{path.stem}")
     measuring = runner(args, cold=True, budget_s=budget_s)  # before the work dir: a refused --rpc leaves none
-    run = TuningRun.create(work_dir, RunSpec.of_model(path, _input_shapes(args.input_shape), target, args.seed, exact_math=args.exact_math))
+    run = TuningRun.create(
+        work_dir, RunSpec.of_model(path, _input_shapes(args.input_shape), target, args.seed, exact_math=args.exact_math)
+    )
     output = Path(args.output or work_dir / f"{path.stem}_tuned.so")
     tasks = [t.name for t in run.task_times()]
-    print(f"ms-heron tune-model: {path.name}, {len(tasks)} tasks, {args.trials} trials on {cpu_name(run.target)}; "
-          f"records in {work_dir}")
+    print(
+        f"ms-heron tune-model: {path.name}, {len(tasks)} tasks, {args.trials} trials on {cpu_name(run.target)}; "
+        f"records in {work_dir}"
+    )
     quiet_metaschedule(args.verbose)
     left_s = None if budget_s is None else max(0.0, budget_s - (time.monotonic() - started))
     with Interrupts(work_dir) as interrupts:
-        if not tune_arm(run, args.trials, label="ms_heron", interrupts=interrupts, time_budget_s=left_s,
-                        on_round=_ModelProgressLine(tasks, args.trials, budget_s), per_round=args.round_size,
-                        runner=measuring):
+        if not tune_arm(
+            run,
+            args.trials,
+            label="ms_heron",
+            interrupts=interrupts,
+            time_budget_s=left_s,
+            on_round=_ModelProgressLine(tasks, args.trials, budget_s),
+            per_round=args.round_size,
+            runner=measuring,
+        ):
             return 130
     print("\nper task (best kernel measured while tuning, calls per model run, share of the model estimate):")
     print("\n".join(task_table({"ms_heron": run.task_times()})))
@@ -106,13 +132,16 @@ def run(args: argparse.Namespace) -> int:
     rng = np.random.default_rng(args.seed)
     inputs = {p.name: _random_input(rng, p) for p in run.model["main"].params}
     outputs, tuned_s = run_model(executable, inputs), time_model(executable, inputs)
-    print(f"tuned in {run.state().elapsed_s:.0f} s; compiled model: {output} "
-          "(load with tvm.runtime.load_module, run with relax.VirtualMachine)")
+    print(
+        f"tuned in {run.state().elapsed_s:.0f} s; compiled model: {output} "
+        "(load with tvm.runtime.load_module, run with relax.VirtualMachine)"
+    )
     print(f"report with plots: ms-heron report {work_dir}; a task's best schedule: ms-heron show {work_dir} TASK")
     print(f"{'ms_heron (tuned)':28s}{tuned_s * 1e3:10.3f} ms")
     try:
-        ort_outputs, ort_s = onnxruntime_model(run.onnx_model, dict(zip(_onnx_input_names(run.onnx_model), inputs.values())),
-                                               threads=num_cores(run.target))
+        ort_outputs, ort_s = onnxruntime_model(
+            run.onnx_model, dict(zip(_onnx_input_names(run.onnx_model), inputs.values())), threads=num_cores(run.target)
+        )
     except BaselineUnavailable as err:
         print(f"note: {err}; checking against the untuned model instead")
         _check_outputs(outputs, run_model(run.compile(ms.database.MemoryDatabase()), inputs), "the untuned model")
@@ -136,7 +165,9 @@ def _check_outputs(outputs, expected, reference: str) -> None:
         err = float(np.abs(np.asarray(got, dtype=np.float64) - want).max())
         bound = 1e-2 * max(1.0, float(np.abs(want).max()))
         if not err <= bound:
-            raise WrongResult(f"output {index} of the tuned model differs from {reference}'s by {err:.3g} (more than {bound:.3g})")
+            raise WrongResult(
+                f"output {index} of the tuned model differs from {reference}'s by {err:.3g} (more than {bound:.3g})"
+            )
     print(f"outputs checked against {reference} on a random input: correct")
 
 

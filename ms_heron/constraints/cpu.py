@@ -35,7 +35,13 @@ def add_cpu_constraints(walk: Walk) -> None:
         return
     latency = _add_micro_kernel(walk.model, walk.space, walk.nest, walk.target)
     limit = cpu_cache_bytes(walk.target)["L2"]
-    add_summed_bytes(walk.model, walk.model.footprints, limit, "memory[{block}]: tile buffers {buffers} <= L2 {limit} B", performance=True)
+    add_summed_bytes(
+        walk.model,
+        walk.model.footprints,
+        limit,
+        "memory[{block}]: tile buffers {buffers} <= L2 {limit} B",
+        performance=True,
+    )
     for pending in latency:  # last: how many accumulators are reachable depends on all the rest
         pending.add(walk.model, fma_chains(walk.target))
 
@@ -55,7 +61,11 @@ def _add_parallel(model: ConstraintModel, loop: Loop | None, cores: int, name: s
     jobs, hi = extent
     need = min(cores, hi)
     model.cp.Add(jobs >= need)
-    model.add(Constraint(f"{name}: parallel jobs >= {need}", "parallel", lambda v, n=name, k=need: v[n] >= k, performance=True))
+    model.add(
+        Constraint(
+            f"{name}: parallel jobs >= {need}", "parallel", lambda v, n=name, k=need: v[n] >= k, performance=True
+        )
+    )
 
 
 def _add_vector(model: ConstraintModel, loop: Loop | None, options, name: str) -> None:
@@ -68,8 +78,14 @@ def _add_vector(model: ConstraintModel, loop: Loop | None, options, name: str) -
     if options.power_of_two_lanes:
         powers = [1 << i for i in range(max(1, limit).bit_length())]
         model.cp.AddLinearExpressionInDomain(lanes, cp_model.Domain.FromValues(powers))
-        model.add(Constraint(f"{name}: vector lanes a power of two", "vector",
-                             lambda v, n=name: v[n] & (v[n] - 1) == 0, performance=True))
+        model.add(
+            Constraint(
+                f"{name}: vector lanes a power of two",
+                "vector",
+                lambda v, n=name: v[n] & (v[n] - 1) == 0,
+                performance=True,
+            )
+        )
 
 
 def _add_micro_kernel(model, space, nest, target) -> list[_Latency]:
@@ -127,7 +143,9 @@ def _add_registers(model, block, block_name: str, micro: list, target) -> list[_
     model.cp.Add(vectors * width >= lane_bytes)
     model.cp.Add(vectors * width <= lane_bytes + width - 1)
     mr = model.product(f"{name}.rows", rows) if rows else 1
-    accumulators = model.cp.NewIntVar(1, max(1, model.upper_bound(rows) * (-(-model.upper_bound(lanes) // width))), name)
+    accumulators = model.cp.NewIntVar(
+        1, max(1, model.upper_bound(rows) * (-(-model.upper_bound(lanes) // width))), name
+    )
     model.cp.AddMultiplicationEquality(accumulators, [mr, vectors])
     model.cp.Add(accumulators + vectors + 1 <= registers)
     model.maximize("registers", [(accumulators, 1)])
@@ -135,16 +153,28 @@ def _add_registers(model, block, block_name: str, micro: list, target) -> list[_
         _add_load_objectives(model, name, mr, vectors, accumulators, width // dtype_bytes(out.source.dtype), registers)
     if not intrinsic and _fills_vectors(model, micro[-1].factors, dtype_bytes(out.source.dtype), width):
         model.cp.Add(vectors * width == lane_bytes)
-        model.add(Constraint(f"{name}: NR lanes fill whole {width}-byte vectors", "register",
-                             lambda v, lanes=tuple(lanes), w=width: _value(v, lanes) % w == 0, performance=True))
+        model.add(
+            Constraint(
+                f"{name}: NR lanes fill whole {width}-byte vectors",
+                "register",
+                lambda v, lanes=tuple(lanes), w=width: _value(v, lanes) % w == 0,
+                performance=True,
+            )
+        )
 
     def used(v, rows=tuple(rows), lanes=tuple(lanes)):
         vec = -(-_value(v, lanes) // width)
         return _value(v, rows) * vec + vec + 1
 
     model.derived[name] = used
-    model.add(Constraint(f"{name}: accumulators + operand vectors <= {registers} vector registers", "register",
-                         lambda v, n=name, k=registers: v[n] <= k, performance=True))
+    model.add(
+        Constraint(
+            f"{name}: accumulators + operand vectors <= {registers} vector registers",
+            "register",
+            lambda v, n=name, k=registers: v[n] <= k,
+            performance=True,
+        )
+    )
     return [] if intrinsic else [_Latency(name, accumulators, tuple(rows), tuple(lanes), width)]
 
 
@@ -184,8 +214,14 @@ class _Latency:
         def count(v, rows=self.rows, lanes=self.lanes, width=self.width):
             return _value(v, rows) * -(-_value(v, lanes) // width)
 
-        model.add(Constraint(f"{self.name}: accumulators >= {need} (FMA latency x FMA ports)", "register",
-                             lambda v, c=count, k=need: c(v) >= k, performance=True))
+        model.add(
+            Constraint(
+                f"{self.name}: accumulators >= {need} (FMA latency x FMA ports)",
+                "register",
+                lambda v, c=count, k=need: c(v) >= k,
+                performance=True,
+            )
+        )
 
 
 def _fills_vectors(model, factors, element_bytes: int, width: int) -> bool:
@@ -195,8 +231,12 @@ def _fills_vectors(model, factors, element_bytes: int, width: int) -> bool:
     parallel (a 8-row GEMV on AVX2)."""
     names = [f for f in factors if not isinstance(f, int)]
     decision = model.decision_of(names[0]) if len(names) == 1 else None
-    return (decision is not None and decision.kind == "tile" and decision.extent * element_bytes % width == 0
-            and decision.extent * element_bytes > width)
+    return (
+        decision is not None
+        and decision.kind == "tile"
+        and decision.extent * element_bytes % width == 0
+        and decision.extent * element_bytes > width
+    )
 
 
 def _value(values, factors) -> int:
@@ -250,5 +290,12 @@ def _add_working_set(model, block, block_name: str, inside: list, cache: str, li
         return
     model.working_sets += sets
     model.maximize(cache, [(model.vars[fp.variable], fp.dtype_bytes) for fp in sets], cap=limit // 2)
-    add_summed_bytes(model, sets, limit, f"{cache}[{{block}}]: {{buffers}} read per {'micro-tile' if cache == 'L1' else 'cache block'} <= {cache} {{limit}} B",
-                      performance=True, kind=cache)
+    add_summed_bytes(
+        model,
+        sets,
+        limit,
+        f"{cache}[{{block}}]: {{buffers}} read per {'micro-tile' if cache == 'L1' else 'cache block'} "
+        f"<= {cache} {{limit}} B",
+        performance=True,
+        kind=cache,
+    )

@@ -8,6 +8,7 @@ loops inside the anchor loop -- so strides and dilations count. A write-back hol
 
 from __future__ import annotations
 
+import functools
 import math
 
 from tvm import tirx
@@ -101,8 +102,20 @@ def on_compute_at(walk: Walk, inst) -> None:
         dims = _padded(model, name, dims, alignment)
     model.product_of_dims(name, dims)
     model.footprints.append(
-        Footprint(name, str(buffer.name), str(buffer.scope()), dtype_bytes(buffer.dtype), anchor.block, block_name(space, stage_rv))
+        Footprint(
+            name,
+            str(buffer.name),
+            str(buffer.scope()),
+            dtype_bytes(buffer.dtype),
+            anchor.block,
+            block_name(space, stage_rv),
+        )
     )
+
+
+def _extent(parts: tuple, const: int, values) -> int:
+    """A dimension's extent from solved ``values``: ``const`` + sum of coef x (product of factors - 1)."""
+    return const + sum(c * (math.prod(values[f] if not isinstance(f, int) else f for f in fs) - 1) for c, fs in parts)
 
 
 def read_window_dims(model, name, sch_block, region, inside):
@@ -123,9 +136,7 @@ def read_window_dims(model, name, sch_block, region, inside):
         upper = min(const + sum(c * model.upper_bound(fs) for c, _, fs in parts), MAX_BOUND)
         dim = model.cp.NewIntVar(1, upper, f"{name}.d{d}")
         model.cp.Add(dim == const + sum(c * (p - 1) for c, p, _ in parts))
-        fn = lambda v, parts=tuple((c, fs) for c, _, fs in parts), const=const: const + sum(  # noqa: E731
-            c * (math.prod(v[f] if not isinstance(f, int) else f for f in fs) - 1) for c, fs in parts)
-        dims.append((dim, upper, fn))
+        dims.append((dim, upper, functools.partial(_extent, tuple((c, fs) for c, _, fs in parts), const)))
     return dims
 
 
@@ -218,8 +229,9 @@ def dtype_bytes(dtype) -> int:
     return max(1, bits // 8)
 
 
-def add_summed_bytes(model: ConstraintModel, footprints, limit: int, label: str, performance: bool,
-                     kind: ConstraintKind = "memory") -> None:
+def add_summed_bytes(
+    model: ConstraintModel, footprints, limit: int, label: str, performance: bool, kind: ConstraintKind = "memory"
+) -> None:
     """Per tiled block, the bytes of its ``footprints`` summed within ``limit``."""
     by_block: dict[str, list] = {}
     for fp in footprints:
@@ -228,4 +240,8 @@ def add_summed_bytes(model: ConstraintModel, footprints, limit: int, label: str,
         terms = tuple((fp.variable, fp.dtype_bytes) for fp in fps)
         model.cp.Add(sum(model.vars[n] * b for n, b in terms) <= limit)
         name = label.format(block=block, buffers=" + ".join(fp.buffer for fp in fps), limit=limit)
-        model.add(Constraint(name, kind, lambda v, t=terms, k=limit: sum(v[n] * b for n, b in t) <= k, performance=performance))
+        model.add(
+            Constraint(
+                name, kind, lambda v, t=terms, k=limit: sum(v[n] * b for n, b in t) <= k, performance=performance
+            )
+        )

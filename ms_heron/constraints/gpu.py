@@ -62,15 +62,25 @@ def _add_threads(model: ConstraintModel, kernels: dict, limits: GpuLimits) -> No
         threads = model.product(name, [*factors, lanes])
         cap = limits.max_threads_per_block
         model.cp.Add(threads <= cap)
-        model.add(Constraint(f"{name}: {' x '.join(kernel.threads)}{f' x {lanes} lanes' if lanes > 1 else ''} <= {cap}",
-                             "threads", lambda v, n=name, k=cap: v[n] <= k))
+        model.add(
+            Constraint(
+                f"{name}: {' x '.join(kernel.threads)}{f' x {lanes} lanes' if lanes > 1 else ''} <= {cap}",
+                "threads",
+                lambda v, n=name, k=cap: v[n] <= k,
+            )
+        )
 
 
 def _add_shared_memory(model: ConstraintModel, limits: GpuLimits) -> None:
     """All shared buffers of one kernel, padded, in bytes, summed within ``max_shared_memory_per_block``."""
     shared = [fp for fp in model.footprints if fp.scope.startswith("shared")]
-    add_summed_bytes(model, shared, limits.max_shared_memory_per_block,
-                      "shared memory[{block}]: {buffers} <= {limit} B", performance=False)
+    add_summed_bytes(
+        model,
+        shared,
+        limits.max_shared_memory_per_block,
+        "shared memory[{block}]: {buffers} <= {limit} B",
+        performance=False,
+    )
 
 
 def _add_fetch_vectors(model: ConstraintModel, fetch_vectors: dict) -> None:
@@ -86,5 +96,10 @@ def _add_fetch_vectors(model: ConstraintModel, fetch_vectors: dict) -> None:
         elements = f"{fp.variable}{UNPADDED}" if f"{fp.variable}{UNPADDED}" in model.vars else fp.variable
         count = model.cp.NewIntVar(1, 1 << 40, f"{fp.variable}.vectors")  # bounded through ``elements``
         model.cp.AddMultiplicationEquality(model.vars[elements], [width, count])
-        model.add(Constraint(f"vector load of {fp.buffer}: width divides its {elements}", "vector",
-                             lambda v, c=choice, w=widths, n=elements: v[n] % w[v[c]] == 0))
+        model.add(
+            Constraint(
+                f"vector load of {fp.buffer}: width divides its {elements}",
+                "vector",
+                lambda v, c=choice, w=widths, n=elements: v[n] % w[v[c]] == 0,
+            )
+        )

@@ -60,7 +60,9 @@ class Solver:
         hints = {n: self.rng.choice(vals) for n, vals in self._domains.items()}
         for decision in self.model.decisions:
             if decision.kind == "tile":
-                hints.update(zip(decision.variables, _random_tiling(decision.extent, len(decision.variables), self.rng)))
+                hints.update(
+                    zip(decision.variables, _random_tiling(decision.extent, len(decision.variables), self.rng))
+                )
         skip = set(skip)
         return {n: v for n, v in hints.items() if n not in skip}
 
@@ -102,8 +104,10 @@ class Solver:
             solver.parameters.max_time_in_seconds = stage_time_limit_s
             if solver.Solve(trial) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
                 continue
-            solution = {name: int(solver.Value(trial.get_int_var_from_proto_index(self.model.vars[name].Index())))
-                        for name in self.model.primary}
+            solution = {
+                name: int(solver.Value(trial.get_int_var_from_proto_index(self.model.vars[name].Index())))
+                for name in self.model.primary
+            }
             cp = trial
             cp.ClearObjective()
             cp.Add(_linear(cp, terms) >= int(round(solver.ObjectiveValue())))

@@ -135,7 +135,9 @@ def on_sample_perfect_tile(walk: Walk, inst) -> None:
 
 def on_sample_categorical(walk: Walk, inst) -> None:
     walk.sampled[inst.outputs[0]] = walk.fresh("choice")
-    _add_categorical(walk.model, inst, "categorical", tuple(int(c) for c in inst.attrs[0]), walk.sampled[inst.outputs[0]])
+    _add_categorical(
+        walk.model, inst, "categorical", tuple(int(c) for c in inst.attrs[0]), walk.sampled[inst.outputs[0]]
+    )
 
 
 def on_sample_compute_location(walk: Walk, inst) -> None:
@@ -215,7 +217,15 @@ def _add_split(model: ConstraintModel, decision: Decision, max_inner: int) -> No
         return
     model.cp.Add(product == extent)
     label = " * ".join(names)
-    model.add(Constraint(f"split {label} == {extent}", "split", lambda v, ns=names, e=extent: math.prod(v[n] for n in ns) == e))
+    model.add(
+        Constraint(
+            f"split {label} == {extent}", "split", lambda v, ns=names, e=extent: math.prod(v[n] for n in ns) == e
+        )
+    )
     if max_inner > 0:
         model.cp.Add(model.vars[names[-1]] <= max_inner)
-        model.add(Constraint(f"split innermost {names[-1]} <= {max_inner}", "split", lambda v, n=names[-1], m=max_inner: v[n] <= m))
+        model.add(
+            Constraint(
+                f"split innermost {names[-1]} <= {max_inner}", "split", lambda v, n=names[-1], m=max_inner: v[n] <= m
+            )
+        )

@@ -117,8 +117,10 @@ def read_kernel(cores: int, per_core: int, lanes: int, chains: int = 4) -> tvm.t
                     acc[T.ramp(k * lanes, 1, lanes)] = T.broadcast(T.float32(0), lanes)
                 for i in range(steps):
                     for k in T.unroll(chains):
-                        acc[T.ramp(k * lanes, 1, lanes)] = acc[T.ramp(k * lanes, 1, lanes)] + a[
-                            T.ramp(vc * per_core + (i * chains + k) * lanes, 1, lanes)]
+                        acc[T.ramp(k * lanes, 1, lanes)] = (
+                            acc[T.ramp(k * lanes, 1, lanes)]
+                            + a[T.ramp(vc * per_core + (i * chains + k) * lanes, 1, lanes)]
+                        )
                 for k in T.unroll(1, chains):
                     acc[T.ramp(0, 1, lanes)] = acc[T.ramp(0, 1, lanes)] + acc[T.ramp(k * lanes, 1, lanes)]
                 out[vc, T.ramp(0, 1, lanes)] = acc[T.ramp(0, 1, lanes)]

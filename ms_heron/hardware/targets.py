@@ -233,7 +233,9 @@ def _host_caches() -> dict[str, int]:
         except OSError:
             continue
         if kind in ("Data", "Unified"):
-            sizes[f"L{level}"] = int(size.rstrip("K")) * 1024 if size.endswith("K") else int(size.rstrip("M")) * 1024 * 1024
+            sizes[f"L{level}"] = (
+                int(size.rstrip("K")) * 1024 if size.endswith("K") else int(size.rstrip("M")) * 1024 * 1024
+            )
     return sizes
 
 
@@ -264,9 +266,7 @@ class GpuLimits:
             raise TargetError(f"GPU limits need a cuda target, got {target.kind.name}")
         attrs = target.attrs
         missing = [
-            k
-            for k in ("max_shared_memory_per_block", "max_threads_per_block", "thread_warp_size")
-            if k not in attrs
+            k for k in ("max_shared_memory_per_block", "max_threads_per_block", "thread_warp_size") if k not in attrs
         ]
         if missing:
             raise TargetError(

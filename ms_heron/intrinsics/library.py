@@ -26,8 +26,9 @@ def _stack_with_near_lines(context: int = 1) -> list[inspect.FrameInfo]:
             info = inspect.getframeinfo(frame, context)
             frames.append(inspect.FrameInfo(frame, *info))
         else:
-            frames.append(inspect.FrameInfo(frame, frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name,
-                                            None, None))
+            frames.append(
+                inspect.FrameInfo(frame, frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name, None, None)
+            )
         frame = frame.f_back
     return frames
 

@@ -18,7 +18,11 @@ from .library import import_tvm_intrinsics
 SHAPES = ((16, 16, 16), (32, 8, 16), (8, 32, 16))
 
 #: (input dtype, accumulator dtype) pairs WMMA computes, with their short names in intrinsic names.
-DTYPES = {("float16", "float32"): ("f16", "f32"), ("float16", "float16"): ("f16", "f16"), ("int8", "int32"): ("s8", "s32")}
+DTYPES = {
+    ("float16", "float32"): ("f16", "f32"),
+    ("float16", "float16"): ("f16", "f16"),
+    ("int8", "int32"): ("s8", "s32"),
+}
 
 #: Scope of the shared-memory stages the intrinsics load from and store to (dynamic shared memory,
 #: as MetaSchedule's TensorCore rule uses).

@@ -32,15 +32,20 @@ class PackPanels(HeronPostproc):
         return True
 
 
-
 def _pack(sch: Schedule, block: SBlockRV) -> None:
     loops = sch.get_loops(block)
     realize = block_realize(sch, block)
     if not loops or realize is None:
         return
     lane_loop = sch.get(loops[-1])
-    lane_var = next((iv.var for iv, value in zip(realize.block.iter_vars, realize.iter_values)
-                     if any(v.same_as(lane_loop.loop_var) for v in tirx.analysis.undefined_vars(value))), None)
+    lane_var = next(
+        (
+            iv.var
+            for iv, value in zip(realize.block.iter_vars, realize.iter_values)
+            if any(v.same_as(lane_loop.loop_var) for v in tirx.analysis.undefined_vars(value))
+        ),
+        None,
+    )
     index = None if lane_var is None else streamed_input(sch, block, lane_var)
     if index is None:
         return

@@ -24,9 +24,8 @@ class UnrollTiles(HeronPostproc):
             if count is None:
                 continue
             sch.unannotate(block, UNROLL_TILE)
-            for loop in reversed(sch.get_loops(block)[-int(count):]):
+            for loop in reversed(sch.get_loops(block)[-int(count) :]):
                 if sch.get(loop).kind != tirx.ForKind.SERIAL:
                     break
                 sch.unroll(loop)
         return True
-

@@ -1,16 +1,17 @@
 """Whole models through Relax: ONNX import (:mod:`.frontend`), the graph rewrites (:mod:`.passes`), lowering to fused
-tuning tasks and compiling with a database (:mod:`.lowering`), and the tasks' times against their bounds (:mod:`.tasks`)."""
+tuning tasks and compiling with a database (:mod:`.lowering`), and the tasks' times against their bounds
+(:mod:`.tasks`)."""
 
 from .frontend import from_onnx
 from .lowering import (
-                       ModelError,
-                       bind_params,
-                       compile_lowered,
-                       compile_model,
-                       lower_for_tuning,
-                       require_static_shapes,
-                       run_model,
-                       time_model,
+    ModelError,
+    bind_params,
+    compile_lowered,
+    compile_model,
+    lower_for_tuning,
+    require_static_shapes,
+    run_model,
+    time_model,
 )
 from .tasks import TaskTime, extract_tasks, task_table, task_times, untuned_tasks
 

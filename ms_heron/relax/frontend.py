@@ -38,13 +38,17 @@ def from_onnx(model, input_shapes: Mapping[str, tuple[int, ...]] | None = None) 
     unknown = sorted(set(input_shapes or {}) - set(inputs))
     if unknown:
         raise ModelError(f"--input-shape names {', '.join(unknown)}, but the model's inputs are {', '.join(inputs)}")
-    dtypes = {name: onnx.helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type).name for name, i in inputs.items()}
+    dtypes = {
+        name: onnx.helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type).name for name, i in inputs.items()
+    }
     try:
         with _with_converters(onnx_converters()):
             mod = relax_from_onnx(model, shape_dict=dict(input_shapes or {}), dtype_dict=dtypes)
     except tvm.error.OpNotImplemented as err:
-        raise ModelError(f"{err}. Relax cannot import these ONNX operators; replace them in the model "
-                         "(or export it with other operators) before tuning") from err
+        raise ModelError(
+            f"{err}. Relax cannot import these ONNX operators; replace them in the model "
+            "(or export it with other operators) before tuning"
+        ) from err
     require_static_shapes(mod)
     return mod
 
@@ -85,7 +89,9 @@ def onnx_converters() -> dict:
             floating = str(inputs[0].ty.dtype).startswith("float")
             if not floating or any(b is not None and (b.size != 1 or np.isnan(b).any()) for b in bounds):
                 return super()._impl_v13(bb, inputs, attr, params)
-            low, high = (float(b.reshape(())) if b is not None else default for b, default in zip(bounds, (-np.inf, np.inf)))
+            low, high = (
+                float(b.reshape(())) if b is not None else default for b, default in zip(bounds, (-np.inf, np.inf))
+            )
             return relax.op.clip(inputs[0], low, high)
 
         @classmethod

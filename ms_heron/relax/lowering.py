@@ -2,7 +2,8 @@
 
 Relax is how models reach MetaSchedule in TVM 0.27 (Relay is gone). The fused TIR functions of a
 lowered model are its tuning tasks (``ms_heron.tuning.tune_model`` tunes them); ``compile_model``
-applies the database and returns an executable for ``relax.VirtualMachine``. Weights are bound as constants, so layout-free weights (e.g. int8 weights
+applies the database and returns an executable for ``relax.VirtualMachine``. Weights are bound as
+constants, so layout-free weights (e.g. int8 weights
 the VNNI intrinsic reads packed) are re-laid out once at compile time, not on every call.
 """
 
@@ -55,8 +56,10 @@ def bind_params(mod: IRModule, params: Mapping[str, Any] | None) -> IRModule:
     not ``main``, which MetaSchedule's own binding assumes)."""
     if not params:
         return mod
-    tensors = {name: value if isinstance(value, tvm.runtime.Tensor) else tvm.runtime.tensor(np.asarray(value))
-               for name, value in params.items()}
+    tensors = {
+        name: value if isinstance(value, tvm.runtime.Tensor) else tvm.runtime.tensor(np.asarray(value))
+        for name, value in params.items()
+    }
     used = set()
     for gv, func in list(mod.functions_items()):
         if isinstance(func, relax.Function):
@@ -84,7 +87,8 @@ def lower_for_tuning(
     flattened pixels (:mod:`.passes.pointwise_conv`), so their vector lanes run along contiguous pixels;
     transposes (the int8 convolutions' channels-last layout, :mod:`.passes.quantized`) move past the
     element-wise epilogues, which then fuse into the kernels before them.
-    Unless ``exact_math``, ``exp``, ``erf``, ``tanh`` and softmax become TVM's polynomial approximations (``FastMathTransform``), as ONNX Runtime's
+    Unless ``exact_math``, ``exp``, ``erf``, ``tanh`` and softmax become TVM's polynomial approximations
+    (``FastMathTransform``), as ONNX Runtime's
     kernels use: on the CPU the exact ones are scalar libm calls whose time depends on the data
     (GELU's erf made BERT's FFN kernel 2-3x slower on real activations than on the tuner's inputs),
     while the approximations vectorize and cost the same on any input.
@@ -136,7 +140,6 @@ def compile_model(
     return compile_lowered(database, lower_for_tuning(mod, params, target, exact_math=exact_math), target)
 
 
-
 def compile_lowered(database: ms.Database, lowered: IRModule, target: Target):
     """:func:`compile_model` on a module :func:`lower_for_tuning` already lowered (a tuning run's own)."""
     ensure_registered()
@@ -147,6 +150,7 @@ def compile_lowered(database: ms.Database, lowered: IRModule, target: Target):
             "tune them with more trials",
             stacklevel=2,
         )
+
     @tvm.transform.module_pass(opt_level=0)
     def apply_and_lower(mod: IRModule, _ctx) -> IRModule:
         passes = [

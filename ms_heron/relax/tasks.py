@@ -51,8 +51,16 @@ def task_times(database: ms.Database, lowered: IRModule, target: Target) -> list
         mod = task.dispatched[0]
         records = database.get_top_k(database.commit_workload(mod), _ALL) if database.has_workload(mod) else []
         seconds = record_seconds(records[0].run_secs) if records else math.inf
-        out.append(TaskTime(task.task_name, float(task.weight), seconds, _space_kind(records[:1]), len(records),
-                            bound_seconds(mod, target)))
+        out.append(
+            TaskTime(
+                task.task_name,
+                float(task.weight),
+                seconds,
+                _space_kind(records[:1]),
+                len(records),
+                bound_seconds(mod, target),
+            )
+        )
     return out
 
 
@@ -76,15 +84,23 @@ def task_table(arms: Mapping[str, list[TaskTime]]) -> list[str]:
         cells = [task.name, f"{task.calls:g}", f"{task.bound_s * 1e3:.4f}"]
         for arm in names:
             t = arms[arm][i]
-            cells += [f"{t.seconds * 1e3:.4f}", f"{t.calls * t.seconds / totals[arm]:.0%}" if totals[arm] < math.inf else "?",
-                      str(t.trials), f"{t.share_of_bound():.0%}"]
+            cells += [
+                f"{t.seconds * 1e3:.4f}",
+                f"{t.calls * t.seconds / totals[arm]:.0%}" if totals[arm] < math.inf else "?",
+                str(t.trials),
+                f"{t.share_of_bound():.0%}",
+            ]
         cells += [_speedup(arms[a][i].seconds, task.seconds) for a in names[1:]]
         cells.append(f"{task.space} space" if task.space else "-")
         rows.append((-task.calls * task.seconds, "| " + " | ".join(cells) + " |"))
     lines += [row for _, row in sorted(rows, key=lambda r: r[0])]
     bound = sum(t.calls * t.bound_s for t in first)
     total = ["**model estimate**", "", f"{bound * 1e3:.4f}"]
-    total += [c for a in names for c in (f"{totals[a] * 1e3:.4f}", "", str(sum(t.trials for t in arms[a])), f"{bound / totals[a]:.0%}")]
+    total += [
+        c
+        for a in names
+        for c in (f"{totals[a] * 1e3:.4f}", "", str(sum(t.trials for t in arms[a])), f"{bound / totals[a]:.0%}")
+    ]
     total += [_speedup(totals[a], totals[names[0]]) for a in names[1:]] + [""]
     return lines + ["| " + " | ".join(total) + " |"]
 

@@ -36,11 +36,12 @@ class AddCacheStage(HeronRule):
     """
 
     def __init__(self, *, levels: tuple[int, ...] = (0, 1), scope: str = "global"):
-        check(len(levels) > 0 and all(isinstance(x, int) and x >= 0 for x in levels),
-              f"AddCacheStage(levels={levels!r}): give one or more tile levels >= 0, such as (0, 1)")
+        check(
+            len(levels) > 0 and all(isinstance(x, int) and x >= 0 for x in levels),
+            f"AddCacheStage(levels={levels!r}): give one or more tile levels >= 0, such as (0, 1)",
+        )
         self.levels = tuple(levels)
         self.scope = scope
-
 
     def apply(self, sch: Schedule, block: SBlockRV) -> list[Schedule]:
         block = working_block(sch, block)

@@ -32,7 +32,11 @@ class BlockedTranspose(HeronRule):
     def apply(self, sch: Schedule, block: SBlockRV) -> list[Schedule]:
         if self.target is None or not is_cpu(self.target) or not is_injective(sch, block):
             return [sch]
-        if is_tiled(sch, block) or placed_by_rule(sch, block) or len(sch.get_loops(block)) != len(iter_kinds(sch, block)):
+        if (
+            is_tiled(sch, block)
+            or placed_by_rule(sch, block)
+            or len(sch.get_loops(block)) != len(iter_kinds(sch, block))
+        ):
             return [sch]
         trial = sch.copy()
         _inline_producers(trial, trial.get_sblock(sch.get(block).name_hint))

@@ -42,8 +42,13 @@ class LaneReduction(HeronRule):
             return [sch]
         kinds, loops, blk = iter_kinds(sch, block), sch.get_loops(block), sch.get(block)
         rows = kinds.count("S")
-        if (blk.init is None or len(blk.writes) != 1 or not rows or len(loops) != len(kinds)
-                or kinds != ["S"] * rows + ["R"] * (len(kinds) - rows)):
+        if (
+            blk.init is None
+            or len(blk.writes) != 1
+            or not rows
+            or len(loops) != len(kinds)
+            or kinds != ["S"] * rows + ["R"] * (len(kinds) - rows)
+        ):
             return [sch]
         lanes = vector_bytes(self.target) * 8 // tvm.DataType(str(blk.writes[0].source.dtype)).bits
         extent = math.prod(int(sch.get(lp).extent) for lp in loops[rows:])

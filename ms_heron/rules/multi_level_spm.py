@@ -31,10 +31,11 @@ class MultiLevelSPM(HeronRule):
     """
 
     def __init__(self, *, level: int = 0, scope: str = "global"):
-        check(isinstance(level, int) and level >= 0, f"MultiLevelSPM(level={level!r}): give a reduction tile level >= 0")
+        check(
+            isinstance(level, int) and level >= 0, f"MultiLevelSPM(level={level!r}): give a reduction tile level >= 0"
+        )
         self.level = level
         self.scope = scope
-
 
     def apply(self, sch: Schedule, block: SBlockRV) -> list[Schedule]:
         block = working_block(sch, block)

@@ -40,13 +40,16 @@ class MultiLevelTiling(HeronRule):
     """
 
     def __init__(self, *, structure: str = "SSRSRS", max_innermost_factor: int = 64):
-        check(not set(structure) - {"S", "R"} and "S" in structure and "R" in structure,
-              f"MultiLevelTiling(structure={structure!r}): use 'S' and 'R' only, each at least once, such as 'SSRSRS'")
-        check(isinstance(max_innermost_factor, int) and max_innermost_factor >= 1,
-              f"MultiLevelTiling(max_innermost_factor={max_innermost_factor!r}): give a whole number >= 1")
+        check(
+            not set(structure) - {"S", "R"} and "S" in structure and "R" in structure,
+            f"MultiLevelTiling(structure={structure!r}): use 'S' and 'R' only, each at least once, such as 'SSRSRS'",
+        )
+        check(
+            isinstance(max_innermost_factor, int) and max_innermost_factor >= 1,
+            f"MultiLevelTiling(max_innermost_factor={max_innermost_factor!r}): give a whole number >= 1",
+        )
         self.structure = structure
         self.max_innermost_factor = max_innermost_factor
-
 
     def apply(self, sch: Schedule, block: SBlockRV) -> list[Schedule]:
         block = working_block(sch, block)

@@ -33,7 +33,6 @@ class MultiScopeSPM(HeronRule):
         self.input_scope = input_scope
         self.output_scope = output_scope
 
-
     def apply(self, sch: Schedule, block: SBlockRV) -> list[Schedule]:
         block = working_block(sch, block)
         if self.target is None or not is_cuda(self.target) or not is_tiled(sch, block):

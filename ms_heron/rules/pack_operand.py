@@ -32,10 +32,11 @@ class PackOperand(HeronRule):
     """
 
     def __init__(self, *, probs: tuple[float, float] = (0.5, 0.5)):
-        check(len(probs) == 2 and all(p >= 0 for p in probs) and abs(sum(probs) - 1) < 1e-6,
-              f"PackOperand(probs={probs!r}): give two probabilities (no packing, packing) summing to 1")
+        check(
+            len(probs) == 2 and all(p >= 0 for p in probs) and abs(sum(probs) - 1) < 1e-6,
+            f"PackOperand(probs={probs!r}): give two probabilities (no packing, packing) summing to 1",
+        )
         self.probs = tuple(probs)
-
 
     def apply(self, sch: Schedule, block: SBlockRV) -> list[Schedule]:
         block = working_block(sch, block)

@@ -54,15 +54,22 @@ class PadExtents(HeronRule):
     """
 
     def __init__(self, *, max_waste: float = 0.15, tile_extents: bool = False):
-        check(max_waste >= 0.0, f"PadExtents(max_waste={max_waste!r}): give the extra share of work padding may add, >= 0")
+        check(
+            max_waste >= 0.0, f"PadExtents(max_waste={max_waste!r}): give the extra share of work padding may add, >= 0"
+        )
         self.max_waste = max_waste
         self.tile_extents = tile_extents
 
-
     def apply(self, sch: Schedule, block: SBlockRV) -> list[Schedule]:
-        if (self.target is None or not is_cpu(self.target) or is_tiled(sch, block) or is_tensorized(sch, block)
-                or not has_data_reuse(sch, block) or not _is_einsum(sch.get(block))
-                or matching_intrinsics(sch, block, self.target)):  # Tensorize pads those to its tiles
+        if (
+            self.target is None
+            or not is_cpu(self.target)
+            or is_tiled(sch, block)
+            or is_tensorized(sch, block)
+            or not has_data_reuse(sch, block)
+            or not _is_einsum(sch.get(block))
+            or matching_intrinsics(sch, block, self.target)
+        ):  # Tensorize pads those to its tiles
             return [sch]
         padding = self.padding(sch, block)
         if padding is None:
@@ -87,8 +94,10 @@ class PadExtents(HeronRule):
             elif self.tile_extents and extent > _TILE_MULTIPLE and not any(extent % d == 0 for d in _USEFUL_TILES):
                 multiples[index] = _TILE_MULTIPLE
         while any(m > 1 for m in multiples) and padded_volume_ratio(sizes, multiples) > 1 + self.max_waste:
-            costliest = max((i for i, m in enumerate(multiples) if m > 1),
-                            key=lambda i: -(-sizes[i] // multiples[i]) * multiples[i] / sizes[i])
+            costliest = max(
+                (i for i, m in enumerate(multiples) if m > 1),
+                key=lambda i: -(-sizes[i] // multiples[i]) * multiples[i] / sizes[i],
+            )
             multiples[costliest] = 1
         return multiples if any(m > 1 for m in multiples) else None
 
@@ -96,4 +105,6 @@ class PadExtents(HeronRule):
 def _is_einsum(blk) -> bool:
     """Every buffer index a bare block iterator or a constant (what ``pad_einsum`` accepts)."""
     regions = [*blk.reads, *blk.writes]
-    return all(isinstance(r.min, (tirx.Var, tirx.IntImm)) and int(r.extent) == 1 for region in regions for r in region.region)
+    return all(
+        isinstance(r.min, (tirx.Var, tirx.IntImm)) and int(r.extent) == 1 for region in regions for r in region.region
+    )

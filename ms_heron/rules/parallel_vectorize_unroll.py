@@ -53,16 +53,25 @@ class ParallelVectorizeUnroll(HeronRule):
         Parallel jobs per core allowed to root-level stages.
     """
 
-    def __init__(self, *, unroll_steps: tuple[int, ...] = (0, 16, 64, 512), max_vector_extent: int = 64,
-                 max_jobs_per_core: int = 16):
-        check(len(unroll_steps) > 0 and all(isinstance(s, int) and s >= 0 for s in unroll_steps),
-              f"ParallelVectorizeUnroll(unroll_steps={unroll_steps!r}): give one or more depths >= 0")
+    def __init__(
+        self,
+        *,
+        unroll_steps: tuple[int, ...] = (0, 16, 64, 512),
+        max_vector_extent: int = 64,
+        max_jobs_per_core: int = 16,
+    ):
+        check(
+            len(unroll_steps) > 0 and all(isinstance(s, int) and s >= 0 for s in unroll_steps),
+            f"ParallelVectorizeUnroll(unroll_steps={unroll_steps!r}): give one or more depths >= 0",
+        )
         for name, value in (("max_vector_extent", max_vector_extent), ("max_jobs_per_core", max_jobs_per_core)):
-            check(isinstance(value, int) and value >= 1, f"ParallelVectorizeUnroll({name}={value!r}): give a whole number >= 1")
+            check(
+                isinstance(value, int) and value >= 1,
+                f"ParallelVectorizeUnroll({name}={value!r}): give a whole number >= 1",
+            )
         self.unroll_steps = tuple(unroll_steps)
         self.max_vector_extent = max_vector_extent
         self.max_jobs_per_core = max_jobs_per_core
-
 
     def apply(self, sch: Schedule, block: SBlockRV) -> list[Schedule]:
         if is_root(sch, block):

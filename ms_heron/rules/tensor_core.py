@@ -56,15 +56,16 @@ class TensorCoreTiling(HeronRule):
         vector_load_lens: tuple[int, ...] = (1, 2, 4, 8),
     ):
         unknown = [tuple(s) for s in shapes if tuple(s) not in SHAPES]
-        check(len(shapes) > 0 and not unknown,
-              f"TensorCoreTiling(shapes={shapes!r}): WMMA computes the fragment shapes {list(SHAPES)} only")
+        check(
+            len(shapes) > 0 and not unknown,
+            f"TensorCoreTiling(shapes={shapes!r}): WMMA computes the fragment shapes {list(SHAPES)} only",
+        )
         self.shapes = tuple(tuple(s) for s in shapes)
         self.structure = structure
         self.max_innermost_factor = max_innermost_factor
         self.vector_load_lens = tuple(vector_load_lens)
         self._context = None
         self._tvm_rules: dict = {}
-
 
     def _initialize_with_tune_context(self, context) -> None:
         super()._initialize_with_tune_context(context)

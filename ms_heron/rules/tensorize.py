@@ -65,13 +65,15 @@ class Tensorize(HeronRule):
         VNNI instruction does four per lane, so even that beats the scalar kernel).
     """
 
-    def __init__(self, *, intrinsics: list[str] | None = None, pad: bool = True,
-                 max_waste: float = VNNI_MAX_PADDING_WASTE):
-        check(max_waste >= 0.0, f"Tensorize(max_waste={max_waste!r}): give the extra share of work padding may add, >= 0")
+    def __init__(
+        self, *, intrinsics: list[str] | None = None, pad: bool = True, max_waste: float = VNNI_MAX_PADDING_WASTE
+    ):
+        check(
+            max_waste >= 0.0, f"Tensorize(max_waste={max_waste!r}): give the extra share of work padding may add, >= 0"
+        )
         self.intrinsics = intrinsics
         self.pad = pad
         self.max_waste = max_waste
-
 
     def _candidates(self) -> list[str]:
         return list(self.intrinsics) if self.intrinsics is not None else intrinsics_for(self.target)

@@ -205,7 +205,12 @@ def needs_sampled_location(sch: Schedule, block: SBlockRV) -> bool:
     """Whether ``block`` is a producer whose place ComputeLocation samples: outside any other
     block's loops, spatial iterators only, not tiled or placed by a rule, and feeding a tiled block
     or a stage placed in one (padding, casts, layout copies)."""
-    if is_root(sch, block) or is_tiled(sch, block) or placed_by_rule(sch, block) or set(iter_kinds(sch, block)) != {"S"}:
+    if (
+        is_root(sch, block)
+        or is_tiled(sch, block)
+        or placed_by_rule(sch, block)
+        or set(iter_kinds(sch, block)) != {"S"}
+    ):
         return False
     loops = sch.get_loops(block)
     if not loops or len(sch.get_child_blocks(loops[0])) != 1:
@@ -250,7 +255,11 @@ def streamed_input(sch: Schedule, block: SBlockRV, lane_var) -> int | None:
     written = {w.source for w in blk.writes}
     for index, region in enumerate(blk.reads):
         indices = [rng.min for rng in region.region]
-        if region.source in written or not indices or not (isinstance(indices[-1], tirx.Var) and indices[-1].same_as(lane_var)):
+        if (
+            region.source in written
+            or not indices
+            or not (isinstance(indices[-1], tirx.Var) and indices[-1].same_as(lane_var))
+        ):
             continue
         used = set().union(*(_vars_of(i) for i in indices))
         if spatial - used and param_index(sch, region.source) is not None and not is_layout_free(sch, region.source):

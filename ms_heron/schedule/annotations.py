@@ -2,7 +2,8 @@
 
 Rules record the role of every loop level as block annotations, so that later rules, and the
 constraint model, recover them from the trace alone (the trace is the single source of truth: a
-design space's trace and the target rebuild its constraint model). The keys live here, with the few readers both sides need, so that ``constraints/`` never
+design space's trace and the target rebuild its constraint model). The keys live here, with the few
+readers both sides need, so that ``constraints/`` never
 imports ``rules/``.
 """
 
@@ -69,5 +70,9 @@ def split_by_structure(structure: str, kinds: list[str], items: list) -> dict[st
 
 def is_metaschedule_space(trace) -> bool:
     """Whether a trace replays one of MetaSchedule's default design spaces that HeronSpace added."""
-    return any(inst.kind.name == "Annotate" and str(inst.attrs[0]) == SPACE_ORIGIN
-               and str(inst.inputs[1]) == METASCHEDULE_SPACE for inst in trace.insts)
+    return any(
+        inst.kind.name == "Annotate"
+        and str(inst.attrs[0]) == SPACE_ORIGIN
+        and str(inst.inputs[1]) == METASCHEDULE_SPACE
+        for inst in trace.insts
+    )

@@ -128,13 +128,17 @@ def match_operands(sch: Schedule, block: SBlockRV, desc, tensorize_info) -> list
         if any(v is None for v in tile_vars):
             return None
         candidates = [
-            (r, i) for r, i in regions if (i is None) == is_write and _positions(_used_vars(r), mapped) == _positions(tile_vars, mapped)
+            (r, i)
+            for r, i in regions
+            if (i is None) == is_write and _positions(_used_vars(r), mapped) == _positions(tile_vars, mapped)
         ]
         if len(candidates) != 1:
             return None
         region, read_index = candidates[0]
         operands.append(
-            Operand(region.source, read_index, [rng.min for rng in region.region], tile_vars, [int(s) for s in buf.shape])
+            Operand(
+                region.source, read_index, [rng.min for rng in region.region], tile_vars, [int(s) for s in buf.shape]
+            )
         )
     return operands
 

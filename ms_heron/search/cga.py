@@ -125,12 +125,20 @@ class HeronSearch(PySearchStrategy):
         elite: int = 8,
         transfer: int = 4,
     ):
-        for name, value, low in (("population", population, 1), ("generations", generations, 0), ("elite", elite, 0),
-                                 ("transfer", transfer, 0)):
-            check(isinstance(value, int) and value >= low, f"HeronSearch({name}={value!r}): give a whole number >= {low}")
+        for name, value, low in (
+            ("population", population, 1),
+            ("generations", generations, 0),
+            ("elite", elite, 0),
+            ("transfer", transfer, 0),
+        ):
+            check(
+                isinstance(value, int) and value >= low, f"HeronSearch({name}={value!r}): give a whole number >= {low}"
+            )
         for name, value in (("epsilon", epsilon), ("key_ratio", key_ratio)):
-            check(isinstance(value, (int, float)) and 0.0 <= value <= 1.0,
-                  f"HeronSearch({name}={value!r}): give a share between 0 and 1")
+            check(
+                isinstance(value, (int, float)) and 0.0 <= value <= 1.0,
+                f"HeronSearch({name}={value!r}): give a share between 0 and 1",
+            )
         self.population = population
         self.generations = generations
         self.epsilon = epsilon
@@ -199,8 +207,11 @@ class HeronSearch(PySearchStrategy):
         except Infeasible:
             model = derive(space, self.target, VALIDITY_ONLY)
             Solver(model, seed=self.seed).sample()
-            self.logger.warning("HeronSearch: design space %d has no program within its performance "
-                                "constraints; searching it under its validity constraints only", index)
+            self.logger.warning(
+                "HeronSearch: design space %d has no program within its performance "
+                "constraints; searching it under its validity constraints only",
+                index,
+            )
         return model
 
     def _analytical_choices(self) -> dict[int, Program]:
@@ -218,8 +229,12 @@ class HeronSearch(PySearchStrategy):
     def post_tuning(self) -> None:
         self.pool = []
         if self.measured and not any(s < float("inf") for s in self.measured.values()):
-            logger.warning("HeronSearch: none of the %d candidates of task %r built and ran; see its log under "
-                           "<work_dir>/logs for the errors", len(self.measured), self.context.task_name)
+            logger.warning(
+                "HeronSearch: none of the %d candidates of task %r built and ran; see its log under "
+                "<work_dir>/logs for the errors",
+                len(self.measured),
+                self.context.task_name,
+            )
 
     def generate_measure_candidates(self):
         if self.trials >= self.max_trials:
@@ -248,7 +263,9 @@ class HeronSearch(PySearchStrategy):
             raise RuntimeError(
                 f"every candidate of the first round of task {self.context.task_name!r} timed out in the builder: "
                 "TVM's stock LocalBuilder imports tvm.s_tir.tensor_intrin (15-25 s) in every build batch; pass "
-                "builder=ms_heron.tuning.builder.local_builder() to ms.tune_tir (or a LocalBuilder with a longer timeout_sec)")
+                "builder=ms_heron.tuning.builder.local_builder() to ms.tune_tir "
+                "(or a LocalBuilder with a longer timeout_sec)"
+            )
         stats.rank_correlation = self.ranking.note_batch(self.pending, secs)
         with self._timed("cost model"):
             self.ranking.fit(self.measured, {p.space for p in self.pending})
@@ -259,8 +276,14 @@ class HeronSearch(PySearchStrategy):
         self.logger.info(stats.line())
 
     def clone(self):
-        clone = HeronSearch(population=self.population, generations=self.generations, epsilon=self.epsilon,
-                            key_ratio=self.key_ratio, elite=self.elite, transfer=self.transfer)
+        clone = HeronSearch(
+            population=self.population,
+            generations=self.generations,
+            epsilon=self.epsilon,
+            key_ratio=self.key_ratio,
+            elite=self.elite,
+            transfer=self.transfer,
+        )
         clone.donors = self.donors
         return clone
 
@@ -287,8 +310,9 @@ class HeronSearch(PySearchStrategy):
             if secs < best.get(key[0], (float("inf"),))[0]:
                 best[key[0]] = (secs, key)
         for space, (secs, key) in best.items():
-            self.donors.donate(self.signatures[space], self.context.task_name, secs,
-                               donation(self.models[space], dict(key[1])))
+            self.donors.donate(
+                self.signatures[space], self.context.task_name, secs, donation(self.models[space], dict(key[1]))
+            )
 
     def _warm_start(self, database) -> None:
         """Records of earlier runs on this workload (a resumed work dir): never measured again, and
@@ -311,8 +335,10 @@ class HeronSearch(PySearchStrategy):
             self.ranking.cost_model.update(self.context, [p.candidate for p in programs], results)
         self.ranking.fit(self.measured, set(range(len(self.models))))
         self.logger.info(
-            "HeronSearch warm start: %d of %d earlier records belong to these design spaces; they are not measured again",
-            len(self.measured), len(records),
+            "HeronSearch warm start: %d of %d earlier records belong to these design spaces; "
+            "they are not measured again",
+            len(self.measured),
+            len(records),
         )
 
     # -- cost models ----------------------------------------------------------------------------
@@ -454,8 +480,9 @@ class HeronSearch(PySearchStrategy):
         round is often the only one the task scheduler gives it, and a space with one program (a row
         reduction's) would lose every pick to the samples of the larger spaces beside it.
         """
-        fresh = untried_spaces_first([p for p in ranked if p.key not in self.measured], {k[0] for k in self.measured},
-                                     preferred=self.analytical)
+        fresh = untried_spaces_first(
+            [p for p in ranked if p.key not in self.measured], {k[0] for k in self.measured}, preferred=self.analytical
+        )
         fresh, self.projected = unique(self.projected + fresh), []
         greedy = int(round(want * (1 - self.epsilon)))
         picked: list[Program] = []

@@ -26,8 +26,10 @@ class FiniteFeatures(PyFeatureExtractor):
         self.inner = ms.feature_extractor.PerStoreFeature()
 
     def extract_from(self, context, candidates):
-        return [tvm.runtime.tensor(np.nan_to_num(f.numpy(), nan=0.0, posinf=OVERFLOWED, neginf=-OVERFLOWED))
-                for f in self.inner.extract_from(context, candidates)]
+        return [
+            tvm.runtime.tensor(np.nan_to_num(f.numpy(), nan=0.0, posinf=OVERFLOWED, neginf=-OVERFLOWED))
+            for f in self.inner.extract_from(context, candidates)
+        ]
 
 
 def xgb_cost_model() -> ms.cost_model.XGBModel:

@@ -42,7 +42,9 @@ def unique(programs: list[Program]) -> list[Program]:
     return out
 
 
-def untried_spaces_first(ranked: list[Program], tried: set[int], preferred: dict[int, Program] | None = None) -> list[Program]:
+def untried_spaces_first(
+    ranked: list[Program], tried: set[int], preferred: dict[int, Program] | None = None
+) -> list[Program]:
     """``ranked`` with one program of each design space not in ``tried`` moved to the front: the
     space's ``preferred`` program if it has one (its analytical choice), else its best-ranked one;
     the rest after them in rank order, each program once."""
@@ -55,7 +57,9 @@ def untried_spaces_first(ranked: list[Program], tried: set[int], preferred: dict
     return [*firsts.values(), *(p for p in ranked if p.key not in lead)]
 
 
-def space_weights(priors: list[float], best: dict[int, float], sharpness: float = 3.0, floor: float = 0.02) -> list[float]:
+def space_weights(
+    priors: list[float], best: dict[int, float], sharpness: float = 3.0, floor: float = 0.02
+) -> list[float]:
     """How likely each design space is to get the next fresh sample.
 
     A space not measured yet keeps its prior; a measured one gets ``prior x (best overall / its

@@ -68,10 +68,15 @@ class ExpectedGain(PyTaskScheduler):
 
     def __init__(self, *, at_bound: float = 0.9, discount: float = 0.5):
         super().__init__()
-        check(0.0 < at_bound <= 1.0, f"ExpectedGain(at_bound={at_bound}): give the share of its bound, in (0, 1], at "
-              "which a task stops getting rounds")
-        check(0.0 < discount <= 1.0, f"ExpectedGain(discount={discount}): give a factor in (0, 1] for each round that "
-              "did not improve a task")
+        check(
+            0.0 < at_bound <= 1.0,
+            f"ExpectedGain(at_bound={at_bound}): give the share of its bound, in (0, 1], at "
+            "which a task stops getting rounds",
+        )
+        check(
+            0.0 < discount <= 1.0,
+            f"ExpectedGain(discount={discount}): give a factor in (0, 1] for each round that did not improve a task",
+        )
         self.at_bound = at_bound
         self.discount = discount
         self.tasks: list[TaskProgress] = []

@@ -23,14 +23,15 @@ Donation = tuple
 
 def signature(model: ConstraintModel, trace) -> Signature:
     """Two spaces with one signature came from the same rules on the same kind of block."""
-    return (tuple(inst.kind.name for inst in trace.insts),
-            tuple((d.kind, len(d.variables)) for d in model.decisions))
+    return (tuple(inst.kind.name for inst in trace.insts), tuple((d.kind, len(d.variables)) for d in model.decisions))
 
 
 def donation(model: ConstraintModel, values: dict) -> Donation:
     """``values`` (a solution of ``model``) as tile factors and chosen candidates."""
-    return tuple(tuple(values[v] for v in d.variables) if d.kind == "tile" else d.candidates[values[d.variables[0]]]
-                 for d in model.decisions)
+    return tuple(
+        tuple(values[v] for v in d.variables) if d.kind == "tile" else d.candidates[values[d.variables[0]]]
+        for d in model.decisions
+    )
 
 
 def project(solver: Solver, donated: Donation) -> dict | None:

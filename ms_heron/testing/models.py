@@ -73,7 +73,10 @@ class _Graph:
         graph = helper.make_graph(
             self.nodes,
             name,
-            [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape) for k, v in inputs.items()],
+            [
+                helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+                for k, v in inputs.items()
+            ],
             [helper.make_tensor_value_info(output, tp.FLOAT, out_shape)],
             initializer=self.inits,
         )
@@ -98,20 +101,38 @@ def _integer_op(g: _Graph, op_type: str, x: str, w: np.ndarray, **attrs) -> str:
     xq = g.op("QuantizeLinear", x, g.const(np.array(x_scale, np.float32), "scale"), zero)
     wq = np.clip(np.round(w / w_scale), -127, 127).astype(np.int8)
     acc = g.op(op_type, xq, g.const(wq), zero, **attrs)
-    return g.op("Mul", g.op("Cast", acc, to=g.onnx.TensorProto.FLOAT), g.const(np.array(x_scale * w_scale, np.float32), "scale"))
+    return g.op(
+        "Mul", g.op("Cast", acc, to=g.onnx.TensorProto.FLOAT), g.const(np.array(x_scale * w_scale, np.float32), "scale")
+    )
 
 
 def _layer_norm(g: _Graph, x: str, n: int) -> str:
-    return g.op("LayerNormalization", x, g.const(np.ones(n, np.float32), "gamma"), g.const(np.zeros(n, np.float32), "beta"), axis=-1, epsilon=1e-12)
+    return g.op(
+        "LayerNormalization",
+        x,
+        g.const(np.ones(n, np.float32), "gamma"),
+        g.const(np.zeros(n, np.float32), "beta"),
+        axis=-1,
+        epsilon=1e-12,
+    )
 
 
-def bert_layer(seq: int = 128, hidden: int = 768, heads: int = 12, ffn: int = 3072, int8: bool = False, seed: int = 0) -> OnnxModel:
+def bert_layer(
+    seq: int = 128, hidden: int = 768, heads: int = 12, ffn: int = 3072, int8: bool = False, seed: int = 0
+) -> OnnxModel:
     """One BERT encoder layer (post-norm, GELU via erf), batch 1."""
     return bert(layers=1, seq=seq, hidden=hidden, heads=heads, ffn=ffn, int8=int8, seed=seed)
 
 
-def bert(layers: int = 12, seq: int = 128, hidden: int = 768, heads: int = 12, ffn: int = 3072, int8: bool = False,
-         seed: int = 0) -> OnnxModel:
+def bert(
+    layers: int = 12,
+    seq: int = 128,
+    hidden: int = 768,
+    heads: int = 12,
+    ffn: int = 3072,
+    int8: bool = False,
+    seed: int = 0,
+) -> OnnxModel:
     """BERT's encoder (BERT-base by default: 12 layers), batch 1, on embeddings ``x`` [seq, hidden]."""
     g = _Graph(seed)
     out = "x"
@@ -157,7 +178,9 @@ def _conv(g: _Graph, x: str, ci: int, co: int, k: int, relu: bool, int8: bool = 
     return g.op("Relu", y) if relu else y
 
 
-def resnet_bottleneck(size: int = 56, channels: int = 256, width: int = 64, int8: bool = False, seed: int = 0) -> OnnxModel:
+def resnet_bottleneck(
+    size: int = 56, channels: int = 256, width: int = 64, int8: bool = False, seed: int = 0
+) -> OnnxModel:
     """ResNet-50's first-stage bottleneck (NCHW, batch 1): 1x1 reduce, 3x3, 1x1 expand, + identity;
     int8: each convolution quantized (:func:`_integer_op`), the shortcut and ReLUs in fp32."""
     g = _Graph(seed)
@@ -175,8 +198,12 @@ def _conv_bn(g: _Graph, x: str, ci: int, co: int, k: int, stride: int = 1, act: 
     trained CNN: the BatchNorm's statistics are not 0 and 1, so folding them changes the weights."""
     w = g.weight(co, ci // groups, k, k, fan_in=ci // groups * k * k)
     y = g.op("Conv", x, g.const(w), kernel_shape=[k, k], pads=[k // 2] * 4, strides=[stride] * 2, group=groups)
-    stats = [g.rng.uniform(0.5, 1.5, co), 0.1 * g.rng.standard_normal(co), 0.1 * g.rng.standard_normal(co),
-             g.rng.uniform(0.5, 1.5, co)]  # scale, bias, mean, variance
+    stats = [
+        g.rng.uniform(0.5, 1.5, co),
+        0.1 * g.rng.standard_normal(co),
+        0.1 * g.rng.standard_normal(co),
+        g.rng.uniform(0.5, 1.5, co),
+    ]  # scale, bias, mean, variance
     y = g.op("BatchNormalization", y, *[g.const(v.astype(np.float32), "bn") for v in stats], epsilon=1e-5)
     if act == "relu":
         return g.op("Relu", y)
@@ -189,17 +216,25 @@ def _classifier(g: _Graph, x: str, features: int, classes: int) -> str:
     """Global average pool, flatten, and a dense layer as ``Gemm`` with a transposed weight (PyTorch's export)."""
     flat = g.op("Flatten", g.op("GlobalAveragePool", x), axis=1)
     w = g.weight(classes, features, fan_in=features)
-    return g.op("Gemm", flat, g.const(w), g.const((0.1 * g.rng.standard_normal(classes)).astype(np.float32), "bias"), transB=1)
+    return g.op(
+        "Gemm", flat, g.const(w), g.const((0.1 * g.rng.standard_normal(classes)).astype(np.float32), "bias"), transB=1
+    )
 
 
-def resnet50(size: int = 224, classes: int = 1000, width: int = 64, blocks: tuple[int, ...] = (3, 4, 6, 3),
-             seed: int = 0) -> OnnxModel:
+def resnet50(
+    size: int = 224, classes: int = 1000, width: int = 64, blocks: tuple[int, ...] = (3, 4, 6, 3), seed: int = 0
+) -> OnnxModel:
     """ResNet-50 v1.5 (batch 1, NCHW): 53 convolutions, each with its BatchNorm, the residual adds as
     ``Sum`` (as converters of Caffe2-era models write them) followed by ReLU, max and average pooling
     and the classifier. ``width`` and ``blocks`` shrink it for tests."""
     g = _Graph(seed)
-    y = g.op("MaxPool", _conv_bn(g, "x", 3, width, 7, stride=2, act="relu"), kernel_shape=[3, 3], strides=[2, 2],
-             pads=[1, 1, 1, 1])
+    y = g.op(
+        "MaxPool",
+        _conv_bn(g, "x", 3, width, 7, stride=2, act="relu"),
+        kernel_shape=[3, 3],
+        strides=[2, 2],
+        pads=[1, 1, 1, 1],
+    )
     channels = width
     for stage, count in enumerate(blocks):
         inner = width * 2**stage
@@ -213,17 +248,29 @@ def resnet50(size: int = 224, classes: int = 1000, width: int = 64, blocks: tupl
             channels = 4 * inner
     out = _classifier(g, y, channels, classes)
     x_value = g.rng.standard_normal((1, 3, size, size)).astype(np.float32)
-    return g.model(f"resnet50_{size}" if (width, blocks) == (64, (3, 4, 6, 3)) else f"resnet_w{width}_{size}",
-                   {"x": x_value}, out, [1, classes])
+    return g.model(
+        f"resnet50_{size}" if (width, blocks) == (64, (3, 4, 6, 3)) else f"resnet_w{width}_{size}",
+        {"x": x_value},
+        out,
+        [1, classes],
+    )
 
 
 #: MobileNetV2's inverted residual stages: expansion, output channels, blocks, first stride.
-MOBILENET_V2_STAGES = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2),
-                       (6, 320, 1, 1))
+MOBILENET_V2_STAGES = (
+    (1, 16, 1, 1),
+    (6, 24, 2, 2),
+    (6, 32, 3, 2),
+    (6, 64, 4, 2),
+    (6, 96, 3, 1),
+    (6, 160, 3, 2),
+    (6, 320, 1, 1),
+)
 
 
-def mobilenet_v2(size: int = 224, classes: int = 1000, stages=MOBILENET_V2_STAGES, last: int = 1280,
-                 seed: int = 0) -> OnnxModel:
+def mobilenet_v2(
+    size: int = 224, classes: int = 1000, stages=MOBILENET_V2_STAGES, last: int = 1280, seed: int = 0
+) -> OnnxModel:
     """MobileNetV2 (batch 1, NCHW): inverted residual blocks of a 1x1 expansion, a 3x3 depthwise
     convolution and a 1x1 projection, each with its BatchNorm, ReLU6 as ``Clip``, residual ``Add``
     where the shape stays. ``stages`` and ``last`` shrink it for tests."""
@@ -241,11 +288,17 @@ def mobilenet_v2(size: int = 224, classes: int = 1000, stages=MOBILENET_V2_STAGE
             channels = out
     y = _conv_bn(g, y, channels, last, 1, act="relu6")
     x_value = g.rng.standard_normal((1, 3, size, size)).astype(np.float32)
-    return g.model(f"mobilenet_v2_{size}" if stages == MOBILENET_V2_STAGES else f"mobilenet_v2_small_{size}",
-                   {"x": x_value}, _classifier(g, y, last, classes), [1, classes])
+    return g.model(
+        f"mobilenet_v2_{size}" if stages == MOBILENET_V2_STAGES else f"mobilenet_v2_small_{size}",
+        {"x": x_value},
+        _classifier(g, y, last, classes),
+        [1, classes],
+    )
 
 
-def mlp(batch: int = 16, features: int = 64, hidden: int = 128, out: int = 32, int8: bool = False, seed: int = 0) -> OnnxModel:
+def mlp(
+    batch: int = 16, features: int = 64, hidden: int = 128, out: int = 32, int8: bool = False, seed: int = 0
+) -> OnnxModel:
     """Dense -> ReLU -> dense: the smallest model with two tuning tasks."""
     g = _Graph(seed)
     y = _dense(g, g.op("Relu", _dense(g, "x", features, hidden, int8)), hidden, out, int8)

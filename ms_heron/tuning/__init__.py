@@ -4,20 +4,33 @@
 CLI, the demo and the bench scripts take."""
 
 from .api import (
-                  ModelRound,
-                  NoValidRecord,
-                  best_schedule,
-                  static_shape_tuning_pipeline,
-                  tune_func,
-                  tune_model,
-                  tune_pass,
-                  tune_workload,
+    ModelRound,
+    NoValidRecord,
+    best_schedule,
+    static_shape_tuning_pipeline,
+    tune_func,
+    tune_model,
+    tune_pass,
+    tune_workload,
 )
 from .run import Progress, RunError, RunSpec, TuningRun, merge_runs
 from .setup import Search, reset_metaschedule_logger, search_parts
 
 __all__ = [
-    "ModelRound", "NoValidRecord", "Progress", "RunError", "RunSpec", "Search", "TuningRun", "best_schedule",
-    "merge_runs", "reset_metaschedule_logger", "search_parts", "static_shape_tuning_pipeline", "tune_func",
-    "tune_model", "tune_pass", "tune_workload",
+    "ModelRound",
+    "NoValidRecord",
+    "Progress",
+    "RunError",
+    "RunSpec",
+    "Search",
+    "TuningRun",
+    "best_schedule",
+    "merge_runs",
+    "reset_metaschedule_logger",
+    "search_parts",
+    "static_shape_tuning_pipeline",
+    "tune_func",
+    "tune_model",
+    "tune_pass",
+    "tune_workload",
 ]

@@ -137,8 +137,18 @@ class _ReportRounds(PyMeasureCallback):
         self.trials += len(ran)
         seconds = [record_seconds(r.run_secs) if r.error_msg is None else float("inf") for r in ran]
         self.best[name] = min([self.best[name], *seconds])
-        self.on_round(ModelRound(name, self.trials, self.max_trials, len(seconds), sum(s < float("inf") for s in seconds),
-                                 dict(self.best), self.weights, time.monotonic() - self.started))
+        self.on_round(
+            ModelRound(
+                name,
+                self.trials,
+                self.max_trials,
+                len(seconds),
+                sum(s < float("inf") for s in seconds),
+                dict(self.best),
+                self.weights,
+                time.monotonic() - self.started,
+            )
+        )
 
 
 def tune_model(
@@ -163,7 +173,8 @@ def tune_model(
 ) -> ms.Database:
     """Tune every task of the model; ``max_trials`` in total, shared out by ``task_scheduler``
     (``search`` "heron": ExpectedGain, "metaschedule": MetaSchedule's "gradient"); ``space`` and
-    ``strategy`` replace the search's own, as in :func:`tune_func`. Records go to a JSONDatabase in ``work_dir``; running
+    ``strategy`` replace the search's own, as in :func:`tune_func`. Records go to a JSONDatabase in
+    ``work_dir``; running
     again on the same ``work_dir`` adds trials, and HeronSearch starts from the records there.
 
     ``on_round`` is called after every measured round; ``time_budget_s`` ends tuning once that much
@@ -178,7 +189,9 @@ def tune_model(
     space, strategy = search_parts(search, space, strategy)
     if task_scheduler is None:
         task_scheduler = ExpectedGain() if search == "heron" else "gradient"
-    strategy = prepare(target, work_dir, tune_kwargs, strategy, time_budget_s=time_budget_s, cold=True, callbacks=report)
+    strategy = prepare(
+        target, work_dir, tune_kwargs, strategy, time_budget_s=time_budget_s, cold=True, callbacks=report
+    )
     lowered = lower_for_tuning(mod, params, target, exact_math=exact_math) if lower else bind_params(mod, params)
     with disk_errors_surface(tune_kwargs["measure_callbacks"]):
         return ms.relax_integration.tune_relax(
@@ -215,10 +228,21 @@ def tune_pass(
     def heron_tune(mod: IRModule, _ctx: tvm.transform.PassContext) -> IRModule:
         target = Target.current(allow_none=True)
         if target is None:
-            raise ValueError("HeronTuneIRMod tunes for the pipeline's target: run it under `with tvm.target.Target(...)`, "
-                             "as relax pipelines do")
-        tune_model(mod, params, target, work_dir, max_trials_global, max_trials_per_task=max_trials_per_task,
-                   time_budget_s=time_budget_s, search=search, lower=False)
+            raise ValueError(
+                "HeronTuneIRMod tunes for the pipeline's target: run it under `with tvm.target.Target(...)`, "
+                "as relax pipelines do"
+            )
+        tune_model(
+            mod,
+            params,
+            target,
+            work_dir,
+            max_trials_global,
+            max_trials_per_task=max_trials_per_task,
+            time_budget_s=time_budget_s,
+            search=search,
+            lower=False,
+        )
         return mod
 
     return heron_tune
@@ -242,14 +266,17 @@ def static_shape_tuning_pipeline(
     @tvm.transform.module_pass(opt_level=0, name="HeronStaticShapeTuning")
     def pipeline(mod: IRModule, _ctx: tvm.transform.PassContext) -> IRModule:
         with target:
-            return tvm.transform.Sequential([
-                relax.transform.DecomposeOpsForInference(),
-                relax.transform.CanonicalizeBindings(),
-                relax.pipeline.zero_pipeline(),
-                tune_pass({}, work_dir, total_trials, max_trials_per_task, time_budget_s=time_budget_s)
-                if total_trials > 0 else tvm.transform.Sequential([]),
-                relax.transform.MetaScheduleApplyDatabase(work_dir),
-            ])(mod)
+            return tvm.transform.Sequential(
+                [
+                    relax.transform.DecomposeOpsForInference(),
+                    relax.transform.CanonicalizeBindings(),
+                    relax.pipeline.zero_pipeline(),
+                    tune_pass({}, work_dir, total_trials, max_trials_per_task, time_budget_s=time_budget_s)
+                    if total_trials > 0
+                    else tvm.transform.Sequential([]),
+                    relax.transform.MetaScheduleApplyDatabase(work_dir),
+                ]
+            )(mod)
 
     return pipeline
 

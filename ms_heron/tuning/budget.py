@@ -65,7 +65,7 @@ class BudgetedRunner(PyRunner):
         results = []
         settled = False  # a guaranteed round has a valid candidate, or a timed-out one
         for start in range(0, len(runner_inputs), self.width):
-            chunk = list(runner_inputs[start:start + self.width])
+            chunk = list(runner_inputs[start : start + self.width])
             if self.budget.spent() and (settled or not self.budget.guaranteed):
                 results += [ms.runner.RunnerResult(None, NOT_RUN) for _ in chunk]
                 continue

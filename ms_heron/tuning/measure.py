@@ -67,8 +67,11 @@ def cold_call_seconds_rpc(session, rt_mod, device, config, repeated_args) -> lis
 
 def local_runner_for(*, cold: bool = False, timeout_s: float = DEFAULT_TIMEOUT_S) -> ms.runner.LocalRunner:
     """A LocalRunner: MetaSchedule's timing, or cold weights (see :func:`evaluator_config`)."""
-    return ms.runner.LocalRunner(timeout_sec=timeout_s, evaluator_config=evaluator_config(cold=cold),
-                                 f_run_evaluator=cold_call_seconds if cold else None)
+    return ms.runner.LocalRunner(
+        timeout_sec=timeout_s,
+        evaluator_config=evaluator_config(cold=cold),
+        f_run_evaluator=cold_call_seconds if cold else None,
+    )
 
 
 @dataclass(frozen=True)
@@ -84,7 +87,9 @@ class Tracker:
         host, _, rest = text.rpartition(":")
         host, _, port = host.rpartition(":")
         if not host or not port.isdigit() or not rest:
-            raise MeasureError(f"--rpc takes HOST:PORT:KEY of a TVM RPC tracker, such as 127.0.0.1:9190:zen5, got {text!r}")
+            raise MeasureError(
+                f"--rpc takes HOST:PORT:KEY of a TVM RPC tracker, such as 127.0.0.1:9190:zen5, got {text!r}"
+            )
         return Tracker(host, int(port), rest)
 
     def __str__(self) -> str:
@@ -96,7 +101,9 @@ class Tracker:
         from tvm import rpc  # pylint: disable=import-outside-toplevel
 
         try:
-            socket.create_connection((self.host, self.port), timeout=5).close()  # TVM's own connect retries for a minute
+            socket.create_connection(
+                (self.host, self.port), timeout=5
+            ).close()  # TVM's own connect retries for a minute
             summary = rpc.connect_tracker(self.host, self.port).summary()
         except (OSError, RuntimeError) as err:
             raise MeasureError(
@@ -109,7 +116,8 @@ class Tracker:
             held = f"it holds servers for {', '.join(sorted(set(keys)))}" if keys else "it holds no server"
             raise MeasureError(
                 f"the RPC tracker at {self.host}:{self.port} has no server for key {self.key!r} ({held}); start one "
-                f"on each measuring machine: python -m tvm.exec.rpc_server --tracker {self.host}:{self.port} --key {self.key}"
+                "on each measuring machine: python -m tvm.exec.rpc_server "
+                f"--tracker {self.host}:{self.port} --key {self.key}"
             )
         return count
 
@@ -117,8 +125,17 @@ class Tracker:
         """An RPCRunner with one connection per server the tracker holds now, measuring that many
         candidates at a time."""
         servers = self.servers()
-        config = ms.runner.RPCConfig(tracker_host=self.host, tracker_port=self.port, tracker_key=self.key,
-                                     session_priority=1, session_timeout_sec=max(1, math.ceil(timeout_s)))
-        rpc = ms.runner.RPCRunner(config, evaluator_config(cold=cold), max_workers=servers,
-                                  f_run_evaluator=cold_call_seconds_rpc if cold else None)
+        config = ms.runner.RPCConfig(
+            tracker_host=self.host,
+            tracker_port=self.port,
+            tracker_key=self.key,
+            session_priority=1,
+            session_timeout_sec=max(1, math.ceil(timeout_s)),
+        )
+        rpc = ms.runner.RPCRunner(
+            config,
+            evaluator_config(cold=cold),
+            max_workers=servers,
+            f_run_evaluator=cold_call_seconds_rpc if cold else None,
+        )
         return BudgetedRunner(rpc, width=servers)

@@ -107,21 +107,44 @@ class RunSpec:
     @staticmethod
     def of(workload: Workload, target: Target, seed: int) -> RunSpec:
         kernel = workload.func.script() if workload.family == KERNEL else ""
-        return RunSpec(workload.family, dict(workload.shape), workload.dtype, target_json(target), seed, kernel, workload.label)
+        return RunSpec(
+            workload.family, dict(workload.shape), workload.dtype, target_json(target), seed, kernel, workload.label
+        )
 
     @staticmethod
     def of_model(
-        path: str | Path, input_shapes: Mapping[str, Sequence[int]], target: Target, seed: int, *, exact_math: bool = False
+        path: str | Path,
+        input_shapes: Mapping[str, Sequence[int]],
+        target: Target,
+        seed: int,
+        *,
+        exact_math: bool = False,
     ) -> RunSpec:
         path = Path(path).resolve()
         shapes = {name: [int(d) for d in dims] for name, dims in input_shapes.items()}
-        return RunSpec(MODEL, {}, "", target_json(target), seed, label=path.stem, model=str(path),
-                       model_sha256=_sha256(path), input_shapes=shapes, exact_math=exact_math)
+        return RunSpec(
+            MODEL,
+            {},
+            "",
+            target_json(target),
+            seed,
+            label=path.stem,
+            model=str(path),
+            model_sha256=_sha256(path),
+            input_shapes=shapes,
+            exact_math=exact_math,
+        )
 
     @staticmethod
     def of_relax(
-        mod: IRModule, params: Mapping[str, Any] | None, work_dir: str | Path, target: Target, seed: int, *,
-        label: str = "relax_model", exact_math: bool = False
+        mod: IRModule,
+        params: Mapping[str, Any] | None,
+        work_dir: str | Path,
+        target: Target,
+        seed: int,
+        *,
+        label: str = "relax_model",
+        exact_math: bool = False,
     ) -> RunSpec:
         """A Relax module (``params`` bound as its weights), kept in ``work_dir`` as TVM's JSON under a
         name made from its SHA-256, so the work dir alone carries the run and no other model is overwritten."""
@@ -131,8 +154,17 @@ class RunSpec:
         Path(work_dir).mkdir(parents=True, exist_ok=True)
         if not (Path(work_dir) / name).exists():
             (Path(work_dir) / name).write_text(text)
-        return RunSpec(MODEL, {}, "", target_json(target), seed, label=label, model=name, model_sha256=digest,
-                       exact_math=exact_math)
+        return RunSpec(
+            MODEL,
+            {},
+            "",
+            target_json(target),
+            seed,
+            label=label,
+            model=name,
+            model_sha256=digest,
+            exact_math=exact_math,
+        )
 
     def workload(self) -> Workload:
         if self.kernel:
@@ -141,7 +173,15 @@ class RunSpec:
 
     def same_task(self, other: RunSpec) -> bool:
         def key(spec: RunSpec) -> tuple:
-            return spec.family, spec.shape, spec.dtype, spec.kernel, spec.model_sha256, spec.input_shapes, spec.exact_math
+            return (
+                spec.family,
+                spec.shape,
+                spec.dtype,
+                spec.kernel,
+                spec.model_sha256,
+                spec.input_shapes,
+                spec.exact_math,
+            )
 
         return key(self) == key(other)
 
@@ -174,20 +214,25 @@ class Progress:
         return ops / self.best_seconds / 1e9 if self.best_seconds < math.inf else 0.0
 
 
-def summary_rows(states: list[Progress], ops: float | None, peak: tuple[str, float] | None = None) -> dict[str, list[str]]:
+def summary_rows(
+    states: list[Progress], ops: float | None, peak: tuple[str, float] | None = None
+) -> dict[str, list[str]]:
     """The comparison the console table and report.md both show: row name -> one cell per search.
     ``ops`` None: a model run, whose best is the estimated model latency; ``peak``: the unit whose
     measured peak the kernel is held against ("VNNI", "FMA") and that peak in GOPS."""
     found = [s.best_seconds < math.inf for s in states]
     rows = {
-        "best latency" if ops is not None else "estimated model latency":
-            [f"{s.best_seconds * 1e3:.4f} ms" if ok else "no valid record" for s, ok in zip(states, found)],
+        "best latency" if ops is not None else "estimated model latency": [
+            f"{s.best_seconds * 1e3:.4f} ms" if ok else "no valid record" for s, ok in zip(states, found)
+        ],
     }
     if ops is not None:
         rows["GOPS"] = [f"{s.best_gops(ops):.1f}" if ok else "-" for s, ok in zip(states, found)]
     if peak and ops is not None:
         unit, gops = peak
-        rows[f"% of measured {unit} peak"] = [f"{s.best_gops(ops) / gops:.0%}" if ok else "-" for s, ok in zip(states, found)]
+        rows[f"% of measured {unit} peak"] = [
+            f"{s.best_gops(ops) / gops:.0%}" if ok else "-" for s, ok in zip(states, found)
+        ]
     rows["trials"] = [str(s.trials) for s in states]
     rows["valid share"] = [f"{s.valid / max(s.trials, 1):.0%}" for s in states]
     rows["tuning time"] = [f"{s.elapsed_s:.0f} s" for s in states]
@@ -221,7 +266,9 @@ class TuningRun:
             probe.write_text("")
             probe.unlink()
         except OSError as err:
-            raise RunError(f"cannot write to work dir {work_dir} ({err.strerror}); choose a writable --work-dir") from err
+            raise RunError(
+                f"cannot write to work dir {work_dir} ({err.strerror}); choose a writable --work-dir"
+            ) from err
         run_file = work_dir / RUN_FILE
         if run_file.exists():
             held = _read_spec(run_file)
@@ -238,7 +285,9 @@ class TuningRun:
                 )
             spec = held  # resume as started (seed, model path)
         elif holds_database(work_dir):
-            raise RunError(f"work dir {work_dir} holds a MetaSchedule database not made by ms-heron; use another --work-dir")
+            raise RunError(
+                f"work dir {work_dir} holds a MetaSchedule database not made by ms-heron; use another --work-dir"
+            )
         else:
             run_file.write_text(json.dumps(asdict(spec), indent=1) + "\n")
         return TuningRun(work_dir, spec)
@@ -248,7 +297,10 @@ class TuningRun:
         work_dir = Path(work_dir)
         run_file = work_dir / RUN_FILE
         if not run_file.exists():
-            raise RunError(f"{work_dir} holds no ms-heron run ({RUN_FILE} is missing); tune into it first: ms-heron tune ... --work-dir {work_dir}")
+            raise RunError(
+                f"{work_dir} holds no ms-heron run ({RUN_FILE} is missing); tune into it first: "
+                f"ms-heron tune ... --work-dir {work_dir}"
+            )
         return TuningRun(work_dir, _read_spec(run_file))
 
     def baseline(self) -> TuningRun:
@@ -273,9 +325,13 @@ class TuningRun:
         refused when the file changed since the run began."""
         path = self.work_dir / self.spec.model  # an ONNX model's path is absolute
         if not path.is_file():
-            raise RunError(f"{self.work_dir} tunes the model {path}, which is gone; put it back or tune into another --work-dir")
+            raise RunError(
+                f"{self.work_dir} tunes the model {path}, which is gone; put it back or tune into another --work-dir"
+            )
         if _sha256(path) != self.spec.model_sha256:
-            raise RunError(f"{path} changed since {self.work_dir} began tuning it; tune the new model into another --work-dir")
+            raise RunError(
+                f"{path} changed since {self.work_dir} began tuning it; tune the new model into another --work-dir"
+            )
         if path.name.startswith(RELAX_FILE_PREFIX):
             return tvm.ir.load_json(path.read_text())
         return from_onnx(self.onnx_model, {name: tuple(dims) for name, dims in self.spec.input_shapes.items()})
@@ -306,8 +362,11 @@ class TuningRun:
             return best_schedule(self.database(), self.workload, self.target)
         tasks = {t.task_name: t for t in extract_tasks(self.lowered, self.target)}
         if task not in tasks:
-            raise RunError(f"name a task of {self.spec.describe()}: {', '.join(tasks)}" if not task else
-                           f"{self.spec.describe()} has no task {task!r}; its tasks: {', '.join(tasks)}")
+            raise RunError(
+                f"name a task of {self.spec.describe()}: {', '.join(tasks)}"
+                if not task
+                else f"{self.spec.describe()} has no task {task!r}; its tasks: {', '.join(tasks)}"
+            )
         func = tasks[task].dispatched[0]["main"]
         sch = ms.tir_integration.compile_tir(self.database(), func, self.target)
         if sch is None:
@@ -327,8 +386,18 @@ class TuningRun:
 
     def progress(self) -> list[Progress]:
         rows = json_lines(self.work_dir / PROGRESS_FILE)
-        return [Progress(r["trials"], r["valid"], float(r["best_seconds"]), r["elapsed_s"], r.get("task", ""),
-                         float(r.get("task_seconds", math.inf)), r.get("search_s_per_round", 0.0)) for r in rows]
+        return [
+            Progress(
+                r["trials"],
+                r["valid"],
+                float(r["best_seconds"]),
+                r["elapsed_s"],
+                r.get("task", ""),
+                float(r.get("task_seconds", math.inf)),
+                r.get("search_s_per_round", 0.0),
+            )
+            for r in rows
+        ]
 
     def state(self) -> Progress:
         """Trials, valid count and best from the database itself (the progress log may lag it)."""
@@ -384,8 +453,18 @@ class TuningRun:
         """
         self.work_dir.mkdir(parents=True, exist_ok=True)
         with _work_dir_lock(self.work_dir):
-            return self._tune(trials, search, time_budget_s, on_round, per_round, stop, runner, space, strategy,
-                              say or (lambda _: None))
+            return self._tune(
+                trials,
+                search,
+                time_budget_s,
+                on_round,
+                per_round,
+                stop,
+                runner,
+                space,
+                strategy,
+                say or (lambda _: None),
+            )
 
     def _tune(self, trials, search, time_budget_s, on_round, per_round, stop, runner, space, strategy, say) -> Progress:
         before = self.state()
@@ -429,12 +508,29 @@ class TuningRun:
         if runner is not None:
             options["runner"] = runner
         if self.is_model:
-            tune_model(self.lowered, None, self.target, str(self.work_dir), todo, num_trials_per_iter=per_round,
-                       strategy=watched, on_round=model_round, lower=False, **options)
+            tune_model(
+                self.lowered,
+                None,
+                self.target,
+                str(self.work_dir),
+                todo,
+                num_trials_per_iter=per_round,
+                strategy=watched,
+                on_round=model_round,
+                lower=False,
+                **options,
+            )
         else:
             watched.on_round = kernel_round
-            tune_workload(self.workload, self.target, str(self.work_dir), todo, num_trials_per_iter=min(per_round, todo),
-                          strategy=watched, **options)
+            tune_workload(
+                self.workload,
+                self.target,
+                str(self.work_dir),
+                todo,
+                num_trials_per_iter=min(per_round, todo),
+                strategy=watched,
+                **options,
+            )
         return self.state()
 
 
@@ -446,8 +542,10 @@ def merge_runs(sources: Sequence[str | Path], dest: str | Path, target: Target |
     sources = [Path(s) for s in sources]
     for source in sources:
         if not records_file(source).is_file():
-            raise RunError(f"{source} holds no tuning records ({records_file(source).name} is missing); name work dirs of "
-                           "ms-heron runs")
+            raise RunError(
+                f"{source} holds no tuning records ({records_file(source).name} is missing); name work dirs of "
+                "ms-heron runs"
+            )
         if source.resolve() == dest.resolve():
             raise RunError(f"{source} is the destination; name it once, last")
     runs = [TuningRun.open(s) for s in [dest, *sources] if (s / RUN_FILE).is_file()]

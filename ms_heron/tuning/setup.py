@@ -42,13 +42,23 @@ def search_parts(search: Search, space: Any = None, strategy: Any = None) -> tup
     elif search == "metaschedule":
         defaults = (lambda: "post-order-apply", lambda: "evolutionary")
     else:
-        raise ValueError(f"search={search!r}: choose 'heron' (HeronSpace + HeronSearch) or 'metaschedule' "
-                         "(MetaSchedule's default search)")
+        raise ValueError(
+            f"search={search!r}: choose 'heron' (HeronSpace + HeronSearch) or 'metaschedule' "
+            "(MetaSchedule's default search)"
+        )
     return (defaults[0]() if space is None else space, defaults[1]() if strategy is None else strategy)
 
 
-def prepare(target: Target, work_dir: str, tune_kwargs: dict, strategy: Any, *, time_budget_s: float | None,
-             cold: bool, callbacks: Callable[[ms.Database], list] | None = None) -> Any:
+def prepare(
+    target: Target,
+    work_dir: str,
+    tune_kwargs: dict,
+    strategy: Any,
+    *,
+    time_budget_s: float | None,
+    cold: bool,
+    callbacks: Callable[[ms.Database], list] | None = None,
+) -> Any:
     """What every tuning call needs before MetaSchedule starts (see the module docstring); returns
     ``strategy`` with the budget's deadline.
 
@@ -70,8 +80,10 @@ def prepare(target: Target, work_dir: str, tune_kwargs: dict, strategy: Any, *, 
     records = None  # the file to check writes landed in: only the work dir's own database
     if "database" not in tune_kwargs:
         tune_kwargs["database"], records = open_database(work_dir), records_file(work_dir)
-    tune_kwargs["measure_callbacks"] = [*measure_callbacks(tune_kwargs["database"], records),
-                                        *(callbacks(tune_kwargs["database"]) if callbacks else ())]
+    tune_kwargs["measure_callbacks"] = [
+        *measure_callbacks(tune_kwargs["database"], records),
+        *(callbacks(tune_kwargs["database"]) if callbacks else ()),
+    ]
     reset_metaschedule_logger()
     return (strategy if isinstance(strategy, WatchedSearch) else WatchedSearch(strategy)).until(budget)
 

@@ -88,9 +88,7 @@ class _Operand:
 
     def __call__(self, b: Sequence, o, k: Sequence, i):
         if self.packed:
-            return self.placeholder[
-                (*b, o // VNNI_LANES, *k, i // VNNI_REDUCTION, o % VNNI_LANES, i % VNNI_REDUCTION)
-            ]
+            return self.placeholder[(*b, o // VNNI_LANES, *k, i // VNNI_REDUCTION, o % VNNI_LANES, i % VNNI_REDUCTION)]
         return self.placeholder[(*b, *k, i, o)]
 
     def layout(self, logical: np.ndarray) -> np.ndarray:
@@ -99,8 +97,13 @@ class _Operand:
 
 
 #: Per family, the weight dims VNNI's tiles split: (output lanes, reduction).
-_VNNI_DIMS = {"gemm": ("N", "K"), "bmm": ("N", "K"), "gemv": ("M", "K"), "scan": ("N", "M"),
-              **{f: ("CO", "CI") for f in ("c1d", "c2d", "c3d", "dil", "t2d")}}
+_VNNI_DIMS = {
+    "gemm": ("N", "K"),
+    "bmm": ("N", "K"),
+    "gemv": ("M", "K"),
+    "scan": ("N", "M"),
+    **{f: ("CO", "CI") for f in ("c1d", "c2d", "c3d", "dil", "t2d")},
+}
 
 
 def vnni_padding(workload: Workload) -> tuple[float, str]:
@@ -304,31 +307,73 @@ def _conv(
     return _workload(family, dtype, shape, [data, w.placeholder, out], ops, inputs, reference)
 
 
-def c1d(N: int, W: int, CI: int, CO: int, KW: int, stride: int = 1, pad: int = 0, dilation: int = 1, dtype: str = "int8") -> Workload:
+def c1d(
+    N: int, W: int, CI: int, CO: int, KW: int, stride: int = 1, pad: int = 0, dilation: int = 1, dtype: str = "int8"
+) -> Workload:
     """1-D convolution, NWC."""
     shape = dict(N=N, W=W, CI=CI, CO=CO, KW=KW, stride=stride, pad=pad, dilation=dilation)
     return _conv("c1d", dtype, shape, N, (W,), CI, CO, (KW,), stride, pad, dilation)
 
 
-def c2d(N: int, H: int, W: int, CI: int, CO: int, KH: int, KW: int, stride: int = 1, pad: int = 0, dilation: int = 1, dtype: str = "int8") -> Workload:
+def c2d(
+    N: int,
+    H: int,
+    W: int,
+    CI: int,
+    CO: int,
+    KH: int,
+    KW: int,
+    stride: int = 1,
+    pad: int = 0,
+    dilation: int = 1,
+    dtype: str = "int8",
+) -> Workload:
     """2-D convolution, NHWC."""
     shape = dict(N=N, H=H, W=W, CI=CI, CO=CO, KH=KH, KW=KW, stride=stride, pad=pad, dilation=dilation)
     return _conv("c2d", dtype, shape, N, (H, W), CI, CO, (KH, KW), stride, pad, dilation)
 
 
-def dil(N: int, H: int, W: int, CI: int, CO: int, KH: int, KW: int, stride: int = 1, pad: int = 2, dilation: int = 2, dtype: str = "int8") -> Workload:
+def dil(
+    N: int,
+    H: int,
+    W: int,
+    CI: int,
+    CO: int,
+    KH: int,
+    KW: int,
+    stride: int = 1,
+    pad: int = 2,
+    dilation: int = 2,
+    dtype: str = "int8",
+) -> Workload:
     """Dilated 2-D convolution, NHWC (Heron's ``dil``: c2d with dilation 2)."""
     shape = dict(N=N, H=H, W=W, CI=CI, CO=CO, KH=KH, KW=KW, stride=stride, pad=pad, dilation=dilation)
     return _conv("dil", dtype, shape, N, (H, W), CI, CO, (KH, KW), stride, pad, dilation)
 
 
-def c3d(N: int, D: int, H: int, W: int, CI: int, CO: int, KD: int, KH: int, KW: int, stride: int = 1, pad: int = 0, dilation: int = 1, dtype: str = "int8") -> Workload:
+def c3d(
+    N: int,
+    D: int,
+    H: int,
+    W: int,
+    CI: int,
+    CO: int,
+    KD: int,
+    KH: int,
+    KW: int,
+    stride: int = 1,
+    pad: int = 0,
+    dilation: int = 1,
+    dtype: str = "int8",
+) -> Workload:
     """3-D convolution, NDHWC."""
     shape = dict(N=N, D=D, H=H, W=W, CI=CI, CO=CO, KD=KD, KH=KH, KW=KW, stride=stride, pad=pad, dilation=dilation)
     return _conv("c3d", dtype, shape, N, (D, H, W), CI, CO, (KD, KH, KW), stride, pad, dilation)
 
 
-def t2d(N: int, H: int, W: int, CI: int, CO: int, KH: int, KW: int, stride: int = 1, pad: int = 0, dtype: str = "int8") -> Workload:
+def t2d(
+    N: int, H: int, W: int, CI: int, CO: int, KH: int, KW: int, stride: int = 1, pad: int = 0, dtype: str = "int8"
+) -> Workload:
     """Transposed 2-D convolution, NHWC: ``out[hi*s - p + kh] += x[hi] · W[kh]``.
 
     Computed as a convolution over the stride-dilated, (K-1-p)-padded input with the kernel flipped;
@@ -358,7 +403,9 @@ def t2d(N: int, H: int, W: int, CI: int, CO: int, KH: int, KW: int, stride: int 
     rh, rw, rc = (te.reduce_axis((0, KH), "rh"), te.reduce_axis((0, KW), "rw"), te.reduce_axis((0, CI), "rc"))
 
     def body(b, h, ww, c):
-        return te.sum(_mac(src[b, h + rh, ww + rw, rc], w((), c, (KH - 1 - rh, KW - 1 - rw), rc), odt), axis=[rh, rw, rc])
+        return te.sum(
+            _mac(src[b, h + rh, ww + rw, rc], w((), c, (KH - 1 - rh, KW - 1 - rw), rc), odt), axis=[rh, rw, rc]
+        )
 
     out = te.compute((N, *out_sp, CO), body, name="C")
 
@@ -399,8 +446,15 @@ def softmax(dtype: str = "fp32", M: int = 128, N: int = 128) -> Workload:
         e = np.exp(_wide(a) - _wide(a).max(axis=1, keepdims=True))
         return (e / e.sum(axis=1, keepdims=True)).astype("float32")
 
-    return _workload("softmax", dtype, dict(M=M, N=N), [x, y], 5 * M * N,
-                     lambda rng: [random_array(rng, x.shape, "float32")], reference)
+    return _workload(
+        "softmax",
+        dtype,
+        dict(M=M, N=N),
+        [x, y],
+        5 * M * N,
+        lambda rng: [random_array(rng, x.shape, "float32")],
+        reference,
+    )
 
 
 def layernorm(dtype: str = "fp32", M: int = 128, N: int = 768) -> Workload:
@@ -412,7 +466,11 @@ def layernorm(dtype: str = "fp32", M: int = 128, N: int = 768) -> Workload:
     y = topi.nn.layer_norm(x, gamma, beta, axis=[1], epsilon=1e-5)
 
     def inputs(rng):
-        return [random_array(rng, x.shape, "float32"), random_array(rng, (N,), "float32"), random_array(rng, (N,), "float32")]
+        return [
+            random_array(rng, x.shape, "float32"),
+            random_array(rng, (N,), "float32"),
+            random_array(rng, (N,), "float32"),
+        ]
 
     def reference(a, g, b):
         a = _wide(a)
@@ -444,7 +502,8 @@ FAMILIES: dict[str, Callable[..., Workload]] = {
 
 _RESNET_3X3 = [(56, 64, 64), (28, 128, 128), (14, 256, 256)]
 
-#: Heron's benchmark configs (the paper's §6 CPU and GPU operator tables); 1000 is 1008 as in Heron's CPU configs (VNNI needs 16 | N).
+#: Heron's benchmark configs (the paper's §6 CPU and GPU operator tables); 1000 is 1008 as in Heron's
+#: CPU configs (VNNI needs 16 | N).
 CASES: dict[str, tuple[str, dict]] = {
     "gemm.G1": ("gemm", dict(M=1024, K=1024, N=1024)),
     "gemm.G2": ("gemm", dict(M=4096, K=4096, N=4096)),

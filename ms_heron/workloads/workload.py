@@ -74,7 +74,6 @@ def random_array(rng: np.random.Generator, shape: Sequence, dtype: str) -> np.nd
     return rng.uniform(-1.0, 1.0, size=shape).astype(dtype)
 
 
-
 def from_func(func: tirx.PrimFunc, name: str = "kernel") -> Workload:
     """Any PrimFunc (a user's kernel, one of TVM's ``te_workload`` operators) as a Workload.
 
@@ -105,10 +104,15 @@ def from_func(func: tirx.PrimFunc, name: str = "kernel") -> Workload:
     dtypes = {dtype for _, dtype in inputs}
     form = "int8" if dtypes & {"int8", "uint8"} else "fp16" if "float16" in dtypes else "fp32"
     return Workload(
-        KERNEL, form, {}, func, int(analysis.estimate_tir_flops(mod)),
+        KERNEL,
+        form,
+        {},
+        func,
+        int(analysis.estimate_tir_flops(mod)),
         lambda g: [random_array(g, shape, dtype) for shape, dtype in inputs],
         lambda *xs: run([*xs, np.zeros(output[0], output[1])])[-1],
-        output, label=name,
+        output,
+        label=name,
     )
 
 
@@ -134,7 +138,9 @@ def load_kernel(spec: str) -> Workload:
 
     path, _, wanted = spec.partition(":")
     if not pathlib.Path(path).is_file():
-        raise WorkloadError(f"{path}: no such file; give a Python file that defines a @T.prim_func, as kernel.py[:name]")
+        raise WorkloadError(
+            f"{path}: no such file; give a Python file that defines a @T.prim_func, as kernel.py[:name]"
+        )
     module_spec = importlib.util.spec_from_file_location(f"ms_heron_kernel_{pathlib.Path(path).stem}", path)
     module = importlib.util.module_from_spec(module_spec)
     try:
@@ -142,8 +148,10 @@ def load_kernel(spec: str) -> Workload:
     except Exception as err:  # pylint: disable=broad-except  # the user's file: any error is theirs to fix
         lines = [line for line in str(err).strip().splitlines() if line.strip()]
         reason = lines[-1].strip() if lines else type(err).__name__
-        raise WorkloadError(f"{path} does not load ({type(err).__name__}: {reason}); fix the file (a kernel with "
-                            "T.sblock needs @T.prim_func(s_tir=True))") from None
+        raise WorkloadError(
+            f"{path} does not load ({type(err).__name__}: {reason}); fix the file (a kernel with "
+            "T.sblock needs @T.prim_func(s_tir=True))"
+        ) from None
     found = {}
     for name, value in vars(module).items():
         if isinstance(value, tvm.IRModule) and len(value.functions) == 1:
@@ -153,7 +161,8 @@ def load_kernel(spec: str) -> Workload:
     if wanted and wanted not in found:
         raise WorkloadError(f"{path} defines no PrimFunc named {wanted!r}; it defines: {', '.join(found) or 'none'}")
     if not wanted and len(found) != 1:
-        raise WorkloadError(f"{path} defines {len(found)} PrimFuncs ({', '.join(found) or 'none'}); "
-                            f"name one as {path}:NAME")
+        raise WorkloadError(
+            f"{path} defines {len(found)} PrimFuncs ({', '.join(found) or 'none'}); name one as {path}:NAME"
+        )
     name = wanted or next(iter(found))
     return from_func(found[name], name)

@@ -82,15 +82,21 @@ def _rules() -> list:
         along = [1] * len(shape)
         along[axis] = -1
         dtype = str(m[y].ty.dtype)
-        return relax.op.add(relax.op.multiply(m[y], relax.const(s.reshape(along).astype(dtype))),
-                            relax.const(t.reshape(along).astype(dtype)))
+        return relax.op.add(
+            relax.op.multiply(m[y], relax.const(s.reshape(along).astype(dtype))),
+            relax.const(t.reshape(along).astype(dtype)),
+        )
 
     rules.append((TupleGetItemPattern(norm, 0), batch_norm))
 
     x, c = wildcard(), is_const()
 
     def as_multiply(expr, m):  # y / c = y * (1 / c)
-        return relax.op.multiply(m[x], relax.const((1 / constant_value(m[c])).astype(constant_value(m[c]).dtype))) if _floating(expr) else expr
+        return (
+            relax.op.multiply(m[x], relax.const((1 / constant_value(m[c])).astype(constant_value(m[c]).dtype)))
+            if _floating(expr)
+            else expr
+        )
 
     def as_add(expr, m):  # y - c = y + (-c)
         return relax.op.add(m[x], relax.const(-constant_value(m[c]))) if _floating(expr) else expr
@@ -114,8 +120,11 @@ def _rules() -> list:
             return expr
         return relax.op.add(shifted[0], relax.const(shifted[1] + constant_value(m[c])))
 
-    rules += [(is_op("relax.multiply")(x, c), into_weight), (is_op("relax.multiply")(x, c), through_shift),
-              (is_op("relax.add")(x, c), merged_shifts)]
+    rules += [
+        (is_op("relax.multiply")(x, c), into_weight),
+        (is_op("relax.multiply")(x, c), through_shift),
+        (is_op("relax.add")(x, c), merged_shifts),
+    ]
     return rules
 
 

@@ -18,16 +18,24 @@ from tvm.relax.dpl import is_op, rewrite_call, wildcard
 from .sinking import static_shape
 
 #: The reduction over the stacked axis -> the binary op that chains it.
-_CHAINED = {"relax.sum": relax.op.add, "relax.mean": relax.op.add, "relax.max": relax.op.maximum,
-            "relax.min": relax.op.minimum}
+_CHAINED = {
+    "relax.sum": relax.op.add,
+    "relax.mean": relax.op.add,
+    "relax.max": relax.op.maximum,
+    "relax.min": relax.op.minimum,
+}
 
 
 def _chain(expr, matches, stacked, reduce_op: str):
     stack = matches[stacked]
     tensors = stack.args[0]
     axis, reduce_axes = int(stack.attrs.axis), expr.attrs.axis
-    if (not isinstance(tensors, relax.Tuple) or reduce_axes is None or [int(a) for a in reduce_axes] != [axis]
-            or bool(expr.attrs.keepdims)):
+    if (
+        not isinstance(tensors, relax.Tuple)
+        or reduce_axes is None
+        or [int(a) for a in reduce_axes] != [axis]
+        or bool(expr.attrs.keepdims)
+    ):
         return expr
     shape = static_shape(expr)
     operands = list(tensors.fields)

@@ -30,13 +30,23 @@ def _as_matmul(expr, matches, data, weight):
     """``conv2d(x, W)`` -> ``view(reshape(W, [o, i]) @ view(x, [n, i, h*w]), [n, o, h, w])`` when 1x1."""
     attrs = expr.attrs
     w_shape, x_shape = static_shape(matches[weight]), static_shape(matches[data])
-    if (w_shape is None or x_shape is None or w_shape[2:] != [1, 1] or list(attrs.strides) != [1, 1]
-            or any(int(p) for p in attrs.padding) or list(attrs.dilation) != [1, 1] or int(attrs.groups) != 1
-            or (attrs.data_layout, attrs.kernel_layout, attrs.out_layout) != ("NCHW", "OIHW", "NCHW")):
+    if (
+        w_shape is None
+        or x_shape is None
+        or w_shape[2:] != [1, 1]
+        or list(attrs.strides) != [1, 1]
+        or any(int(p) for p in attrs.padding)
+        or list(attrs.dilation) != [1, 1]
+        or int(attrs.groups) != 1
+        or (attrs.data_layout, attrs.kernel_layout, attrs.out_layout) != ("NCHW", "OIHW", "NCHW")
+    ):
         return expr
     n, i, h, w = x_shape
-    product = relax.op.matmul(relax.op.reshape(matches[weight], w_shape[:2]), _view(matches[data], [n, i, h * w]),
-                              out_dtype=str(expr.ty.dtype))
+    product = relax.op.matmul(
+        relax.op.reshape(matches[weight], w_shape[:2]),
+        _view(matches[data], [n, i, h * w]),
+        out_dtype=str(expr.ty.dtype),
+    )
     return _view(product, [n, w_shape[0], h, w])
 
 
@@ -70,7 +80,9 @@ def _flat_operand(expr, view: relax.Call):
 
 
 #: A 4-D view of a 3-D matmul result.
-_VIEW_CHANGE = LayoutChange(lambda inner: is_op(_VIEW)(inner, wildcard(), wildcard(), wildcard()), _reapply_view, _flat_operand)
+_VIEW_CHANGE = LayoutChange(
+    lambda inner: is_op(_VIEW)(inner, wildcard(), wildcard(), wildcard()), _reapply_view, _flat_operand
+)
 
 
 @relax.transform.function_pass(opt_level=0, name="PointwiseConvAsMatmul")

@@ -41,7 +41,9 @@ def _patterns():
     act, zero_point, weight = wildcard(), is_const(), is_const()
     widened_act = is_op("relax.astype")(act)
     widened_weight = is_op("relax.astype")(weight)
-    with_zp = is_op("relax.matmul")(is_op("relax.subtract")(widened_act, is_op("relax.astype")(zero_point)), widened_weight)
+    with_zp = is_op("relax.matmul")(
+        is_op("relax.subtract")(widened_act, is_op("relax.astype")(zero_point)), widened_weight
+    )
     without_zp = is_op("relax.matmul")(widened_act, widened_weight)
 
     def applies(expr, matches) -> bool:
@@ -119,17 +121,28 @@ def conv_integer(inputs, attr):
     why = _no_vnni_form(_dtype(x), _dtype(w), x_zero, w_zero, groups)
     if why:
         warnings.warn(f"ConvInteger {x_shape} x {w_shape}: {why}, so it runs as an int32 convolution without VNNI")
-        widened_x = relax.op.subtract(relax.op.astype(x, "int32"), relax.op.astype(x_zp, "int32")) if x_zp is not None else relax.op.astype(x, "int32")
+        widened_x = (
+            relax.op.subtract(relax.op.astype(x, "int32"), relax.op.astype(x_zp, "int32"))
+            if x_zp is not None
+            else relax.op.astype(x, "int32")
+        )
         widened_w = relax.op.astype(w, "int32")
         if w_zp is not None:
             w_zp32 = relax.op.astype(w_zp, "int32")
-            widened_w = relax.op.subtract(widened_w, relax.op.reshape(w_zp32, [-1, 1, 1, 1]) if len(w_zp.ty.shape) == 1 else w_zp32)
+            widened_w = relax.op.subtract(
+                widened_w, relax.op.reshape(w_zp32, [-1, 1, 1, 1]) if len(w_zp.ty.shape) == 1 else w_zp32
+            )
         return relax.op.nn.conv2d(widened_x, widened_w, padding=pads, **conv)
     zero = int(x_zero.reshape(()))
     if any(pads):
         x = relax.op.nn.pad(x, [0, 0, 0, 0, pads[0], pads[2], pads[1], pads[3]], pad_value=float(zero))
-    y = relax.op.nn.conv2d(relax.op.permute_dims(x, [0, 2, 3, 1]), relax.op.permute_dims(w, [0, 2, 3, 1]),
-                           data_layout="NHWC", kernel_layout="OHWI", **conv)
+    y = relax.op.nn.conv2d(
+        relax.op.permute_dims(x, [0, 2, 3, 1]),
+        relax.op.permute_dims(w, [0, 2, 3, 1]),
+        data_layout="NHWC",
+        kernel_layout="OHWI",
+        **conv,
+    )
     if zero:
         sums = relax.op.sum(relax.op.astype(w, "int32"), axis=[1, 2, 3])  # per output channel, NHWC's last axis
         y = relax.op.subtract(y, relax.op.multiply(relax.const(zero, "int32"), sums))
@@ -173,8 +186,10 @@ def _layout_rules() -> list:
         widths = [int(w) for w in expr.attrs.pad_width]
         moved = [0] * len(widths)
         for axis, source in enumerate(axes):
-            moved[2 * source: 2 * source + 2] = widths[2 * axis: 2 * axis + 2]
-        padded = relax.op.nn.pad(matches[inner], moved, pad_mode=expr.attrs.pad_mode, pad_value=float(expr.attrs.pad_value))
+            moved[2 * source : 2 * source + 2] = widths[2 * axis : 2 * axis + 2]
+        padded = relax.op.nn.pad(
+            matches[inner], moved, pad_mode=expr.attrs.pad_mode, pad_value=float(expr.attrs.pad_value)
+        )
         return relax.op.permute_dims(padded, axes)
 
     def compose(expr, matches):

@@ -22,8 +22,20 @@ from tvm.relax.dpl import DFPattern, is_op, rewrite_call, wildcard
 
 #: Element-wise Relax ops with one tensor operand (any other operand a scalar: clip's bounds,
 #: quantize's scale and zero point).
-UNARY = ("relax.nn.relu", "relax.sigmoid", "relax.tanh", "relax.clip", "relax.astype", "relax.exp",
-         "relax.erf", "relax.nn.gelu", "relax.nn.silu", "relax.negative", "relax.sqrt", "relax.quantize")
+UNARY = (
+    "relax.nn.relu",
+    "relax.sigmoid",
+    "relax.tanh",
+    "relax.clip",
+    "relax.astype",
+    "relax.exp",
+    "relax.erf",
+    "relax.nn.gelu",
+    "relax.nn.silu",
+    "relax.negative",
+    "relax.sqrt",
+    "relax.quantize",
+)
 #: Element-wise Relax ops on two broadcasting operands.
 BINARY = ("relax.add", "relax.subtract", "relax.multiply", "relax.divide", "relax.maximum", "relax.minimum")
 
