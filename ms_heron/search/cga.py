@@ -46,6 +46,7 @@ from ..constraints import (
 from ..records import record_seconds
 from ..schedule.annotations import is_metaschedule_space
 from ..schedule.options import check
+from .effort import Effort
 from .genetic import (
     Program,
     choose_keys,
@@ -113,6 +114,10 @@ class HeronSearch(PySearchStrategy):
         Programs that other tasks of the same design-space structure found best (tuned earlier in
         this process: a model's convolutions, say) projected onto this task and measured first in
         its first round (:mod:`.transfer`); 0 turns transfer off.
+    search_share
+        The most of a round's time its search may take (sampling, replaying, ranking; the rest is
+        building and measuring): population and generations shrink toward it (:mod:`.effort`); 1
+        keeps them as given.
     """
 
     def __init__(
@@ -124,6 +129,7 @@ class HeronSearch(PySearchStrategy):
         key_ratio: float = 0.2,
         elite: int = 8,
         transfer: int = 4,
+        search_share: float = 0.25,
     ):
         for name, value, low in (
             ("population", population, 1),
@@ -134,7 +140,7 @@ class HeronSearch(PySearchStrategy):
             check(
                 isinstance(value, int) and value >= low, f"HeronSearch({name}={value!r}): give a whole number >= {low}"
             )
-        for name, value in (("epsilon", epsilon), ("key_ratio", key_ratio)):
+        for name, value in (("epsilon", epsilon), ("key_ratio", key_ratio), ("search_share", search_share)):
             check(
                 isinstance(value, (int, float)) and 0.0 <= value <= 1.0,
                 f"HeronSearch({name}={value!r}): give a share between 0 and 1",
@@ -145,8 +151,11 @@ class HeronSearch(PySearchStrategy):
         self.key_ratio = key_ratio
         self.elite = elite
         self.transfer = transfer
+        self.search_share = search_share
         #: Shared with every clone, so that the tasks of one tuning call donate to each other.
         self.donors = Donors()
+        #: Shared with every clone too: a model's later tasks start at the scale earlier ones settled on.
+        self.effort = Effort(search_share)
 
     def _initialize_with_tune_context(self, context) -> None:
         self.context = context
@@ -244,7 +253,7 @@ class HeronSearch(PySearchStrategy):
         if not self.stats and not self.measured:
             self.transferred = self._features_transfer()
             self.projected = self._projections()
-        picked = self._pick(self._evolve(), want)
+        picked = self._pick(self._evolve(want), want)
         self._predict_all(picked)
         self.pending = picked
         self.trials += len(picked)
@@ -271,6 +280,8 @@ class HeronSearch(PySearchStrategy):
             self.ranking.fit(self.measured, {p.space for p in self.pending})
         stats.measured, stats.valid = len(secs), sum(s < float("inf") for s in secs)
         stats.best_seconds = min(self.measured.values(), default=float("inf"))
+        if self.search_share < 1.0:
+            self.effort.note_round(sum(s for k, s in stats.seconds.items() if k != "measure"), stats.seconds["measure"])
         self._donate()
         self.stats.append(stats)
         self.logger.info(stats.line())
@@ -283,8 +294,9 @@ class HeronSearch(PySearchStrategy):
             key_ratio=self.key_ratio,
             elite=self.elite,
             transfer=self.transfer,
+            search_share=self.search_share,
         )
-        clone.donors = self.donors
+        clone.donors, clone.effort = self.donors, self.effort
         return clone
 
     # -- transfer between tasks -------------------------------------------------------------------
@@ -458,19 +470,20 @@ class HeronSearch(PySearchStrategy):
         self.now.sampled += child is not None
         return child
 
-    def _evolve(self) -> list[Program]:
-        ranked = self._rank(unique(self.pool + self._elite() + self._fresh(self.population)))
-        for _ in range(self.generations if self.guided else 0):
+    def _evolve(self, want: int) -> list[Program]:
+        population = self.effort.population(self.population, want)
+        ranked = self._rank(unique(self.pool + self._elite() + self._fresh(population)))
+        for _ in range(self.effort.generations(self.generations) if self.guided else 0):
             if not ranked:  # nothing built (a postproc rejected every program): the pick tops up with fresh ones
                 break
             children = []
-            for _ in range(self.population):
+            for _ in range(population):
                 a, b = roulette(ranked, 2, self.rng)
                 child = self._crossover(a, b if a.space == b.space else a)
                 if child is not None:
                     children.append(child)
             ranked = self._rank(unique(children + self._elite()))
-        self.pool = ranked[: self.population]
+        self.pool = ranked[:population]
         return ranked
 
     def _pick(self, ranked: list[Program], want: int) -> list[Program]:
