@@ -6,7 +6,8 @@ from rule_helpers import allocations
 
 from ms_heron import HeronSpace, workloads
 from ms_heron.constraints import RepairedDecision, Solver, count_solutions, decided_values, derive, replay
-from ms_heron.hardware.probes import PEAK_CHAINS, fma_chains
+from ms_heron.hardware.peak import fma_chains
+from ms_heron.hardware.probes import PEAK_CHAINS
 from ms_heron.hardware.targets import cpu_cache_bytes, vector_bytes, vector_registers
 from ms_heron.rules import default_rules
 from ms_heron.schedule.annotations import TILING_STRUCTURE, block_annotations, iter_kinds

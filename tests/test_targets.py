@@ -8,8 +8,8 @@ import pytest
 import tvm
 from tvm.target import Target
 
-from ms_heron.hardware.peak import fma_peak_gops, vnni_peak_gops
-from ms_heron.hardware.probes import fma_chains, fma_kernel
+from ms_heron.hardware.peak import fma_chains, fma_peak_gops, vnni_peak_gops
+from ms_heron.hardware.probes import fma_kernel
 from ms_heron.hardware.targets import (
     CACHES_ENV,
     GpuLimits,

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
-from ..hardware.probes import fma_chains
+from ..hardware.peak import fma_chains
 from ..hardware.targets import cpu_cache_bytes, is_cpu, num_cores, vector_bytes, vector_registers
 from ..schedule.annotations import TILING_STRUCTURE, block_annotations, iter_kinds, split_by_structure
 from .geometry import add_summed_bytes, dtype_bytes, read_window_dims

@@ -1,4 +1,4 @@
-"""Measured peaks of the machine: int8 VNNI and fp32 FMA throughput, and memory bandwidth.
+"""Measured facts of the machine: int8 VNNI and fp32 FMA throughput, memory bandwidth, FMA latency.
 
 They give "% of peak" figures and each model task's bound (what the budget split holds its best
 kernel against). The numbers come from the probe kernels of :mod:`ms_heron.hardware.probes`
@@ -22,6 +22,8 @@ from .probes import FMA_COEF, PEAK_CHAINS, best_seconds, fma_kernel, read_kernel
 from .targets import TargetError, has_vnni, is_host, largest_cache_bytes, num_cores, require_vnni, vector_bytes
 
 _OPS_PER_INSTR = 2 * 64  # 64 u8*s8 multiply-adds per 512-bit vpdpbusd
+#: What :func:`fma_chains` answers for a CPU that is not this host (a 4-cycle FMA on 2 ports).
+_DEFAULT_FMA_CHAINS = 8
 
 
 @functools.cache
@@ -77,3 +79,17 @@ def bound_seconds(mod: IRModule, target: Target) -> float:
 def share_of_bound(bound_s: float, best_s: float) -> float:
     """How close a kernel of ``best_s`` seconds runs to its bound: 1.0 at it, 0 for no kernel."""
     return bound_s / best_s if best_s < math.inf else 0.0
+
+
+@functools.cache
+def fma_chains(target: Target, iters: int = 200_000) -> int:
+    """Independent vector-FMA accumulators one core needs to issue an FMA on every port every cycle:
+    FMA latency x FMA ports (BLIS's ``N_vfma x L_vfma``), measured on the host as the time of one
+    chain over the time per FMA of :data:`PEAK_CHAINS` chains (about 0.1 s, once per process).
+    Another CPU than the host gets 8 (a 4-cycle FMA on 2 ports)."""
+    if not is_host(target):
+        return _DEFAULT_FMA_CHAINS
+    lanes = vector_bytes(target) // 4
+    one = best_seconds(fma_kernel(1, iters, lanes, 1), target, FMA_COEF, (1, lanes))
+    many = best_seconds(fma_kernel(1, iters, lanes), target, FMA_COEF, (1, lanes)) / PEAK_CHAINS
+    return max(1, min(PEAK_CHAINS, round(one / many)))

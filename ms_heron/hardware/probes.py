@@ -2,26 +2,20 @@
 
 The kernels are TVM-built loops of independent accumulator chains (``vpdpbusd`` or vector FMAs)
 with loop-invariant operands read from memory, so the loop holds nothing else and nothing folds.
-``testing.peak`` turns them into peak GOPS for "% of peak" figures; the constraint model asks
-:func:`fma_chains` how many independent accumulators a micro-kernel needs to keep the FMA units busy.
+:mod:`.peak` measures with them: the peaks for "% of peak" figures and bounds, and how many
+independent accumulators a micro-kernel needs to keep the FMA units busy.
 """
 
 from __future__ import annotations
-
-import functools
 
 import numpy as np
 import tvm
 from tvm.script import tirx as T
 from tvm.target import Target
 
-from .targets import is_host, vector_bytes
-
 #: Accumulator chains per core in the peak kernels: more than any core here needs (8 on Zen 4/5
 #: and Sapphire/Emerald Rapids: a 4-cycle FMA on 2 ports).
 PEAK_CHAINS = 12
-#: What :func:`fma_chains` answers for a CPU that is not this host (a 4-cycle FMA on 2 ports).
-_DEFAULT_FMA_CHAINS = 8
 
 
 def best_seconds(kernel: tvm.tirx.PrimFunc, target: Target, coef: np.ndarray, out_shape: tuple) -> float:
@@ -85,20 +79,6 @@ def fma_kernel(cores: int, iters: int, lanes: int, chains: int = PEAK_CHAINS) ->
 
 
 FMA_COEF = np.array([0.999999, 1e-7], "float32")  # keeps the accumulators finite and normal
-
-
-@functools.cache
-def fma_chains(target: Target, iters: int = 200_000) -> int:
-    """Independent vector-FMA accumulators one core needs to issue an FMA on every port every cycle:
-    FMA latency x FMA ports (BLIS's ``N_vfma x L_vfma``), measured on the host as the time of one
-    chain over the time per FMA of :data:`PEAK_CHAINS` chains (about 0.1 s, once per process).
-    Another CPU than the host gets 8 (a 4-cycle FMA on 2 ports)."""
-    if not is_host(target):
-        return _DEFAULT_FMA_CHAINS
-    lanes = vector_bytes(target) // 4
-    one = best_seconds(fma_kernel(1, iters, lanes, 1), target, FMA_COEF, (1, lanes))
-    many = best_seconds(fma_kernel(1, iters, lanes), target, FMA_COEF, (1, lanes)) / PEAK_CHAINS
-    return max(1, min(PEAK_CHAINS, round(one / many)))
 
 
 def read_kernel(cores: int, per_core: int, lanes: int, chains: int = 4) -> tvm.tirx.PrimFunc:
