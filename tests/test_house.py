@@ -4,6 +4,7 @@ database files, how many modules sit at the top, and that every command takes th
 import ast
 import json
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -114,5 +115,12 @@ def test_demo_and_both_tune_commands_take_the_one_tuning_path_and_a_model_is_low
         counts = json.loads(err.strip().splitlines()[-1])
         assert counts["TuningRun.tune"] == 1, (name, counts)
         assert counts["lower_for_tuning"] == (1 if name == "tune-model" else 0), (name, counts)
+        if name == "demo":  # tuned, checked, and compared with ONNX Runtime and the peak in the same run
+            assert "checked against numpy" in out, out
+            tuned = re.search(r"\(tuned\)\s+([\d.]+) ms\s+([\d.]+)\s+([\d.]+)%", out)
+            assert tuned and float(tuned.group(1)) > 0 and float(tuned.group(2)) > 0, out
+            assert re.search(r"ONNX Runtime MatMul\s+[\d.]+ ms", out) and re.search(
+                r"measured FMA peak of this machine: \d+ GOPS", out
+            )
         if name == "tune-model":
             assert "outputs checked against ONNX Runtime on a random input: correct" in out, out
