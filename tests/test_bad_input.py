@@ -84,3 +84,88 @@ def test_heron_search_refuses_options_outside_their_range(options, message):
     with pytest.raises(ValueError) as raised:
         HeronSearch(**options)
     assert str(raised.value) == message
+
+
+def _rules_and_space():
+    # pylint: disable=import-outside-toplevel
+    from ms_heron import HeronSpace
+    from ms_heron.rules import (
+        AddCacheStage,
+        MultiLevelSPM,
+        MultiLevelTiling,
+        PackOperand,
+        PadExtents,
+        ParallelVectorizeUnroll,
+        TensorCoreTiling,
+        Tensorize,
+    )
+
+    return {
+        "MultiLevelTiling(structure='SXS')": (
+            lambda: MultiLevelTiling(structure="SXS"),
+            "MultiLevelTiling(structure='SXS'): use 'S' and 'R' only, each at least once, such as 'SSRSRS'",
+        ),
+        "MultiLevelTiling(max_innermost_factor=0)": (
+            lambda: MultiLevelTiling(max_innermost_factor=0),
+            "MultiLevelTiling(max_innermost_factor=0): give a whole number >= 1",
+        ),
+        "AddCacheStage(levels=())": (
+            lambda: AddCacheStage(levels=()),
+            "AddCacheStage(levels=()): give one or more tile levels >= 0, such as (0, 1)",
+        ),
+        "MultiLevelSPM(level=-1)": (
+            lambda: MultiLevelSPM(level=-1),
+            "MultiLevelSPM(level=-1): give a reduction tile level >= 0",
+        ),
+        "PackOperand(probs=(0.2, 0.2))": (
+            lambda: PackOperand(probs=(0.2, 0.2)),
+            "PackOperand(probs=(0.2, 0.2)): give two probabilities (no packing, packing) summing to 1",
+        ),
+        "PadExtents(max_waste=-1)": (
+            lambda: PadExtents(max_waste=-1),
+            "PadExtents(max_waste=-1): give the extra share of work padding may add, >= 0",
+        ),
+        "Tensorize(max_waste=-0.5)": (
+            lambda: Tensorize(max_waste=-0.5),
+            "Tensorize(max_waste=-0.5): give the extra share of work padding may add, >= 0",
+        ),
+        "ParallelVectorizeUnroll(max_vector_extent=0)": (
+            lambda: ParallelVectorizeUnroll(max_vector_extent=0),
+            "ParallelVectorizeUnroll(max_vector_extent=0): give a whole number >= 1",
+        ),
+        "TensorCoreTiling(shapes=((8, 8, 8),))": (
+            lambda: TensorCoreTiling(shapes=((8, 8, 8),)),
+            "TensorCoreTiling(shapes=((8, 8, 8),)): WMMA computes the fragment shapes ",
+        ),
+        "HeronSpace(rules=[MultiLevelTiling])": (
+            lambda: HeronSpace(rules=[MultiLevelTiling]),
+            "HeronSpace(rules=...): item 0 is <class ",
+        ),
+        "HeronSpace(include_default_spaces='yes')": (
+            lambda: HeronSpace(include_default_spaces="yes"),
+            "HeronSpace(include_default_spaces='yes'): give True or False",
+        ),
+        "a positional option": (lambda: MultiLevelTiling("SSRSRS"), "takes 1 positional argument but 2 were given"),
+    }
+
+
+@pytest.mark.parametrize("case", list(_rules_and_space()))
+def test_rule_and_space_options_are_checked_in_one_line(case):
+    """Options are keyword-only and checked at construction; the message names the option and a valid value."""
+    build, message = _rules_and_space()[case]
+    with pytest.raises((ValueError, TypeError)) as raised:
+        build()
+    assert message in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_rules_and_postprocs_say_they_are_ms_heron_s_and_clone_their_options():
+    # pylint: disable=import-outside-toplevel
+    from ms_heron.postprocs import PackPanels
+    from ms_heron.rules import AddCacheStage, default_rules
+
+    assert repr(AddCacheStage(levels=(1,))) == "ms_heron.AddCacheStage(levels=(1,), scope='global')"
+    assert repr(PackPanels()) == "ms_heron.PackPanels()"
+    assert all(repr(r).startswith("ms_heron.") for r in default_rules())
+    rule = AddCacheStage(levels=(1,))
+    clone = rule._inst.clone()  # pylint: disable=protected-access  # what MetaSchedule calls
+    assert repr(clone) == "ms_heron.AddCacheStage(levels=(1,), scope='global')"
