@@ -76,7 +76,6 @@ def _tune_and_export(
 ) -> dict:
     # pylint: disable=import-outside-toplevel
     from ms_heron.records import first_records
-    from ms_heron.relax import compile_model
     from ms_heron.tuning.run import RunSpec, TuningRun
 
     model = models.ZOO[name]()
@@ -120,9 +119,7 @@ def _tune_and_export(
             database = (
                 arm_run.database() if point["share"] == 1.0 else first_records(arm_run.work_dir, point["records"])
             )
-            compile_model(database, run.model, None, run.target).export_library(
-                str(out / f"{name}_{point['label'].replace(' ', '_')}.so")
-            )
+            run.compile(database).export_library(str(out / f"{name}_{point['label'].replace(' ', '_')}.so"))
     return row
 
 

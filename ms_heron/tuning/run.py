@@ -508,8 +508,11 @@ class TuningRun:
         if runner is not None:
             options["runner"] = runner
         if self.is_model:
+            lowered = self.lowered  # once per run object: the task table and compile read the same module
+            if time_budget_s is not None:  # the budget counts the lowering, as it counts the rest of set-up
+                options["time_budget_s"] = max(0.0, time_budget_s - (time.monotonic() - started))
             tune_model(
-                self.lowered,
+                lowered,
                 None,
                 self.target,
                 str(self.work_dir),
