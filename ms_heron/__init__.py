@@ -26,7 +26,8 @@ _use_all_physical_cores()
 
 __version__ = "0.1.0"
 
-from .intrinsics import register_vnni  # noqa: E402  (after the thread-pool set-up above)
+from .errors import HeronError  # noqa: E402  (after the thread-pool set-up above)
+from .intrinsics import register_vnni  # noqa: E402
 from .search import HeronSearch  # noqa: E402
 from .space import HeronSpace  # noqa: E402
 
@@ -35,4 +36,4 @@ from .space import HeronSpace  # noqa: E402
 # ``MetaScheduleApplyDatabase`` replay them in any process that imported ms_heron.
 register_vnni()
 
-__all__ = ["HeronSpace", "HeronSearch"]
+__all__ = ["HeronError", "HeronSpace", "HeronSearch"]
