@@ -36,7 +36,7 @@ def test_every_page_has_its_python_blocks_found():
     assert sum(1 for _ in _blocks()) >= 6  # README: quick start, models, pipeline; docs: models, rules, constraints
 
 
-@pytest.mark.parametrize("code", _blocks())
+@pytest.mark.parametrize("code", list(_blocks()))
 def test_python_block_runs_as_written(code, tmp_path):
     proc = subprocess.run(
         [sys.executable, "-c", _tiny(code)], cwd=tmp_path, capture_output=True, text=True, timeout=900
