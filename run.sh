@@ -13,8 +13,13 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 stamp="$venv/.ms-heron-installed"
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-  "$venv/bin/python" -m pip install --quiet --upgrade pip
-  "$venv/bin/python" -m pip install --quiet -e ".[test,bench]"
+  # pip and setuptools talk a lot (an editable install's notice, index warnings): kept in a log, shown on failure
+  log="$venv/install.log"
+  if ! { "$venv/bin/python" -m pip install --quiet --upgrade pip && "$venv/bin/python" -m pip install --quiet -e ".[test,bench]"; } >"$log" 2>&1; then
+    cat "$log" >&2
+    echo "run.sh: installing ms_heron's dependencies failed (above; the full log is $log)" >&2
+    exit 1
+  fi
   touch "$stamp"
 fi
 
