@@ -280,8 +280,7 @@ class HeronSearch(PySearchStrategy):
             self.ranking.fit(self.measured, {p.space for p in self.pending})
         stats.measured, stats.valid = len(secs), sum(s < float("inf") for s in secs)
         stats.best_seconds = min(self.measured.values(), default=float("inf"))
-        if self.search_share < 1.0:
-            self.effort.note_round(sum(s for k, s in stats.seconds.items() if k != "measure"), stats.seconds["measure"])
+        self.effort.note_round(sum(s for k, s in stats.seconds.items() if k != "measure"), stats.seconds["measure"])
         self._donate()
         self.stats.append(stats)
         self.logger.info(stats.line())
