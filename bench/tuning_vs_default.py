@@ -86,8 +86,9 @@ def _tune(workload, target, trials: int, search: Search, strategy=None) -> tuple
         total = time.perf_counter() - start
         lib = build(run.best_schedule().mod, target)
         summary = _summary(run.database(), workload)
+        search_s_per_round = run.progress()[-1].search_s_per_round  # the work dir goes with the block
     run_and_check(lib, workload)
-    return {**summary, "tuning_s": total, "search_s_per_round": run.progress()[-1].search_s_per_round}, lib
+    return {**summary, "tuning_s": total, "search_s_per_round": search_s_per_round}, lib
 
 
 def _retimed_gops(workload, libs: dict, calls: dict) -> dict[str, float]:
