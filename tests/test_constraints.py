@@ -1,8 +1,10 @@
 """The constraint model derived from HeronSpace's design spaces, solved with CP-SAT."""
 
 import pytest
+import tvm
 from conftest import SMALL_SHAPES
 from rule_helpers import allocations
+from tvm import te
 
 from ms_heron import HeronSpace, workloads
 from ms_heron.constraints import RepairedDecision, Solver, count_solutions, decided_values, derive, replay
@@ -12,6 +14,7 @@ from ms_heron.hardware.targets import cpu_cache_bytes, vector_bytes, vector_regi
 from ms_heron.rules import default_rules
 from ms_heron.schedule.annotations import TILING_STRUCTURE, block_annotations, iter_kinds
 from ms_heron.space import default_postprocs, design_spaces
+from ms_heron.workloads import from_func
 from ms_heron.workloads.evaluate import build, run_and_check
 
 SAMPLES = 500
@@ -194,6 +197,29 @@ def test_memory_footprints_equal_lowered_allocations(family, dtype, cpu_target):
                 assert full[fp.variable] == _allocated_elements(sch.mod, fp.buffer), (fp, values)
                 checked += 1
     assert checked > 0
+
+
+def test_no_sampled_location_lies_inside_a_loop_a_rule_vectorized(cpu_target):
+    """A concatenation feeding a blocked transpose (a Winograd input gather): the transpose's rule
+    vectorizes its write tile, and TVM's vectorizer miscompiles a block computed inside that loop.
+    The model's location candidates stop outside it, and the program at every candidate computes
+    what the function computes."""
+    a = te.placeholder((4, 16, 8), name="A")
+    cat = te.compute((4, 16, 8), lambda i, j, k: te.if_then_else(k >= 4, a[i, j, k - 4] * 2.0, a[i, j, k]), name="cat")
+    out = te.compute((8, 16, 4), lambda k, j, i: cat[i, j, k], name="transpose")
+    workload = from_func(te.create_prim_func([a, out]), "gather")
+    (space,) = [s for s in _spaces(workload, cpu_target) if "ms_heron.transpose_tile" in str(s.trace)]
+    model = derive(space, cpu_target)
+    (location,) = [d for d in model.decisions if d.kind == "location"]
+    consumer = space.get_sblock("transpose")
+    loops = space.get_loops(consumer)
+    vectorized = [i for i, loop in enumerate(loops) if space.get(loop).kind == tvm.tirx.ForKind.VECTORIZED]
+    assert vectorized and max(location.candidates) < vectorized[0], (location.candidates, vectorized)
+    trace = space.trace.simplified(remove_postproc=True)
+    for index in range(len(location.candidates)):
+        values = {location.variables[0]: index}
+        sch = replay(model, trace, workload.func, {**Solver(model, seed=0).samples(1)[0], **values})
+        run_and_check(build(sch.mod, cpu_target), workload)
 
 
 def test_metaschedule_default_spaces_are_modelled_and_replay_valid(cpu_target):

@@ -198,16 +198,26 @@ def _location_candidates(space: Schedule, block: str | None) -> tuple[int, ...]:
     it rejects to the next valid one further out when the program is replayed (``replay`` reads
     the normalized decision back). Inline is left out where a consumer is tensorized: the intrinsic
     must read the block's buffer (a padded weight's packed copy), not the expression that fills it.
+    So are the loops from the first one a rule vectorized inward: a block placed there is vectorized
+    with its consumer, and TVM's vectorizer miscompiles a nested block with a branch (a concatenation
+    feeding a blocked transpose came out wrong at every such position).
     """
     try:
         rv = space.get_sblock(block)
         consumers = space.get_consumers(rv)
-        depth = max((len(space.get_loops(c)) for c in consumers), default=0)
+        depth = max((_scalar_depth(space, c) for c in consumers), default=0)
         inline = () if any(AUTO_TENSORIZE in block_annotations(space, c) for c in consumers) else (-2,)
     except Exception:  # pylint: disable=broad-except  # inlined in this space: no loops to name
-        depth = max((len(space.get_loops(b)) for b in space.get_child_blocks(space.get_sblock("root"))), default=0)
+        depth = max((_scalar_depth(space, b) for b in space.get_child_blocks(space.get_sblock("root"))), default=0)
         inline = (-2,)
     return (*inline, -1, *range(depth))
+
+
+def _scalar_depth(space: Schedule, block) -> int:
+    """How many of ``block``'s loops, outermost first, come before the first vectorized one."""
+    loops = space.get_loops(block)
+    kinds = [space.get(loop).kind for loop in loops]
+    return kinds.index(tirx.ForKind.VECTORIZED) if tirx.ForKind.VECTORIZED in kinds else len(loops)
 
 
 def _add_split(model: ConstraintModel, decision: Decision, max_inner: int) -> None:
