@@ -10,6 +10,7 @@ calls, summed over tasks) against the measured latency. Usage (repository root, 
 
     .venv/bin/python bench/networks.py resnet50 --budget 15m
     .venv/bin/python bench/networks.py mobilenetv2 --budget 15m --baseline-budget 15m
+    .venv/bin/python bench/networks.py mobilenetv2 --work-root runs --retime   # time finished runs again
 
 Adds the network to bench/results/networks_<budget>.json and rewrites networks_<budget>.md from it.
 """
@@ -72,7 +73,7 @@ def _race_points(arm: str, arm_run, shares=RACE_SHARES) -> list[dict]:
 
 
 def _tune_and_export(
-    name: str, budgets: dict[str, float], out: pathlib.Path, work_root: pathlib.Path, seed: int
+    name: str, budgets: dict[str, float], out: pathlib.Path, work_root: pathlib.Path, seed: int, retime: bool
 ) -> dict:
     # pylint: disable=import-outside-toplevel
     from ms_heron.records import first_records
@@ -88,11 +89,15 @@ def _tune_and_export(
     )
     row = {"per task": {}, "race": {}, "curve": {}}
     for arm, arm_run in zip(ARMS, (run, run.baseline())):
-        state = arm_run.tune(
-            TRIALS,
-            search="heron" if arm_run is run else "metaschedule",
-            time_budget_s=budgets[arm],
-            per_round=PER_ROUND,
+        state = (
+            arm_run.progress()[-1]
+            if retime
+            else arm_run.tune(
+                TRIALS,
+                search="heron" if arm_run is run else "metaschedule",
+                time_budget_s=budgets[arm],
+                per_round=PER_ROUND,
+            )
         )
         times = arm_run.task_times()
         if arm_run is not run:
@@ -219,6 +224,11 @@ def main() -> None:
     parser.add_argument(
         "--work-root", help="where the runs stay (default: a new temporary dir); ms-heron report works on them"
     )
+    parser.add_argument(
+        "--retime",
+        action="store_true",
+        help="time the runs already under --work-root again without tuning (when the machine was disturbed)",
+    )
     parser.add_argument("--out", default=str(results_io.DEFAULT_DIR))
     parser.add_argument("--time-exported", metavar="DIR", help=argparse.SUPPRESS)  # the fresh timing process
     args = parser.parse_args()
@@ -234,10 +244,12 @@ def main() -> None:
     from ms_heron.cli.common import parse_duration  # pylint: disable=import-outside-toplevel
 
     budgets = {ARMS[0]: parse_duration(args.budget), ARMS[1]: parse_duration(args.baseline_budget or args.budget)}
+    if args.retime and not (args.work_root and (pathlib.Path(args.work_root) / args.network).is_dir()):
+        parser.error(f"--retime needs --work-root holding a finished {args.network} run")
     work_root = pathlib.Path(args.work_root or tempfile.mkdtemp(prefix="ms_heron_networks_"))
     print(f"runs under {work_root}", flush=True)
     with tempfile.TemporaryDirectory(prefix="ms_heron_networks_") as tmp:
-        row = _tune_and_export(args.network, budgets, pathlib.Path(tmp), work_root, args.seed)
+        row = _tune_and_export(args.network, budgets, pathlib.Path(tmp), work_root, args.seed, args.retime)
         (pathlib.Path(tmp) / "labels.json").write_text(
             json.dumps([p["label"] for ps in row["race"].values() for p in ps])
         )
