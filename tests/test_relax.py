@@ -416,28 +416,6 @@ def test_a_resnet_lowers_to_one_kernel_per_convolution_with_batch_norm_folded_an
     _untuned_against_onnxruntime(model, cpu_target)
 
 
-def test_kernels_take_their_activations_before_their_constant_weights(cpu_target):
-    """Cold timing keeps the first argument warm: after lowering, every kernel of a bottleneck (the
-    1x1 convolutions are ``W @ x``) takes its constant weights last, and the weights are still marked
-    layout-free at their new places."""
-    model = models.resnet_bottleneck(size=16, channels=32, width=16)
-    lowered = lower_for_tuning(from_onnx(model.proto, model.input_shapes()), None, cpu_target)
-    calls = []
-    relax_func = lowered["main"]
-    tvm.relax.analysis.post_order_visit(
-        relax_func,
-        lambda e: calls.append(e) if isinstance(e, tvm.relax.Call) and e.op.name == "relax.call_tir" else None,
-    )
-    weighted = 0
-    for call in calls:
-        constant = [isinstance(a, tvm.ir.expr.Constant) for a in call.args[1].fields]
-        assert constant == sorted(constant), (call.args[0].name_hint, constant)
-        free = [int(i) for i in lowered[call.args[0]].attrs.get("layout_free_buffers", [])]
-        assert free == [i for i, c in enumerate(constant) if c], (call.args[0].name_hint, free, constant)
-        weighted += any(constant) and not constant[0]
-    assert weighted >= 3  # the 3x3 convolution and the two 1x1 matmuls
-
-
 def test_relu6_as_clip_fuses_into_the_depthwise_and_pointwise_convolutions(cpu_target):
     """MobileNetV2's ``Clip(0, 6)``: TVM's importer emits two TIR calls FuseOps cannot merge; imported
     as ``relax.op.clip`` it joins the kernel before it, also after a 1x1 convolution run as a matmul."""

@@ -22,7 +22,6 @@ from tvm.target import Target
 from ..errors import HeronError
 from ..intrinsics import ensure_registered
 from .passes import (
-    activations_first,
     chain_stacked_reductions,
     channels_last_epilogues,
     fold_scale_shift,
@@ -84,10 +83,8 @@ def lower_for_tuning(
     convolution or matmul before them, and n-ary sums are chained adds, so that a ResNet's
     residual add and ReLU fuse into the convolution's kernel.
     Weights that reach a TIR function as constants are marked layout-free, so schedules may store
-    them in whatever layout their kernels read best, and come after the activations among its
-    parameters, so that cold timing flushes them (:mod:`.passes.activations_first`). 1x1 NCHW
-    convolutions become matmuls over the flattened pixels (:mod:`.passes.pointwise_conv`), so their
-    vector lanes run along contiguous pixels;
+    them in whatever layout their kernels read best. 1x1 NCHW convolutions become matmuls over the
+    flattened pixels (:mod:`.passes.pointwise_conv`), so their vector lanes run along contiguous pixels;
     transposes (the int8 convolutions' channels-last layout, :mod:`.passes.quantized`) move past the
     element-wise epilogues, which then fuse into the kernels before them.
     Unless ``exact_math``, ``exp``, ``erf``, ``tanh`` and softmax become TVM's polynomial approximations
@@ -117,7 +114,6 @@ def lower_for_tuning(
                 relax.transform.FoldConstant(),
                 relax.transform.FuseOps(),
                 relax.transform.FuseTIR(),
-                activations_first,
                 relax.transform.AttachAttrLayoutFreeBuffers(),
             ]
         )(mod)

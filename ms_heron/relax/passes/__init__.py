@@ -7,19 +7,15 @@ can add to a stock Relax pipeline (weights bound as constants first, before ``Le
   ops instead of a stack and a reduction, so residual adds fuse into the kernel before them;
 * :func:`pointwise_conv_as_matmul`: 1x1 NCHW convolutions as matmuls over contiguous pixels;
 * :func:`keep_int8_matmuls`, :func:`channels_last_epilogues`: quantized matmuls and convolutions in
-  the u8 x s8 form VNNI executes, their epilogues fused;
-* :func:`activations_first` (after ``FuseTIR``): each kernel's constant weights after its
-  activations among its parameters, so cold timing flushes the weights.
+  the u8 x s8 form VNNI executes, their epilogues fused.
 """
 
-from .activations_first import activations_first
 from .fold_scale_shift import fold_scale_shift
 from .nary import chain_stacked_reductions
 from .pointwise_conv import pointwise_conv_as_matmul
 from .quantized import channels_last_epilogues, keep_int8_matmuls
 
 __all__ = [
-    "activations_first",
     "chain_stacked_reductions",
     "channels_last_epilogues",
     "fold_scale_shift",
