@@ -19,7 +19,7 @@ from tvm.tirx import PrimFunc
 
 from .hardware.targets import is_cuda
 from .intrinsics import ensure_registered
-from .postprocs import PackPanels, UnrollTiles
+from .postprocs import DisallowBlocksInVectorLoops, PackPanels, UnrollTiles
 from .rules import default_rules
 from .schedule.analysis import needs_sampled_location
 from .schedule.annotations import METASCHEDULE_SPACE, SPACE_ORIGIN
@@ -47,6 +47,7 @@ def default_postprocs(target=None) -> list:
         PackPanels(),  # before the reduction is decomposed: it finds the streamed input on the block
         ms.postproc.RewriteParallelVectorizeUnroll(),
         UnrollTiles(),  # after: the parallel rewrite fuses outer loops, never unrolled ones
+        DisallowBlocksInVectorLoops(),  # before the reduction's init block joins its update's loops
         ms.postproc.RewriteReductionBlock(),
         ms.postproc.RewriteTensorize(vectorize_init_loop=True),
         # Layout-free weights (a model's constants) get the layout the tiled kernel streams: packed

@@ -5,12 +5,14 @@ import tvm
 from conftest import SMALL_SHAPES
 from rule_helpers import allocations
 from tvm import te
+from tvm.s_tir import Schedule
 
 from ms_heron import HeronSpace, workloads
 from ms_heron.constraints import RepairedDecision, Solver, count_solutions, decided_values, derive, replay
 from ms_heron.hardware.peak import fma_chains
 from ms_heron.hardware.probes import PEAK_CHAINS
 from ms_heron.hardware.targets import cpu_cache_bytes, vector_bytes, vector_registers
+from ms_heron.postprocs import DisallowBlocksInVectorLoops, blocks_in_vector_loops
 from ms_heron.rules import default_rules
 from ms_heron.schedule.annotations import TILING_STRUCTURE, block_annotations, iter_kinds
 from ms_heron.space import default_postprocs, design_spaces
@@ -203,7 +205,8 @@ def test_no_sampled_location_lies_inside_a_loop_a_rule_vectorized(cpu_target):
     """A concatenation feeding a blocked transpose (a Winograd input gather): the transpose's rule
     vectorizes its write tile, and TVM's vectorizer miscompiles a block computed inside that loop.
     The model's location candidates stop outside it, and the program at every candidate computes
-    what the function computes."""
+    what the function computes; for searches that mutate locations freely, the postproc
+    DisallowBlocksInVectorLoops refuses the program with the block inside the loop."""
     a = te.placeholder((4, 16, 8), name="A")
     cat = te.compute((4, 16, 8), lambda i, j, k: te.if_then_else(k >= 4, a[i, j, k - 4] * 2.0, a[i, j, k]), name="cat")
     out = te.compute((8, 16, 4), lambda k, j, i: cat[i, j, k], name="transpose")
@@ -219,7 +222,14 @@ def test_no_sampled_location_lies_inside_a_loop_a_rule_vectorized(cpu_target):
     for index in range(len(location.candidates)):
         values = {location.variables[0]: index}
         sch = replay(model, trace, workload.func, {**Solver(model, seed=0).samples(1)[0], **values})
+        assert DisallowBlocksInVectorLoops().apply(sch)
         run_and_check(build(sch.mod, cpu_target), workload)
+    # a search that mutates the location freely: the postproc refuses the program inside the loop
+    inside = Schedule(workload.func)
+    trace.with_decision(location.inst, vectorized[0], remove_postproc=True).apply_to_schedule(
+        inside, remove_postproc=True
+    )
+    assert blocks_in_vector_loops(inside) and not DisallowBlocksInVectorLoops().apply(inside)
 
 
 def test_metaschedule_default_spaces_are_modelled_and_replay_valid(cpu_target):

@@ -3,5 +3,6 @@ out once every sampled decision of the program is known."""
 
 from .pack_panels import PackPanels
 from .unroll_tiles import UnrollTiles
+from .vector_loops import DisallowBlocksInVectorLoops, blocks_in_vector_loops
 
-__all__ = ["PackPanels", "UnrollTiles"]
+__all__ = ["DisallowBlocksInVectorLoops", "PackPanels", "UnrollTiles", "blocks_in_vector_loops"]
