@@ -76,37 +76,31 @@ def test_a_task_at_its_bound_gets_no_further_round_and_tuning_ends(tmp_path, cpu
     rounds go on, and each one goes to a task with latency above its bound when the round begins
     (the round itself may take it past the bound)."""
     mod = _small_model(tmp_path)
+
+    def rounds_of(scheduler: ExpectedGain, trials: int) -> list:
+        rounds = []
+        tune_model(
+            mod,
+            None,
+            cpu_target,
+            str(tmp_path / f"at_bound_{scheduler.at_bound}"),
+            trials,
+            num_trials_per_iter=4,
+            seed=0,
+            task_scheduler=scheduler,
+            on_round=rounds.append,
+        )
+        return rounds
+
     done = ExpectedGain(at_bound=1e-9)
-    rounds = []
-    tune_model(
-        mod,
-        None,
-        cpu_target,
-        str(tmp_path / "done"),
-        64,
-        num_trials_per_iter=4,
-        seed=0,
-        task_scheduler=done,
-        on_round=rounds.append,
-    )
+    rounds = rounds_of(done, 64)
     assert len(done.tasks) == 3 and [t.rounds for t in done.tasks] == [1, 1, 1]  # conv, dense, flatten
     assert all(0 < t.bound_s and t.best_s < math.inf for t in done.tasks)
     assert len(rounds) == 3 and rounds[-1].trials < 64
     assert rounds[0].task == max(done.tasks, key=lambda t: t.calls * t.bound_s).name  # the larger task first
 
     going = ExpectedGain(at_bound=1.0)
-    seen = []
-    tune_model(
-        mod,
-        None,
-        cpu_target,
-        str(tmp_path / "going"),
-        24,
-        num_trials_per_iter=4,
-        seed=0,
-        task_scheduler=going,
-        on_round=seen.append,
-    )
+    seen = rounds_of(going, 24)
     bounds = {t.name: t.bound_s for t in going.tasks}
     later = [(before, now.task) for before, now in zip(seen, seen[1:]) if before.best_seconds[now.task] < math.inf]
     assert later  # a task's round after its first: it was above its bound when the round began
