@@ -105,16 +105,20 @@ def test_fp32_conv_and_dense_weights_are_packed_at_compile_time_and_match_onnxru
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
 
 
-def test_pointwise_nchw_convolutions_become_matmuls_with_their_epilogues(tmp_path, cpu_target):
-    """A ResNet bottleneck's two 1x1 convolutions lower to matmuls over the flattened pixels, each
-    with its bias, residual add and ReLU fused into the same kernel (three tasks in all, the 3x3
-    convolution unchanged); the tuned model computes what ONNX Runtime computes."""
+def test_float_convolutions_run_channels_last_with_their_epilogues(tmp_path, cpu_target):
+    """A ResNet bottleneck's three convolutions lower to NHWC kernels (lanes along the output
+    channels), each with its bias, and the last with the residual add and ReLU, fused; the only other
+    kernels are the transposes at the model's input and output; the tuned model computes what ONNX
+    Runtime computes."""
     model = models.resnet_bottleneck(size=6, channels=16, width=8)
     mod = from_onnx(model.proto, model.input_shapes())
-    names = [t.task_name for t in extract_tasks(lower_for_tuning(mod, None, cpu_target), cpu_target)]
-    kinds = sorted(n.split("_")[1].rstrip("0123456789") for n in names)
-    assert kinds == ["conv2d", "matmul", "matmul"], names
-    assert any(n.startswith("fused_matmul") and n.count("_add") == 2 and "_relu" in n for n in names), names
+    lowered = lower_for_tuning(mod, None, cpu_target)
+    names = [t.task_name for t in extract_tasks(lowered, cpu_target)]
+    assert sorted(re.sub(r"\d+", "", n) for n in names if not n.startswith("fused_conv2d")) == ["transpose"] * 2, names
+    convs = [f for gv, f in lowered.functions_items() if gv.name_hint.startswith("fused_conv2d")]
+    outputs = [[int(d) for d in f.params[-1].shape] for f in convs]
+    assert len(convs) == 3 and all(shape[1:3] == [6, 6] for shape in outputs), outputs  # N, H, W, C
+    assert any(n.count("_add") == 2 and "_relu" in n for n in names), names
     db = tune_model(mod, None, cpu_target, str(tmp_path), 12, num_trials_per_iter=4, seed=0)
     executable = compile_model(db, mod, None, cpu_target)
     (got,) = run_model(executable, model.inputs)
@@ -411,16 +415,22 @@ def test_a_resnet_lowers_to_one_kernel_per_convolution_with_batch_norm_folded_an
     assert sum(int(t.weight) for t in kernels) == convs + 1  # + the classifier's Gemm
     assert not any(re.search("stack|subtract|divide|batch_norm", n) for n in names), names
     others = sorted(set(names) - {t.task_name for t in kernels})
-    assert [re.sub(r"\d+$", "", n) for n in others] == ["max_pool2d", "mean", "reshape"], others
+    # the input's and the output's transposes (channels-last convolutions), the last with the classifier's flatten
+    assert [re.sub(r"\d+$", "", n) for n in others] == [
+        "fused_transpose1_reshape",
+        "max_pool2d",
+        "mean",
+        "transpose",
+    ], others
     assert sum(int(t.weight) for t in kernels if "relu" in t.task_name) == sum(n.op_type == "Relu" for n in graph.node)
     _untuned_against_onnxruntime(model, cpu_target)
 
 
 def test_relu6_as_clip_fuses_into_the_depthwise_and_pointwise_convolutions(cpu_target):
     """MobileNetV2's ``Clip(0, 6)``: TVM's importer emits two TIR calls FuseOps cannot merge; imported
-    as ``relax.op.clip`` it joins the kernel before it, also after a 1x1 convolution run as a matmul."""
+    as ``relax.op.clip`` it joins the convolution's kernel before it, depthwise and 1x1 alike."""
     model = models.mobilenet_v2(size=32, stages=((1, 16, 1, 1), (6, 24, 2, 2)), last=64, classes=10)
     names = [t.task_name for t in extract_tasks(lower_for_tuning(from_onnx(model.proto), None, cpu_target), cpu_target)]
     assert not any(re.match(r"(tir_clip|maximum|minimum|clip)", n) for n in names), names
-    assert sum("clip" in n for n in names) >= 4 and any(re.match(r"fused_matmul\d*_add\d*_tir_clip", n) for n in names)
+    assert sum("clip" in n for n in names) >= 4 and any(re.match(r"fused_conv2d\d*_add\d*_tir_clip", n) for n in names)
     _untuned_against_onnxruntime(model, cpu_target)

@@ -23,10 +23,10 @@ from ..errors import HeronError
 from ..intrinsics import ensure_registered
 from .passes import (
     chain_stacked_reductions,
+    channels_last_convolutions,
     channels_last_epilogues,
     fold_scale_shift,
     keep_int8_matmuls,
-    pointwise_conv_as_matmul,
 )
 from .tasks import untuned_tasks
 
@@ -83,8 +83,8 @@ def lower_for_tuning(
     convolution or matmul before them, and n-ary sums are chained adds, so that a ResNet's
     residual add and ReLU fuse into the convolution's kernel.
     Weights that reach a TIR function as constants are marked layout-free, so schedules may store
-    them in whatever layout their kernels read best. 1x1 NCHW convolutions become matmuls over the
-    flattened pixels (:mod:`.passes.pointwise_conv`), so their vector lanes run along contiguous pixels;
+    them in whatever layout their kernels read best. Floating-point convolutions run channels-last
+    (:mod:`.passes.channels_last`), so their vector lanes run along contiguous channels;
     transposes (the int8 convolutions' channels-last layout, :mod:`.passes.quantized`) move past the
     element-wise epilogues, which then fuse into the kernels before them.
     Unless ``exact_math``, ``exp``, ``erf``, ``tanh`` and softmax become TVM's polynomial approximations
@@ -106,10 +106,10 @@ def lower_for_tuning(
                 relax.transform.DecomposeOpsForInference(),
                 *([] if exact_math else [relax.transform.FastMathTransform()]),
                 relax.transform.CanonicalizeBindings(),
+                channels_last_convolutions,
                 keep_int8_matmuls,
                 channels_last_epilogues,
-                pointwise_conv_as_matmul,
-                relax.transform.LegalizeOps(),
+                            relax.transform.LegalizeOps(),
                 relax.transform.AnnotateTIROpPattern(),
                 relax.transform.FoldConstant(),
                 relax.transform.FuseOps(),

@@ -5,20 +5,20 @@ can add to a stock Relax pipeline (weights bound as constants first, before ``Le
   into the convolution's or matmul's weight and bias;
 * :func:`chain_stacked_reductions`: ONNX's n-ary ``Sum``/``Mean``/``Max``/``Min`` as chained binary
   ops instead of a stack and a reduction, so residual adds fuse into the kernel before them;
-* :func:`pointwise_conv_as_matmul`: 1x1 NCHW convolutions as matmuls over contiguous pixels;
+* :func:`channels_last_convolutions`: floating-point convolutions in NHWC, vector lanes along channels;
 * :func:`keep_int8_matmuls`, :func:`channels_last_epilogues`: quantized matmuls and convolutions in
   the u8 x s8 form VNNI executes, their epilogues fused.
 """
 
+from .channels_last import channels_last_convolutions
 from .fold_scale_shift import fold_scale_shift
 from .nary import chain_stacked_reductions
-from .pointwise_conv import pointwise_conv_as_matmul
 from .quantized import channels_last_epilogues, keep_int8_matmuls
 
 __all__ = [
     "chain_stacked_reductions",
+    "channels_last_convolutions",
     "channels_last_epilogues",
     "fold_scale_shift",
     "keep_int8_matmuls",
-    "pointwise_conv_as_matmul",
 ]
