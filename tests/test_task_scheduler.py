@@ -94,9 +94,10 @@ def test_a_task_at_its_bound_gets_no_further_round_and_tuning_ends(tmp_path, cpu
 
     done = ExpectedGain(at_bound=1e-9)
     rounds = rounds_of(done, 64)
-    assert len(done.tasks) == 3 and [t.rounds for t in done.tasks] == [1, 1, 1]  # conv, dense, flatten
+    # the input's transpose to channels-last, conv, flatten (back from channels-last), dense
+    assert [t.rounds for t in done.tasks] == [1, 1, 1, 1]
     assert all(0 < t.bound_s and t.best_s < math.inf for t in done.tasks)
-    assert len(rounds) == 3 and rounds[-1].trials < 64
+    assert len(rounds) == 4 and rounds[-1].trials < 64
     assert rounds[0].task == max(done.tasks, key=lambda t: t.calls * t.bound_s).name  # the larger task first
 
     going = ExpectedGain(at_bound=1.0)
