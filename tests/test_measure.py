@@ -10,14 +10,19 @@ import subprocess
 import sys
 import time
 
+import psutil
 import pytest
+import tvm
 from conftest import HOST_DTYPE, ms_heron_cli, ms_heron_clis
+from tvm.s_tir.meta_schedule.builder import BuilderInput
 
 from ms_heron import workloads
 from ms_heron.hardware.targets import host_target, target_json
 from ms_heron.records import json_lines, measured_seconds
+from ms_heron.search.cga import BUILD_TIMEOUT
 from ms_heron.testing import models
 from ms_heron.tuning import run as session
+from ms_heron.tuning.builder import local_builder
 from ms_heron.tuning.measure import DEFAULT_TIMEOUT_S, MeasureError, Tracker
 
 SMALL_GEMM = ("gemm", "--shape", "M=64", "N=64", "K=64")
@@ -250,3 +255,21 @@ def test_merge_combines_records_of_one_target_and_skips_foreign_ones(tmp_path):
     assert "merged 0 records" in again.stdout and "(3 already there)" in again.stdout
     show = ms_heron_cli("show", tmp_path / "all")  # the merged dir is a run: show and report work on it
     assert show.returncode == 0 and "sch.get_sblock" in show.stdout, show.stderr[-2000:]
+
+
+def test_the_builder_keeps_its_workers_across_rounds_and_reports_a_timeout_as_local_builder_does(cpu_target):
+    """TVM's LocalBuilder starts new worker processes every round, each importing TVM and ms_heron
+    before its first build; ms_heron's builder builds the next round in the same processes. A build
+    over its time limit is reported in LocalBuilder's words, which the search recognizes."""
+    func = workloads.make("gemm", "fp32", M=16, N=16, K=16).func
+    inputs = [BuilderInput(tvm.IRModule({"main": func}), cpu_target)] * 2
+    builder, me = local_builder(max_workers=2), psutil.Process()
+    first = builder.build(inputs)
+    workers = {p.pid for p in me.children()}
+    second = builder.build(inputs)
+    assert all(r.error_msg is None and os.path.exists(r.artifact_path) for r in first + second)
+    assert workers and {p.pid for p in me.children()} == workers
+
+    timed_out = local_builder(timeout_sec=0.001).build(inputs)  # no build takes less
+    assert [r.error_msg for r in timed_out] == ["LocalBuilder: Timeout, killed after 0.001 seconds"] * 2
+    assert timed_out[0].error_msg.startswith(BUILD_TIMEOUT)
