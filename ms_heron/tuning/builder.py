@@ -35,8 +35,8 @@ BUILDS_PER_WORKER = 256
 
 
 def build_candidate(mod, target, _params):
-    """``f_build`` for :class:`LocalBuilder`: MetaSchedule's default build minus the registry
-    import; on CUDA, the ahead-of-time nvcc check of :func:`compile_cuda`."""
+    """One candidate's build (also an ``f_build`` for TVM's LocalBuilder): MetaSchedule's default build
+    minus the registry import; on CUDA, the ahead-of-time nvcc check of :func:`compile_cuda`."""
     # pylint: disable=import-outside-toplevel
     from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 
