@@ -109,7 +109,7 @@ def lower_for_tuning(
                 channels_last_convolutions,
                 keep_int8_matmuls,
                 channels_last_epilogues,
-                            relax.transform.LegalizeOps(),
+                relax.transform.LegalizeOps(),
                 relax.transform.AnnotateTIROpPattern(),
                 relax.transform.FoldConstant(),
                 relax.transform.FuseOps(),
