@@ -403,24 +403,29 @@ def _untuned_against_onnxruntime(model, cpu_target):
 def test_a_resnet_lowers_to_one_kernel_per_convolution_with_batch_norm_folded_and_no_stack(cpu_target):
     """Conv + BatchNorm + residual ``Sum`` + ReLU: the BatchNorm is folded into the weights and bias
     (no subtract / divide left), the Sum is an add (no stack), and the add and ReLU run in the
-    convolution's kernel, so the tasks are one per convolution plus pooling and the classifier;
-    the compiled model matches ONNX Runtime."""
+    kernel that writes the convolution's output (its own, or a Winograd convolution's output
+    transform), so the tasks are one per convolution plus pooling, the classifier and the Winograd
+    convolutions' input transforms and GEMMs; the compiled model matches ONNX Runtime."""
     model = models.resnet50(size=32, width=8, blocks=(1, 2, 1, 1), classes=10)
     graph = model.proto.graph
     convs = sum(n.op_type == "Conv" for n in graph.node)
     assert {"BatchNormalization", "Sum"} <= {n.op_type for n in graph.node}
     tasks = extract_tasks(lower_for_tuning(from_onnx(model.proto), None, cpu_target), cpu_target)
     names = [t.task_name for t in tasks]
-    kernels = [t for t in tasks if re.match(r"fused_(conv2d|matmul)", t.task_name)]
+    kernels = [t for t in tasks if re.match(r"fused_(conv2d|winograd_output|matmul)", t.task_name)]
     assert sum(int(t.weight) for t in kernels) == convs + 1  # + the classifier's Gemm
     assert not any(re.search("stack|subtract|divide|batch_norm", n) for n in names), names
     others = sorted(set(names) - {t.task_name for t in kernels})
-    # the input's and the output's transposes (channels-last convolutions), the last with the classifier's flatten
+    # the input's and the output's transposes (channels-last convolutions), the last with the classifier's
+    # flatten; the one 3x3 stride-1 convolution with 16 channels or more is Winograd's (its input transform
+    # and GEMM)
     assert [re.sub(r"\d+$", "", n) for n in others] == [
         "fused_transpose1_reshape",
+        "matmul",
         "max_pool2d",
         "mean",
         "transpose",
+        "winograd_input",
     ], others
     assert sum(int(t.weight) for t in kernels if "relu" in t.task_name) == sum(n.op_type == "Relu" for n in graph.node)
     _untuned_against_onnxruntime(model, cpu_target)

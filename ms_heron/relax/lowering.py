@@ -27,6 +27,7 @@ from .passes import (
     channels_last_epilogues,
     fold_scale_shift,
     keep_int8_matmuls,
+    winograd_convolutions,
 )
 from .tasks import untuned_tasks
 
@@ -107,6 +108,7 @@ def lower_for_tuning(
                 *([] if exact_math else [relax.transform.FastMathTransform()]),
                 relax.transform.CanonicalizeBindings(),
                 channels_last_convolutions,
+                winograd_convolutions,
                 keep_int8_matmuls,
                 channels_last_epilogues,
                 relax.transform.LegalizeOps(),
