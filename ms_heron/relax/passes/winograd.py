@@ -34,6 +34,9 @@ TILE = 2
 B_T = np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], "float32")
 G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]], "float32")
 A_T = np.array([[1, 1, 1, 0], [0, 1, -1, -1]], "float32")
+#: The 2-D transforms, one row per output entry and one column per input entry: ``B_T ⊗ B_T`` maps a
+#: 4x4 input tile to its 16 planes, ``A_T ⊗ A_T`` the 16 planes' products to a 2x2 output tile.
+B_KRON, A_KRON = np.kron(B_T, B_T), np.kron(A_T, A_T)
 #: Fewer channels than this leave the batched GEMM too thin to pay for the transforms.
 MIN_CHANNELS = 16
 
@@ -46,6 +49,20 @@ def winograd_weight(weight: np.ndarray) -> np.ndarray:
 
 def _tiles(size: int) -> int:
     return -(-size // TILE)
+
+
+def _entry(matrix: np.ndarray, row, column: int):
+    """``matrix[row, column]`` for a row that depends on the loops: the column's nonzero entries as a
+    chain of selects between constants, which the code generator hoists out of the channel loop.
+
+    Not a constant buffer: MetaSchedule's RewriteLayout re-lays out a model's constant parameters
+    after the loops that index them, and it drops the column of a table indexed by a constant
+    (``table[k, 3]``), so the tuned transforms read the wrong coefficients.
+    """
+    value = tirx.const(0.0, "float32")
+    for row_index in np.flatnonzero(matrix[:, column]):
+        value = tirx.Select(row == int(row_index), tirx.const(float(matrix[row_index, column]), "float32"), value)
+    return value
 
 
 def padded_rows(rows: int, target: tvm.target.Target | None) -> int:
@@ -63,7 +80,7 @@ def padded_rows(rows: int, target: tvm.target.Target | None) -> int:
     return min((-(-rows // mr) * mr for mr in range(most, 3, -1)), key=lambda padded: padded)
 
 
-def _input_tiles(data: te.Tensor, b_kron: te.Tensor, padded_tiles: int) -> te.Tensor:
+def _input_tiles(data: te.Tensor, padded_tiles: int) -> te.Tensor:
     """``V[k, p, c] = Σ_r (Bᵀ ⊗ Bᵀ)[k, r] d_p[r, c]`` over each tile ``p``'s 16 padded inputs ``d_p``;
     rows past the last tile are zeros."""
     batch, height, width, channels = (int(d) for d in data.shape)
@@ -77,12 +94,12 @@ def _input_tiles(data: te.Tensor, b_kron: te.Tensor, padded_tiles: int) -> te.Te
 
     return te.compute(
         (side * side, padded_tiles, channels),
-        lambda k, p, c: sum(b_kron[k, r] * tile_input(r, p, c) for r in range(side * side)),
+        lambda k, p, c: sum(_entry(B_KRON, k, r) * tile_input(r, p, c) for r in range(side * side)),
         name="winograd_input",
     )
 
 
-def _output_tiles(products: te.Tensor, a_kron: te.Tensor, batch: int, height: int, width: int) -> te.Tensor:
+def _output_tiles(products: te.Tensor, batch: int, height: int, width: int) -> te.Tensor:
     """``out[n, y, x, o] = Σ_r (Aᵀ ⊗ Aᵀ)[q, r] M[r, p, o]``: output ``q`` of tile ``p``, cropped."""
     rows, cols = _tiles(height), _tiles(width)
     channels = int(products.shape[2])
@@ -90,7 +107,7 @@ def _output_tiles(products: te.Tensor, a_kron: te.Tensor, batch: int, height: in
     def value(n, y, x, o):
         p = n * rows * cols + (y // TILE) * cols + x // TILE
         q = (y % TILE) * TILE + x % TILE
-        return sum(a_kron[q, r] * products[r, p, o] for r in range(int(products.shape[0])))
+        return sum(_entry(A_KRON, q, r) * products[r, p, o] for r in range(int(products.shape[0])))
 
     return te.compute((batch, height, width, channels), value, name="winograd_output")
 
@@ -125,14 +142,11 @@ class _Rewriter(relax.PyExprMutator):
         data, weight = call.args[0], constant_value(call.args[1])
         batch, height, width, _ = static_shape(data)
         padded = padded_rows(batch * _tiles(height) * _tiles(width), tvm.target.Target.current(allow_none=True))
-        tiles = self.builder_.emit_te(
-            _input_tiles, data, relax.const(np.kron(B_T, B_T)), padded, primfunc_name_hint="winograd_input"
-        )
+        tiles = self.builder_.emit_te(_input_tiles, data, padded, primfunc_name_hint="winograd_input")
         products = self.builder_.emit(relax.op.matmul(tiles, relax.const(winograd_weight(weight))))
         return self.builder_.emit_te(
             _output_tiles,
             products,
-            relax.const(np.kron(A_T, A_T)),
             batch,
             height,
             width,
