@@ -17,6 +17,7 @@ from tvm.s_tir import meta_schedule as ms
 from ms_heron.baselines import onnxruntime_model
 from ms_heron.records import open_database, record_seconds
 from ms_heron.relax import ModelError, bind_params, compile_model, extract_tasks, from_onnx, lower_for_tuning, run_model
+from ms_heron.relax.passes.winograd import padded_rows
 from ms_heron.testing import models
 from ms_heron.tuning import static_shape_tuning_pipeline, tune_model, tune_pass
 from ms_heron.tuning.run import RunError, RunSpec, TuningRun
@@ -124,6 +125,44 @@ def test_float_convolutions_run_channels_last_with_their_epilogues(tmp_path, cpu
     (got,) = run_model(executable, model.inputs)
     (expected,), _ = onnxruntime_model(model.proto, model.inputs, threads=2)
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_3x3_convolutions_run_as_winograd_with_their_epilogue_and_match_onnxruntime(tmp_path, cpu_target):
+    """A 3x3 stride-1 convolution with 16 channels becomes Winograd's three tasks: the input
+    transform, the batched GEMM over the 16 transformed planes (its rows, one per 2x2 output tile,
+    padded to whole register tiles) and the output transform carrying the bias and ReLU; the 1x1
+    convolutions stay convolutions, and the tuned model computes what ONNX Runtime computes."""
+    model = models.resnet_bottleneck(size=6, channels=16, width=16)
+    mod = from_onnx(model.proto, model.input_shapes())
+    lowered = lower_for_tuning(mod, None, cpu_target)
+    names = sorted(re.sub(r"\d+", "", t.task_name) for t in extract_tasks(lowered, cpu_target))
+    assert names == [
+        "fused_convd_add_add_relu",
+        "fused_convd_add_relu",
+        "fused_winograd_output_add_relu",
+        "matmul",
+        "transpose",
+        "transpose",
+        "winograd_input",
+    ], names
+    (gemm,) = [f for gv, f in lowered.functions_items() if gv.name_hint.startswith("matmul")]
+    planes, rows, channels = (int(d) for d in gemm.params[0].shape)
+    assert (planes, channels) == (16, 16)
+    assert rows == padded_rows(9, cpu_target) and rows >= 9  # 3x3 tiles of a 6x6 image
+    db = tune_model(mod, None, cpu_target, str(tmp_path), 28, num_trials_per_iter=4, seed=0)
+    (got,) = run_model(compile_model(db, mod, None, cpu_target), model.inputs)
+    (expected,), _ = onnxruntime_model(model.proto, model.inputs, threads=2)
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_winograd_gemm_rows_pad_to_the_register_tile_that_wastes_least():
+    """49 tiles (a 14x14 image) cannot be cut into 6-row tiles (the most two vectors of columns leave
+    room for in AVX2's 16 registers): 5-row tiles pad them to 50; rows a tile already divides stay,
+    and on AVX-512 7-row tiles divide them."""
+    avx2 = tvm.target.Target({"kind": "llvm", "mcpu": "haswell"})
+    assert [padded_rows(rows, avx2) for rows in (49, 196, 784, 16, 9)] == [50, 196, 784, 16, 10]
+    avx512 = tvm.target.Target({"kind": "llvm", "mcpu": "skylake-avx512"})
+    assert padded_rows(49, avx512) == 49  # 7 rows by two vectors fit AVX-512's 32 registers
 
 
 def test_failed_tasks_fall_back_to_untuned_kernels(tmp_path, cpu_target):
