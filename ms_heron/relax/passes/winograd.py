@@ -1,4 +1,4 @@
-"""Relax rewrite: 3x3 stride-1 convolutions as Winograd's F(2x2, 3x3): two cheap transforms around a
+"""Relax rewrite: 3x3 stride-1 convolutions as Winograd's F(2x2, 3x3): two transforms around a
 batched GEMM, with 2.25x fewer multiply-adds than the direct convolution.
 
 Winograd's minimal filtering computes a 2x2 output tile from a 4x4 input tile with 16 products per
@@ -12,11 +12,11 @@ tuner knows how to make fast:
 * ``winograd_output``: ``Aᵀ M A`` per tile back to NHWC; the bias, residual add and activation after
   the convolution fuse into it.
 
-ONNX Runtime runs these convolutions directly; on ResNet-50's stage-3 convolution (14x14, 256
-channels) the tuned Winograd form ran 0.97 ms against 1.22 ms for ONNX Runtime's direct kernel. Only
-NHWC float32 convolutions with constant HWIO weights are rewritten (run :mod:`.channels_last` first):
-the weights must be transformed at compile time, and F(2x2, 3x3) keeps float32 rounding within
-a few ulps of the direct sum.
+ONNX Runtime runs these convolutions directly. In a 15-minute ResNet-50 run (Zen 3) a stage-3
+convolution (14x14, 256 channels) took 0.79 ms as these three tasks, against 1.28 ms for the direct
+kernel tuned the same way and 1.22 ms for ONNX Runtime's; the model's output stayed within 3e-5 of
+ONNX Runtime's. Only NHWC float32 convolutions with constant HWIO weights are rewritten (run
+:mod:`.channels_last` first): the weights are transformed at compile time.
 """
 
 from __future__ import annotations
