@@ -112,14 +112,14 @@ def _output_tiles(products: te.Tensor, batch: int, height: int, width: int) -> t
     return te.compute((batch, height, width, channels), value, name="winograd_output")
 
 
-def _rewritable(call: relax.Call) -> bool:
-    """A float32 NHWC 3x3 convolution, stride 1, padding 1, no dilation or groups, constant weights,
-    ``MIN_CHANNELS`` or more on each side."""
+def _rewritable_weight(call: relax.Call) -> np.ndarray | None:
+    """The HWIO weight of a float32 NHWC 3x3 convolution with stride 1, padding 1, no dilation or
+    groups, a constant weight and ``MIN_CHANNELS`` or more on each side; None for any other call.
+    The attributes and shapes are checked first: only a convolution that passes is read as numpy."""
     if getattr(call.op, "name", "") != "relax.nn.conv2d":
-        return False
-    attrs = call.attrs
-    weight, shape = constant_value(call.args[1]), static_shape(call.args[0])
-    return (
+        return None
+    attrs, weight_shape = call.attrs, static_shape(call.args[1])
+    if not (
         (attrs.data_layout, attrs.kernel_layout, str(attrs.out_layout)) == ("NHWC", "HWIO", "NHWC")
         and [int(s) for s in attrs.strides] == [1, 1]
         and [int(d) for d in attrs.dilation] == [1, 1]
@@ -127,20 +127,23 @@ def _rewritable(call: relax.Call) -> bool:
         and int(attrs.groups) == 1
         and str(call.args[0].ty.dtype) == "float32"
         and str(attrs.out_dtype) in ("None", "", "void", "float32")  # unset: the input's
-        and weight is not None
-        and weight.shape[:2] == (3, 3)
-        and shape is not None
-        and min(weight.shape[2:]) >= MIN_CHANNELS
-    )
+        and static_shape(call.args[0]) is not None
+        and weight_shape is not None
+        and weight_shape[:2] == [3, 3]
+        and min(weight_shape[2:]) >= MIN_CHANNELS
+    ):
+        return None
+    return constant_value(call.args[1])
 
 
 @relax.expr_functor.mutator
 class _Rewriter(relax.PyExprMutator):
     def visit_call_(self, call: relax.Call):  # pylint: disable=arguments-renamed
         call = super().visit_call_(call)
-        if not _rewritable(call):
+        weight = _rewritable_weight(call)
+        if weight is None:
             return call
-        data, weight = call.args[0], constant_value(call.args[1])
+        data = call.args[0]
         batch, height, width, _ = static_shape(data)
         padded = padded_rows(batch * _tiles(height) * _tiles(width), tvm.target.Target.current(allow_none=True))
         tiles = self.builder_.emit_te(_input_tiles, data, padded, primfunc_name_hint="winograd_input")
