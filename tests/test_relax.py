@@ -165,6 +165,34 @@ def test_winograd_gemm_rows_pad_to_the_register_tile_that_wastes_least():
     assert padded_rows(49, avx512) == 49  # 7 rows by two vectors fit AVX-512's 32 registers
 
 
+def test_winograd_transforms_compute_the_convolution_on_cropped_tiles_and_padded_rows(cpu_target):
+    """Untuned, the rewrite computes ONNX Runtime's convolution where its tiles do not fit: a 5x33
+    image (the last tile row and column are cropped) whose 3 x 17 tiles are padded to whole register
+    tiles of GEMM rows, which must stay zero and out of the output."""
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((16, 16, 3, 3)).astype("float32") / 8
+    x = rng.standard_normal((1, 16, 5, 33)).astype("float32")
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])],
+        "conv",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        initializer=[onnx.numpy_helper.from_array(w, "w")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    mod = from_onnx(model)
+    lowered = lower_for_tuning(mod, None, cpu_target)
+    (transform,) = [f for gv, f in lowered.functions_items() if "winograd_input" in gv.name_hint]
+    assert [int(d) for d in transform.params[-1].shape] == [16, padded_rows(51, cpu_target), 16]
+    assert padded_rows(51, cpu_target) > 51  # 51 = 3 x 17 has no divisor from 4 rows to 14
+    with pytest.warns(UserWarning, match="no tuned schedule"):
+        executable = compile_model(ms.database.MemoryDatabase(), mod, None, cpu_target)
+    (got,) = run_model(executable, {"x": x})
+    (expected,), _ = onnxruntime_model(model, {"x": x}, threads=1)
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+
+
 def test_failed_tasks_fall_back_to_untuned_kernels(tmp_path, cpu_target):
     """Every candidate is killed by a real runner timeout: compile warns, and the model still runs right."""
     mod, params, x, expected = _two_layer()

@@ -34,9 +34,6 @@ TILE = 2
 B_T = np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], "float32")
 G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]], "float32")
 A_T = np.array([[1, 1, 1, 0], [0, 1, -1, -1]], "float32")
-#: The 2-D transforms, one row per output entry and one column per input entry: ``B_T ⊗ B_T`` maps a
-#: 4x4 input tile to its 16 planes, ``A_T ⊗ A_T`` the 16 planes' products to a 2x2 output tile.
-B_KRON, A_KRON = np.kron(B_T, B_T), np.kron(A_T, A_T)
 #: Fewer channels than this leave the batched GEMM too thin to pay for the transforms.
 MIN_CHANNELS = 16
 
@@ -51,18 +48,34 @@ def _tiles(size: int) -> int:
     return -(-size // TILE)
 
 
-def _entry(matrix: np.ndarray, row, column: int):
-    """``matrix[row, column]`` for a row that depends on the loops: the column's nonzero entries as a
-    chain of selects between constants, which the code generator hoists out of the channel loop.
-
-    Not a constant buffer: MetaSchedule's RewriteLayout re-lays out a model's constant parameters
-    after the loops that index them, and it drops the column of a table indexed by a constant
-    (``table[k, 3]``), so the tuned transforms read the wrong coefficients.
-    """
-    value = tirx.const(0.0, "float32")
-    for row_index in np.flatnonzero(matrix[:, column]):
-        value = tirx.Select(row == int(row_index), tirx.const(float(matrix[row_index, column]), "float32"), value)
+def _select(row, values: list, dtype: str):
+    """``values[row]`` for a row that depends on the loops: a chain of selects between constants,
+    which the code generator hoists out of the channel loop (rows holding the last value fall through)."""
+    value = tirx.const(values[-1], dtype)
+    for index in range(len(values) - 2, -1, -1):
+        if values[index] != values[-1]:
+            value = tirx.Select(row == index, tirx.const(values[index], dtype), value)
     return value
+
+
+def _row_terms(matrix: np.ndarray, row) -> list[tuple[tirx.PrimExpr, tirx.PrimExpr]]:
+    """Row ``row`` of a transform matrix applied to a vector, as its nonzero terms only: per term the
+    entry of the vector it reads and its coefficient. Every row of Winograd's ``Bᵀ`` has two nonzero
+    entries and every row of ``Aᵀ`` three, so a 2-D transform reads 4 (or 9) inputs per output, not 16.
+
+    The coefficients are selects, not a constant table: MetaSchedule's RewriteLayout re-lays out a
+    model's constant parameters after the loops that index them, and it drops the column of a table
+    indexed by a constant (``table[k, 3]``), so the tuned transforms read the wrong coefficients.
+    """
+    columns = [np.flatnonzero(entries) for entries in matrix]
+    assert len({len(c) for c in columns}) == 1, "every row has as many nonzero entries"
+    return [
+        (
+            _select(row, [int(c[term]) for c in columns], "int32"),
+            _select(row, [float(entries[c[term]]) for entries, c in zip(matrix, columns)], "float32"),
+        )
+        for term in range(len(columns[0]))
+    ]
 
 
 def padded_rows(rows: int, target: tvm.target.Target | None) -> int:
@@ -81,33 +94,38 @@ def padded_rows(rows: int, target: tvm.target.Target | None) -> int:
 
 
 def _input_tiles(data: te.Tensor, padded_tiles: int) -> te.Tensor:
-    """``V[k, p, c] = Σ_r (Bᵀ ⊗ Bᵀ)[k, r] d_p[r, c]`` over each tile ``p``'s 16 padded inputs ``d_p``;
-    rows past the last tile are zeros."""
+    """``V[4i + j, p, c] = (Bᵀ d_p B)[i, j]`` over each tile ``p``'s 4x4 zero-padded input ``d_p`` of
+    channel ``c``; rows past the last tile are zeros."""
     batch, height, width, channels = (int(d) for d in data.shape)
     side, rows, cols = TILE + 2, _tiles(height), _tiles(width)
 
-    def tile_input(r: int, p, c):
+    def value(k, p, c):
         n, t = p // (rows * cols), p % (rows * cols)
-        y, x = (t // cols) * TILE + r // side - 1, (t % cols) * TILE + r % side - 1
-        inside = tirx.all(n < batch, y >= 0, y < height, x >= 0, x < width)
-        return tirx.if_then_else(inside, data[n, y, x, c], tirx.const(0, data.dtype))
+        total = tirx.const(0.0, data.dtype)
+        for dy, row_coefficient in _row_terms(B_T, k // side):
+            for dx, column_coefficient in _row_terms(B_T, k % side):
+                y, x = (t // cols) * TILE + dy - 1, (t % cols) * TILE + dx - 1
+                inside = tirx.all(n < batch, y >= 0, y < height, x >= 0, x < width)
+                term = tirx.if_then_else(inside, data[n, y, x, c], tirx.const(0, data.dtype))
+                total = total + row_coefficient * column_coefficient * term
+        return total
 
-    return te.compute(
-        (side * side, padded_tiles, channels),
-        lambda k, p, c: sum(_entry(B_KRON, k, r) * tile_input(r, p, c) for r in range(side * side)),
-        name="winograd_input",
-    )
+    return te.compute((side * side, padded_tiles, channels), value, name="winograd_input")
 
 
 def _output_tiles(products: te.Tensor, batch: int, height: int, width: int) -> te.Tensor:
-    """``out[n, y, x, o] = Σ_r (Aᵀ ⊗ Aᵀ)[q, r] M[r, p, o]``: output ``q`` of tile ``p``, cropped."""
-    rows, cols = _tiles(height), _tiles(width)
+    """``out[n, y, x, o] = (Aᵀ M_p A)[y % 2, x % 2]`` over tile ``p``'s 16 products ``M_p`` of
+    channel ``o``, cropped to the image."""
+    rows, cols, side = _tiles(height), _tiles(width), TILE + 2
     channels = int(products.shape[2])
 
     def value(n, y, x, o):
         p = n * rows * cols + (y // TILE) * cols + x // TILE
-        q = (y % TILE) * TILE + x % TILE
-        return sum(_entry(A_KRON, q, r) * products[r, p, o] for r in range(int(products.shape[0])))
+        total = tirx.const(0.0, products.dtype)
+        for i, row_coefficient in _row_terms(A_T, y % TILE):
+            for j, column_coefficient in _row_terms(A_T, x % TILE):
+                total = total + row_coefficient * column_coefficient * products[i * side + j, p, o]
+        return total
 
     return te.compute((batch, height, width, channels), value, name="winograd_output")
 
