@@ -172,15 +172,9 @@ def test_winograd_transforms_compute_the_convolution_on_cropped_tiles_and_padded
     rng = np.random.default_rng(0)
     w = rng.standard_normal((16, 16, 3, 3)).astype("float32") / 8
     x = rng.standard_normal((1, 16, 5, 33)).astype("float32")
-    graph = helper.make_graph(
-        [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])],
-        "conv",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-        initializer=[onnx.numpy_helper.from_array(w, "w")],
+    model = _one_node_model(
+        helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1]), x, [onnx.numpy_helper.from_array(w, "w")]
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
     mod = from_onnx(model)
     lowered = lower_for_tuning(mod, None, cpu_target)
     (transform,) = [f for gv, f in lowered.functions_items() if "winograd_input" in gv.name_hint]
@@ -230,6 +224,20 @@ def test_int8_onnx_model_through_the_cli_reaches_vnni_and_matches_onnxruntime(tm
     _model_work_dir_reports_shows_and_resumes(tmp_path / "wd", path)
 
 
+def _one_node_model(node, x: np.ndarray, initializers, output_type=TensorProto.FLOAT):
+    """An ONNX model of one node from input ``x`` (its shape and dtype) to ``y``."""
+    graph = helper.make_graph(
+        [node],
+        node.op_type.lower(),
+        [helper.make_tensor_value_info("x", helper.np_dtype_to_tensor_dtype(x.dtype), x.shape)],
+        [helper.make_tensor_value_info("y", output_type, None)],
+        initializer=initializers,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
 def _conv_integer_model(x, w, attrs, weight_zero_point=None):
     """One ONNX ConvInteger (input zero point 128) over a u8 input of ``x``'s shape, weight ``w``."""
     inits = [onnx.numpy_helper.from_array(w, "w"), onnx.numpy_helper.from_array(np.array(128, np.uint8), "zp")]
@@ -238,16 +246,7 @@ def _conv_integer_model(x, w, attrs, weight_zero_point=None):
     node = helper.make_node(
         "ConvInteger", ["x", "w", "zp", *(["w_zp"] if weight_zero_point is not None else [])], ["y"], **attrs
     )
-    graph = helper.make_graph(
-        [node],
-        "conv",
-        [helper.make_tensor_value_info("x", TensorProto.UINT8, x.shape)],
-        [helper.make_tensor_value_info("y", TensorProto.INT32, None)],
-        initializer=inits,
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    return model
+    return _one_node_model(node, x, inits, TensorProto.INT32)
 
 
 @pytest.mark.parametrize(

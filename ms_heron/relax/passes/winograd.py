@@ -101,9 +101,9 @@ def _input_tiles(data: te.Tensor, padded_tiles: int) -> te.Tensor:
 
     def value(k, p, c):
         n, t = p // (rows * cols), p % (rows * cols)
-        total = tirx.const(0.0, data.dtype)
+        total, columns = tirx.const(0.0, data.dtype), _row_terms(B_T, k % side)
         for dy, row_coefficient in _row_terms(B_T, k // side):
-            for dx, column_coefficient in _row_terms(B_T, k % side):
+            for dx, column_coefficient in columns:
                 y, x = (t // cols) * TILE + dy - 1, (t % cols) * TILE + dx - 1
                 inside = tirx.all(n < batch, y >= 0, y < height, x >= 0, x < width)
                 term = tirx.if_then_else(inside, data[n, y, x, c], tirx.const(0, data.dtype))
@@ -121,9 +121,9 @@ def _output_tiles(products: te.Tensor, batch: int, height: int, width: int) -> t
 
     def value(n, y, x, o):
         p = n * rows * cols + (y // TILE) * cols + x // TILE
-        total = tirx.const(0.0, products.dtype)
+        total, columns = tirx.const(0.0, products.dtype), _row_terms(A_T, x % TILE)
         for i, row_coefficient in _row_terms(A_T, y % TILE):
-            for j, column_coefficient in _row_terms(A_T, x % TILE):
+            for j, column_coefficient in columns:
                 total = total + row_coefficient * column_coefficient * products[i * side + j, p, o]
         return total
 
