@@ -58,10 +58,11 @@ def _hashes(candidates):
 
 def test_deterministic_with_fixed_seed(cpu_target):
     workload = workloads.make("gemm", "fp32", **SMALL_SHAPES["gemm"])
-    first = _hashes(_strategy(workload, cpu_target, 7).generate_measure_candidates())
-    again = _hashes(_strategy(workload, cpu_target, 7).generate_measure_candidates())
-    other = _hashes(_strategy(workload, cpu_target, 8).generate_measure_candidates())
-    assert first == again and len(set(first)) == len(first) == 8
+    # 16 a round: more than the untried spaces' leading programs, which every seed measures.
+    first = _hashes(_strategy(workload, cpu_target, 7, per_round=16).generate_measure_candidates())
+    again = _hashes(_strategy(workload, cpu_target, 7, per_round=16).generate_measure_candidates())
+    other = _hashes(_strategy(workload, cpu_target, 8, per_round=16).generate_measure_candidates())
+    assert first == again and len(set(first)) == len(first) == 16
     assert first != other
 
 
@@ -81,14 +82,21 @@ def test_round_zero_is_ranked_by_the_feature_model_other_tasks_trained(cpu_targe
     other_task = _strategy(workloads.make("gemm", "fp32", M=64, N=32, K=64), cpu_target, 3, cost_model=cost_model)
     picked = other_task.generate_measure_candidates()
     assert other_task.guided and other_task.now.ranked_by == FEATURES
-    # The greedy picks: each Heron space's analytical choice, then each other design space's top
-    # prediction (see the next tests), then the rest of the top predictions, these parts in
-    # predicted order.
-    greedy = other_task.pending[: round(len(picked) * (1 - other_task.epsilon))]
-    leaders, chosen = len({p.space for p in greedy}), sorted(other_task.analytical)
-    assert len({p.space for p in greedy[:leaders]}) == leaders
-    assert [p.key for p in greedy[: len(chosen)]] == [other_task.analytical[s].key for s in chosen]
-    for part in (greedy[len(chosen) : leaders], greedy[leaders:]):
+    # The greedy picks: each Heron space's first analytical choice, then each other design space's
+    # top prediction (see the next tests), then the Heron spaces' other analytical choices, then the
+    # rest of the top predictions; the predicted parts in predicted order.
+    analytical = sorted(other_task.analytical.items())
+    firsts = [programs[0].key for _, programs in analytical]
+    seconds = [p.key for _, programs in analytical for p in programs[1:]]
+    others = len({p.space for p in other_task.pending} - set(other_task.analytical))
+    leading = len(firsts) + others + len(seconds)
+    greedy = other_task.pending[: max(round(len(picked) * (1 - other_task.epsilon)), min(leading, len(picked)))]
+    keys = [p.key for p in greedy]
+    assert keys[: len(firsts)] == firsts
+    leaders = greedy[len(firsts) : len(firsts) + others]
+    assert len({p.space for p in leaders}) == others and not {p.space for p in leaders} & set(other_task.analytical)
+    assert keys[len(firsts) + others : leading] == seconds[: len(keys) - len(firsts) - others]
+    for part in (leaders, greedy[len(firsts) + others + len(seconds) :]):
         scores = [p.predicted[FEATURES] for p in part]
         assert scores == sorted(scores, reverse=True)
     assert len(greedy) >= 3
@@ -157,9 +165,14 @@ def test_first_round_measures_every_design_space(cpu_target):
 
     ranked = [Program(1, {"a": 1}), Program(1, {"a": 2}), Program(2, {"b": 1}), Program(0, {}), Program(2, {"b": 2})]
     assert [p.key for p in untried_spaces_first(ranked, tried={2})] == [ranked[i].key for i in (0, 3, 1, 2, 4)]
-    preferred = {1: Program(1, {"a": 2})}  # a space's analytical choice, also ranked: listed once, first
+    # A space's analytical choices, the first also ranked: the first leads, the second follows the
+    # other untried spaces' leaders; each listed once.
+    preferred = {1: [Program(1, {"a": 2}), Program(1, {"a": 3})]}
     assert [p.key for p in untried_spaces_first(ranked, tried={2}, preferred=preferred)] == [
-        ranked[i].key for i in (1, 3, 0, 2, 4)
+        ranked[1].key,
+        ranked[3].key,
+        preferred[1][1].key,
+        *(ranked[i].key for i in (0, 2, 4)),
     ]
 
     workload = workloads.make("layernorm", "fp32", M=4, N=64)
@@ -179,13 +192,17 @@ def test_first_round_measures_every_design_space(cpu_target):
 
 
 def test_first_round_measures_each_spaces_analytical_choice_first(cpu_target):
-    """Every Heron space with a micro-kernel model starts from the program BLIS's analytical model
-    picks; MetaSchedule's validity-only spaces have none and start from their best-ranked sample."""
+    """Every Heron space with a micro-kernel model starts from the programs BLIS's analytical model
+    picks (one per blocking, fewer when they coincide); MetaSchedule's validity-only spaces have none
+    and start from their best-ranked sample."""
     strategy = _strategy(workloads.make("gemm", "fp32", M=16, N=64, K=32), cpu_target, 0, trials=32, per_round=16)
     heron = {i for i, trace in enumerate(strategy.traces) if not is_metaschedule_space(trace)}
     assert set(strategy.analytical) == heron
+    assert all(1 <= len(programs) <= 2 for programs in strategy.analytical.values())
     strategy.generate_measure_candidates()
-    assert [p.key for p in strategy.pending[: len(heron)]] == [strategy.analytical[i].key for i in sorted(heron)]
+    firsts = [strategy.analytical[i][0].key for i in sorted(heron)]
+    assert [p.key for p in strategy.pending[: len(firsts)]] == firsts
+    assert {p.key for i in heron for p in strategy.analytical[i]} <= {p.key for p in strategy.pending}
     assert {p.space for p in strategy.pending} == set(range(len(strategy.traces)))
 
 

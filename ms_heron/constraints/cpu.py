@@ -93,7 +93,8 @@ def _add_micro_kernel(model, space, nest, target) -> list[_Latency]:
 
     The spatial levels inside the last reduction level are the register micro-tile: ``MR`` rows
     (every spatial loop but the innermost) by ``NR`` lanes (the innermost, vectorized loop);
-    the last reduction level is ``KC``; the first reduction level steps over cache blocks.
+    the last reduction level is ``KC``; the first reduction level steps over cache blocks, the
+    spatial loops between the two (if any) sweep the micro-tiles of one.
 
     * ``register``: ``MR x ceil(NR / lanes)`` accumulators, ``ceil(NR / lanes)`` vectors of the
       streamed operand and one broadcast fit the target's vector registers, and (fp) there are at
@@ -116,6 +117,8 @@ def _add_micro_kernel(model, space, nest, target) -> list[_Latency]:
         micro = [lp for n in names[structure.rfind("R") + 1 :] for lp in levels[n]]
         latency += _add_registers(model, space.get(rv), block_name, micro, target)
         _add_parallel_traffic(model, space.get(rv), block_name, levels)
+        between = [lp for n in names[structure.find("R") + 1 : structure.rfind("R")] if n[0] == "S" for lp in levels[n]]
+        _add_whole_reduction(model, block_name, between)
         # L1: over the whole last reduction level (the KC loop); L2: one step of the first (the
         # level inside it), as BLIS keeps one MC x KC block in L2, not the block's whole K span.
         for cache, first in (("L1", structure.rfind("R")), ("L2", structure.find("R") + 1)):
@@ -281,6 +284,15 @@ def _add_parallel_traffic(model, block, block_name: str, levels: dict) -> None:
     total = model.cp.NewIntVar(1, max(1, min(bound, MAX_BOUND)), f"traffic[{block_name}]")
     model.cp.AddMultiplicationEquality(total, [jobs, one])
     model.maximize("traffic", [(total, -1)])
+
+
+def _add_whole_reduction(model, block_name: str, between: list) -> None:
+    """The ``whole_reduction`` blocking's stage: the fewest spatial iterations between the reduction
+    levels, so that each micro-tile runs its whole reduction, then its epilogue, before the next."""
+    factors = [f for lp in between for f in lp.factors]
+    if any(not isinstance(f, int) for f in factors):
+        block = model.product(f"cache_block[{block_name}]", factors)
+        model.maximize("whole_reduction", [(block, -1)])
 
 
 def _add_working_set(model, block, block_name: str, inside: list, cache: str, limit: int) -> None:

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 from ortools.sat.python import cp_model
 
-from .model import OBJECTIVE_STAGES, ConstraintModel, Values
+from .model import BLOCKING_STAGES, OBJECTIVE_STAGES, Blocking, ConstraintModel, ObjectiveStage, Values
 
 
 class Infeasible(RuntimeError):
@@ -82,36 +82,46 @@ class Solver:
             raise Infeasible(f"no solution keeps {fixed}")
         return got
 
-    def analytical(self, stage_time_limit_s: float = 1.0) -> Values | None:
-        """The solution the analytical model picks (the model's objectives maximized stage after
-        stage, :data:`~.model.OBJECTIVE_STAGES`; the best found within the time limit), or None
-        when the model has no objective. A stage whose cap leaves no solution is skipped; what no
-        stage decides is left to CP-SAT's deterministic search."""
+    def analytical(self, stage_time_limit_s: float = 1.0) -> dict[Blocking, Values]:
+        """The solutions the analytical model picks, one per blocking: the model's objectives
+        maximized stage after stage (:data:`~.model.OBJECTIVE_STAGES`, then the blocking's own
+        :data:`~.model.BLOCKING_STAGES`; the best found within the time limit). Empty when the model
+        has no objective. A stage whose cap leaves no solution is skipped; what no stage decides is
+        left to CP-SAT's deterministic search."""
         if not self.model.objectives:
-            return None
-        cp = self.model.cp.clone()
-        solution = None
+            return {}
+        cp, shared = self.model.cp.clone(), None
         for stage in OBJECTIVE_STAGES:
-            terms = self.model.objectives.get(stage)
-            if not terms:
-                continue
-            trial = cp.clone()
-            for capped, cap in self.model.objective_caps.get(stage, []):
-                trial.Add(_linear(trial, capped) <= cap)
-            trial.Maximize(_linear(trial, terms))
-            solver = _cp_solver()
-            solver.parameters.num_workers = 1
-            solver.parameters.max_time_in_seconds = stage_time_limit_s
-            if solver.Solve(trial) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-                continue
-            solution = {
-                name: int(solver.Value(trial.get_int_var_from_proto_index(self.model.vars[name].Index())))
-                for name in self.model.primary
-            }
-            cp = trial
-            cp.ClearObjective()
-            cp.Add(_linear(cp, terms) >= int(round(solver.ObjectiveValue())))
-        return solution
+            cp, shared = self._maximize(cp, stage, shared, stage_time_limit_s)
+        choices = {}
+        for blocking, stage in BLOCKING_STAGES.items():
+            _, solution = self._maximize(cp, stage, shared, stage_time_limit_s)
+            if solution is not None:
+                choices[blocking] = solution
+        return choices
+
+    def _maximize(self, cp: cp_model.CpModel, stage: ObjectiveStage, solution: Values | None, time_limit_s: float):
+        """``cp`` with ``stage``'s objective held at its optimum, and that optimum's solution; ``cp``
+        and ``solution`` unchanged when the stage has no terms or no solution within its caps."""
+        terms = self.model.objectives.get(stage)
+        if not terms:
+            return cp, solution
+        trial = cp.clone()
+        for capped, cap in self.model.objective_caps.get(stage, []):
+            trial.Add(_linear(trial, capped) <= cap)
+        trial.Maximize(_linear(trial, terms))
+        solver = _cp_solver()
+        solver.parameters.num_workers = 1
+        solver.parameters.max_time_in_seconds = time_limit_s
+        if solver.Solve(trial) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            return cp, solution
+        solution = {
+            name: int(solver.Value(trial.get_int_var_from_proto_index(self.model.vars[name].Index())))
+            for name in self.model.primary
+        }
+        trial.ClearObjective()
+        trial.Add(_linear(trial, terms) >= int(round(solver.ObjectiveValue())))
+        return trial, solution
 
     def samples(self, n: int, max_tries: int | None = None) -> list[Values]:
         """Up to ``n`` distinct random solutions (fewer when the space is smaller)."""

@@ -223,16 +223,16 @@ class HeronSearch(PySearchStrategy):
             )
         return model
 
-    def _analytical_choices(self) -> dict[int, Program]:
-        """Per design space with a micro-kernel model, the program BLIS's analytical model picks
-        (:meth:`Solver.analytical`): each space's first measured program, so that a task the
-        scheduler gives one round starts from a sound blocking instead of a random one."""
+    def _analytical_choices(self) -> dict[int, list[Program]]:
+        """Per design space with a micro-kernel model, the programs BLIS's analytical model picks,
+        one per blocking (:meth:`Solver.analytical`): each space's first measured programs, so that
+        a task the scheduler gives one round starts from a sound blocking instead of a random one."""
         choices = {}
         with self._timed("solver"):
             for space, solver in enumerate(self.solvers):
-                values = solver.analytical()
-                if values is not None:
-                    choices[space] = Program(space, values)
+                programs = unique([Program(space, values) for values in solver.analytical().values()])
+                if programs:
+                    choices[space] = programs
         return choices
 
     def post_tuning(self) -> None:
@@ -488,15 +488,17 @@ class HeronSearch(PySearchStrategy):
     def _pick(self, ranked: list[Program], want: int) -> list[Program]:
         """The best unmeasured ``1 - epsilon`` share by rank, the rest by roulette; all buildable.
 
-        A design space not measured yet goes first with its best-ranked program: a small task's first
+        A design space not measured yet goes first with its analytical choices, or its best-ranked
+        program, all of them within the greedy share however small epsilon leaves it: a small task's first
         round is often the only one the task scheduler gives it, and a space with one program (a row
         reduction's) would lose every pick to the samples of the larger spaces beside it.
         """
-        fresh = untried_spaces_first(
-            [p for p in ranked if p.key not in self.measured], {k[0] for k in self.measured}, preferred=self.analytical
-        )
+        tried = {k[0] for k in self.measured}
+        fresh = untried_spaces_first([p for p in ranked if p.key not in self.measured], tried, self.analytical)
+        leading = sum(len(ps) for s, ps in self.analytical.items() if s not in tried)
+        leading += len({p.space for p in fresh} - tried - set(self.analytical))
         fresh, self.projected = unique(self.projected + fresh), []
-        greedy = int(round(want * (1 - self.epsilon)))
+        greedy = max(int(round(want * (1 - self.epsilon))), min(leading, want))
         picked: list[Program] = []
         seen = set(self.measured)  # keys after building: TVM may normalize compute locations
         while fresh and len(picked) < want:

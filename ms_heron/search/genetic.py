@@ -43,18 +43,20 @@ def unique(programs: list[Program]) -> list[Program]:
 
 
 def untried_spaces_first(
-    ranked: list[Program], tried: set[int], preferred: dict[int, Program] | None = None
+    ranked: list[Program], tried: set[int], preferred: dict[int, list[Program]] | None = None
 ) -> list[Program]:
-    """``ranked`` with one program of each design space not in ``tried`` moved to the front: the
-    space's ``preferred`` program if it has one (its analytical choice), else its best-ranked one;
-    the rest after them in rank order, each program once."""
-    firsts: dict[int, Program] = {s: p for s, p in (preferred or {}).items() if s not in tried}
+    """``ranked`` with the programs of each design space not in ``tried`` moved to the front: one per
+    space first (its first ``preferred`` program if it has some, its analytical choices, else its
+    best-ranked one), then the spaces' other preferred programs; the rest after them in rank order,
+    each program once."""
+    preferred = {s: ps for s, ps in (preferred or {}).items() if s not in tried and ps}
+    others: dict[int, Program] = {}
     for p in ranked:
-        if p.space not in tried and p.space not in firsts:
-            firsts[p.space] = p
-    firsts = dict(sorted(firsts.items(), key=lambda item: item[0] not in (preferred or {})))
-    lead = {p.key for p in firsts.values()}  # a preferred program may also be among the ranked
-    return [*firsts.values(), *(p for p in ranked if p.key not in lead)]
+        if p.space not in tried and p.space not in preferred:
+            others.setdefault(p.space, p)
+    lead = [*(ps[0] for ps in preferred.values()), *others.values(), *(p for ps in preferred.values() for p in ps[1:])]
+    keys = {p.key for p in lead}  # a preferred program may also be among the ranked
+    return [*lead, *(p for p in ranked if p.key not in keys)]
 
 
 def space_weights(
