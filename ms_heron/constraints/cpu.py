@@ -117,8 +117,8 @@ def _add_micro_kernel(model, space, nest, target) -> list[_Latency]:
         micro = [lp for n in names[structure.rfind("R") + 1 :] for lp in levels[n]]
         latency += _add_registers(model, space.get(rv), block_name, micro, target)
         _add_parallel_traffic(model, space.get(rv), block_name, levels)
-        between = [lp for n in names[structure.find("R") + 1 : structure.rfind("R")] if n[0] == "S" for lp in levels[n]]
-        _add_whole_reduction(model, block_name, between)
+        between = names[structure.find("R") + 1 : structure.rfind("R")]
+        _add_whole_reduction(model, block_name, [lp for n in between if n[0] == "S" for lp in levels[n]])
         # L1: over the whole last reduction level (the KC loop); L2: one step of the first (the
         # level inside it), as BLIS keeps one MC x KC block in L2, not the block's whole K span.
         for cache, first in (("L1", structure.rfind("R")), ("L2", structure.find("R") + 1)):

@@ -489,16 +489,15 @@ class HeronSearch(PySearchStrategy):
         """The best unmeasured ``1 - epsilon`` share by rank, the rest by roulette; all buildable.
 
         A design space not measured yet goes first with its analytical choices, or its best-ranked
-        program, all of them within the greedy share however small epsilon leaves it: a small task's first
-        round is often the only one the task scheduler gives it, and a space with one program (a row
-        reduction's) would lose every pick to the samples of the larger spaces beside it.
+        program, all within the greedy share however large epsilon makes the roulette's: a small
+        task's first round is often the only one the task scheduler gives it, and a space with one
+        program (a row reduction's) would lose every pick to the samples of the larger spaces.
         """
-        tried = {k[0] for k in self.measured}
-        fresh = untried_spaces_first([p for p in ranked if p.key not in self.measured], tried, self.analytical)
-        leading = sum(len(ps) for s, ps in self.analytical.items() if s not in tried)
-        leading += len({p.space for p in fresh} - tried - set(self.analytical))
-        fresh, self.projected = unique(self.projected + fresh), []
-        greedy = max(int(round(want * (1 - self.epsilon))), min(leading, want))
+        lead, rest = untried_spaces_first(
+            [p for p in ranked if p.key not in self.measured], {k[0] for k in self.measured}, self.analytical
+        )
+        fresh, self.projected = unique(self.projected + lead + rest), []
+        greedy = max(int(round(want * (1 - self.epsilon))), min(len(lead), want))
         picked: list[Program] = []
         seen = set(self.measured)  # keys after building: TVM may normalize compute locations
         while fresh and len(picked) < want:

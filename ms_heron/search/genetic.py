@@ -44,11 +44,11 @@ def unique(programs: list[Program]) -> list[Program]:
 
 def untried_spaces_first(
     ranked: list[Program], tried: set[int], preferred: dict[int, list[Program]] | None = None
-) -> list[Program]:
-    """``ranked`` with the programs of each design space not in ``tried`` moved to the front: one per
-    space first (its first ``preferred`` program if it has some, its analytical choices, else its
-    best-ranked one), then the spaces' other preferred programs; the rest after them in rank order,
-    each program once."""
+) -> tuple[list[Program], list[Program]]:
+    """``ranked`` split into the programs that lead for the design spaces not in ``tried`` and the
+    rest in rank order, each program once. The leaders: one per space first (its first ``preferred``
+    program if it has some, its analytical choices, else its best-ranked one), then the spaces'
+    other preferred programs."""
     preferred = {s: ps for s, ps in (preferred or {}).items() if s not in tried and ps}
     others: dict[int, Program] = {}
     for p in ranked:
@@ -56,7 +56,7 @@ def untried_spaces_first(
             others.setdefault(p.space, p)
     lead = [*(ps[0] for ps in preferred.values()), *others.values(), *(p for ps in preferred.values() for p in ps[1:])]
     keys = {p.key for p in lead}  # a preferred program may also be among the ranked
-    return [*lead, *(p for p in ranked if p.key not in keys)]
+    return lead, [p for p in ranked if p.key not in keys]
 
 
 def space_weights(
