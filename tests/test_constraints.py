@@ -146,10 +146,11 @@ def test_vectorized_lanes_are_a_power_of_two(cpu_target):
 def test_analytical_choices_fill_the_registers_and_half_of_each_cache(cpu_target):
     """BLIS's analytical blocking as CP-SAT objectives, maximized in turn: no sample of the space has
     a better micro-kernel (no more loads than FMAs; then more accumulators; then fewer cache lines per
-    step), and none with as good a one reads less over all parallel jobs; the micro-tile's reads stay
-    within half of L1. The ``cache_block`` choice's cache block reads within half of L2; the
-    ``whole_reduction`` choice has no spatial loop between the reduction levels. Both are valid and
-    do not depend on the solver's seed."""
+    step); the micro-tile's reads stay within half of L1. The ``cache_block`` choice's cache block
+    reads within half of L2, and no sample with as good a micro-kernel reads less over all parallel
+    jobs. The ``whole_reduction`` choice has no spatial loop between the reduction levels, sweeps no
+    more than L2 around them, and no sample with as good a micro-kernel and such a sweep reads less
+    over all jobs. Both are valid and do not depend on the solver's seed."""
     caches, width = cpu_cache_bytes(cpu_target), vector_bytes(cpu_target)
     workload = workloads.make("gemm", "fp32", M=64, N=128, K=256)
     for index, space in enumerate(_spaces(workload, cpu_target)):
@@ -169,6 +170,10 @@ def test_analytical_choices_fill_the_registers_and_half_of_each_cache(cpu_target
         def read_bytes(full, level):
             return sum(full[w.variable] * w.dtype_bytes for w in model.working_sets if w.scope == level)
 
+        def sweep(values):
+            full = model.evaluate(values)
+            return sum(full[n] * 4 for n in full if n.startswith("sweep[C].") and n.count(".") == 1)
+
         for blocking, choice in choices.items():
             assert model.violations(choice) == [], blocking
             full = model.evaluate(choice)
@@ -176,10 +181,34 @@ def test_analytical_choices_fill_the_registers_and_half_of_each_cache(cpu_target
             if blocking == "cache_block":
                 assert read_bytes(full, "L2") <= caches["L2"] // 2 and full["cache_block[C]"] > 1
             else:
-                assert full["cache_block[C]"] == 1
+                assert full["cache_block[C]"] == 1 and 0 < sweep(choice) <= caches["L2"]
             for values in Solver(model, seed=index).samples(100):
                 assert kernel(values) <= kernel(choice), (values, choice)
-                assert kernel(values) < kernel(choice) or traffic(values) >= traffic(choice), (values, choice)
+                if blocking == "cache_block" or sweep(values) <= caches["L2"]:
+                    assert kernel(values) < kernel(choice) or traffic(values) >= traffic(choice), (values, choice)
+
+
+def test_whole_reduction_sweeps_a_weight_that_fits_L2(cpu_target):
+    """A weight larger than L2 (4 MB): the ``whole_reduction`` choice splits its columns until what
+    one sweep of the innermost loop around the reductions reads (the job's weight columns over the
+    whole K) fits L2; the fewest bytes over all jobs then take the widest such columns. Split only
+    across the cores, a job would sweep at least 2 MB, re-read for every row of micro-tiles."""
+    l2 = cpu_cache_bytes(cpu_target)["L2"]
+    workload = workloads.make("gemm", "fp32", M=64, N=1024, K=1024)
+    assert 1024 * 1024 * 4 // 2 > l2
+    checked = 0
+    for space in _spaces(workload, cpu_target):
+        model = derive(space, cpu_target)
+        choice = Solver(model, seed=0).analytical().get("whole_reduction")
+        full = model.evaluate(choice) if choice is not None else {}
+        swept = [n for n in full if n.startswith("sweep[C].") and n.count(".") == 1]
+        if not swept:
+            continue
+        sweep = sum(full[n] * 4 for n in swept)
+        assert l2 // 4 < sweep <= l2, (sweep, choice)
+        assert full["cache_block[C]"] == 1 and model.violations(choice) == []
+        checked += 1
+    assert checked
 
 
 def _allocated_elements(mod, buffer):

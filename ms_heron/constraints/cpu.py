@@ -119,6 +119,10 @@ def _add_micro_kernel(model, space, nest, target) -> list[_Latency]:
         _add_parallel_traffic(model, space.get(rv), block_name, levels)
         between = names[structure.find("R") + 1 : structure.rfind("R")]
         _add_whole_reduction(model, block_name, [lp for n in between if n[0] == "S" for lp in levels[n]])
+        around = structure.find("R") - 1  # the spatial level whose loops sweep one job's micro-tiles
+        if around > 0:
+            swept = [levels[names[around]][-1], *(lp for n in names[around + 1 :] for lp in levels[n])]
+            _add_sweep(model, space.get(rv), block_name, swept, caches["L2"])
         # L1: over the whole last reduction level (the KC loop); L2: one step of the first (the
         # level inside it), as BLIS keeps one MC x KC block in L2, not the block's whole K span.
         for cache, first in (("L1", structure.rfind("R")), ("L2", structure.find("R") + 1)):
@@ -293,6 +297,21 @@ def _add_whole_reduction(model, block_name: str, between: list) -> None:
     if any(not isinstance(f, int) for f in factors):
         block = model.product(f"cache_block[{block_name}]", factors)
         model.maximize("whole_reduction", [(block, -1)])
+
+
+def _add_sweep(model, block, block_name: str, swept: list, limit: int) -> None:
+    """The ``whole_reduction`` blocking's ``sweep`` stage: what one sweep of the innermost loop
+    around the reductions reads (a job's weight columns over each micro-tile's whole reduction) no
+    more than L2, or as little over it as the model allows. The loops outside that one come back for
+    every row of micro-tiles and re-read those bytes: from L2 when they fit, from L3 or memory when
+    not. Traffic is minimized after it, among the sweeps that fit."""
+    windows = _read_windows(model, block, block_name, swept, "sweep")
+    if not windows:
+        return
+    upper = min(sum(bound * w.dtype_bytes for w, bound in windows), MAX_BOUND)
+    excess = model.cp.NewIntVar(0, upper, f"sweep[{block_name}].excess")
+    model.cp.AddMaxEquality(excess, [sum(model.vars[w.variable] * w.dtype_bytes for w, _ in windows) - limit, 0])
+    model.maximize("sweep", [(excess, -1)])
 
 
 def _add_working_set(model, block, block_name: str, inside: list, cache: str, limit: int) -> None:

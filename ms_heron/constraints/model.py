@@ -20,22 +20,30 @@ DecisionKind = Literal["tile", "categorical", "location"]
 #: What a constraint limits: tiles multiplying to the extent, a categorical's range, parallel jobs
 #: covering the cores, vector lanes, registers of the micro-kernel, bytes in a memory level, threads.
 ConstraintKind = Literal["split", "candidates", "parallel", "vector", "register", "memory", "L1", "L2", "threads"]
-#: The stages of a design space's analytical choice (BLIS's model, Low et al. TOMS 2016), maximized
-#: one after another, each held at its optimum while the next is maximized: no more loads than FMAs
-#: per micro-kernel step, then the register micro-tile's accumulators, then the fewest cache lines
-#: per step, then the fewest bytes the parallel jobs read together, then the bytes a micro-tile
-#: reads over KC within half of L1. Loads come before accumulators: on AVX2's 16 registers the most
-#: accumulators are a 14 x 1-vector tile, load-bound, which ran 1.2-2.4x slower than 4 x 2 vectors
-#: on ResNet-50's convolutions (Zen 3).
-ObjectiveStage = Literal["loads", "registers", "lines", "traffic", "L1", "L2", "whole_reduction"]
-OBJECTIVE_STAGES: tuple[ObjectiveStage, ...] = ("loads", "registers", "lines", "traffic", "L1")
-#: How the analytical choice fills the spatial loops between the two reduction levels, its last
-#: stage. ``cache_block``: BLIS's ``MC x KC`` and ``KC x NC`` blocks within half of L2, swept by the
-#: micro-tiles inside each KC step (a large GEMM reuses its weight panel so). ``whole_reduction``:
-#: none, so each micro-tile runs its whole reduction and its fused epilogue before the next one (a
-#: 1x1 convolution with K = 128 ran 0.56 ms so, 0.64-0.74 ms blocked, on Zen 3). Both are measured.
+#: The stages of a design space's analytical choice (BLIS's model, Low et al. TOMS 2016) that every
+#: blocking shares, maximized one after another, each held at its optimum while the next is
+#: maximized: no more loads than FMAs per micro-kernel step, then the register micro-tile's
+#: accumulators, then the fewest cache lines per step. Loads come before accumulators: on AVX2's 16
+#: registers the most accumulators are a 14 x 1-vector tile, load-bound, which ran 1.2-2.4x slower
+#: than 4 x 2 vectors on ResNet-50's convolutions (Zen 3).
+ObjectiveStage = Literal["loads", "registers", "lines", "traffic", "L1", "L2", "whole_reduction", "sweep"]
+OBJECTIVE_STAGES: tuple[ObjectiveStage, ...] = ("loads", "registers", "lines")
+#: How the analytical choice fills the spatial loops between the two reduction levels: one choice per
+#: blocking, each with its own stages after the shared ones. ``cache_block``: the fewest bytes all
+#: parallel jobs read together (``traffic``), the largest ``KC`` within half of L1, then BLIS's
+#: ``MC x KC`` and ``KC x NC`` blocks within half of L2, swept by the micro-tiles inside each KC
+#: step (a large GEMM reuses its weight panel so). ``whole_reduction``: no spatial loop between the
+#: reduction levels, so each micro-tile runs its whole reduction and its fused epilogue before the
+#: next one (a 1x1 convolution with K = 128 ran 0.56 ms so, 0.64-0.74 ms blocked, on Zen 3); then
+#: a sweep of the loops around the reduction reads no more than L2 (it re-reads a job's weight
+#: columns once per row of micro-tiles: ResNet-50's stage-4 Winograd GEMM, 1 MB of weight per tile
+#: position, ran 1.58 ms sweeping half of it per row, 0.98 ms with an eighth), then ``traffic`` and
+#: ``L1``. Both are measured.
 Blocking = Literal["cache_block", "whole_reduction"]
-BLOCKING_STAGES: dict[Blocking, ObjectiveStage] = {"cache_block": "L2", "whole_reduction": "whole_reduction"}
+BLOCKING_STAGES: dict[Blocking, tuple[ObjectiveStage, ...]] = {
+    "cache_block": ("traffic", "L1", "L2"),
+    "whole_reduction": ("whole_reduction", "sweep", "traffic", "L1"),
+}
 #: CP-SAT's integer domain is int64; bounds of derived products are capped here (they stay sound:
 #: a product of loop factors never comes near it).
 MAX_BOUND = (1 << 62) - 1

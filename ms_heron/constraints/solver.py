@@ -94,8 +94,10 @@ class Solver:
         for stage in OBJECTIVE_STAGES:
             cp, shared = self._maximize(cp, stage, shared, stage_time_limit_s)
         choices = {}
-        for blocking, stage in BLOCKING_STAGES.items():
-            _, solution = self._maximize(cp, stage, shared, stage_time_limit_s)
+        for blocking, stages in BLOCKING_STAGES.items():
+            branch, solution = cp, shared
+            for stage in stages:
+                branch, solution = self._maximize(branch, stage, solution, stage_time_limit_s)
             if solution is not None:
                 choices[blocking] = solution
         return choices
