@@ -37,8 +37,8 @@ OBJECTIVE_STAGES: tuple[ObjectiveStage, ...] = ("loads", "registers", "lines")
 #: next one (a 1x1 convolution with K = 128 ran 0.56 ms so, 0.64-0.74 ms blocked, on Zen 3); then
 #: a sweep of the loops around the reduction reads no more than L2 (it re-reads a job's weight
 #: columns once per row of micro-tiles: ResNet-50's stage-4 Winograd GEMM, 1 MB of weight per tile
-#: position, ran 1.58 ms sweeping half of it per row, 0.98 ms with an eighth), then ``traffic`` and
-#: ``L1``. Both are measured.
+#: position, ran 1.58 ms sweeping more than L2 per row, 0.98 ms sweeping what fits), then
+#: ``traffic`` and ``L1``. Both are measured.
 Blocking = Literal["cache_block", "whole_reduction"]
 BLOCKING_STAGES: dict[Blocking, tuple[ObjectiveStage, ...]] = {
     "cache_block": ("traffic", "L1", "L2"),
