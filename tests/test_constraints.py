@@ -143,6 +143,11 @@ def test_vectorized_lanes_are_a_power_of_two(cpu_target):
     assert model.violations(wide, performance=False) == []
 
 
+def _window_bytes(full, scope):
+    """The fp32 bytes of the read windows ``<scope>[C].<buffer>`` in an evaluated assignment."""
+    return sum(full[n] * 4 for n in full if n.startswith(f"{scope}[C].") and n.count(".") == 1)
+
+
 def test_analytical_choices_fill_the_registers_and_half_of_each_cache(cpu_target):
     """BLIS's analytical blocking as CP-SAT objectives, maximized in turn: no sample of the space has
     a better micro-kernel (no more loads than FMAs; then more accumulators; then fewer cache lines per
@@ -165,14 +170,13 @@ def test_analytical_choices_fill_the_registers_and_half_of_each_cache(cpu_target
 
         def traffic(values):
             full = model.evaluate(values)
-            return full["jobs[C]"] * sum(full[n] * 4 for n in full if n.startswith("job[C].") and n.count(".") == 1)
+            return full["jobs[C]"] * _window_bytes(full, "job")
 
         def read_bytes(full, level):
             return sum(full[w.variable] * w.dtype_bytes for w in model.working_sets if w.scope == level)
 
         def sweep(values):
-            full = model.evaluate(values)
-            return sum(full[n] * 4 for n in full if n.startswith("sweep[C].") and n.count(".") == 1)
+            return _window_bytes(model.evaluate(values), "sweep")
 
         for blocking, choice in choices.items():
             assert model.violations(choice) == [], blocking
@@ -201,10 +205,9 @@ def test_whole_reduction_sweeps_a_weight_that_fits_L2(cpu_target):
         model = derive(space, cpu_target)
         choice = Solver(model, seed=0).analytical().get("whole_reduction")
         full = model.evaluate(choice) if choice is not None else {}
-        swept = [n for n in full if n.startswith("sweep[C].") and n.count(".") == 1]
-        if not swept:
+        sweep = _window_bytes(full, "sweep")
+        if not sweep:
             continue
-        sweep = sum(full[n] * 4 for n in swept)
         assert l2 // 4 < sweep <= l2, (sweep, choice)
         assert full["cache_block[C]"] == 1 and model.violations(choice) == []
         checked += 1

@@ -15,7 +15,7 @@ from ..hardware.peak import fma_chains
 from ..hardware.targets import cpu_cache_bytes, is_cpu, num_cores, vector_bytes, vector_registers
 from ..schedule.annotations import TILING_STRUCTURE, block_annotations, iter_kinds, split_by_structure
 from .geometry import add_summed_bytes, dtype_bytes, read_window_dims
-from .model import MAX_BOUND, Constraint, ConstraintModel, Footprint
+from .model import MAX_BOUND, Constraint, ConstraintModel, Footprint, ObjectiveStage
 from .solver import maximum
 from .walk import Loop, Walk
 
@@ -191,10 +191,16 @@ def _add_load_objectives(model, name: str, mr, vectors, accumulators, lanes: int
     cycle: a 16 x 1-vector tile is load-bound where 8 x 2 and 4 x 4 are not), then the fewest cache
     lines per step (``MR / lanes`` of broadcast rows, ``NR / lanes`` of the streamed panel): a BERT
     GEMM with cold weights ran 2.0 ms with 8 x 2 vectors, 2.3 ms with 4 x 4."""
-    excess = model.cp.NewIntVar(0, registers, f"{name}.load_excess")  # MR + NR / lanes fit the registers
-    model.cp.AddMaxEquality(excess, [mr + vectors - accumulators, 0])
-    model.maximize("loads", [(excess, -1)])
+    _minimize_excess(model, "loads", f"{name}.load_excess", mr + vectors - accumulators, registers)
     model.maximize("lines", [(mr, -1), (vectors, -lanes)])
+
+
+def _minimize_excess(model, stage: ObjectiveStage, name: str, amount, upper: int) -> None:
+    """The stage ``stage``: ``amount`` (a linear expression, at most ``upper``) no more than 0, or as
+    little over it as the model allows: a limit the analytical choice keeps where it can."""
+    excess = model.cp.NewIntVar(0, upper, name)
+    model.cp.AddMaxEquality(excess, [amount, 0])
+    model.maximize(stage, [(excess, -1)])
 
 
 @dataclass(frozen=True)
@@ -269,6 +275,14 @@ def _read_windows(model, block, block_name: str, inside: list, scope: str) -> li
     return windows
 
 
+def _window_bytes(model, windows: list[tuple[Footprint, int]]):
+    """The bytes of :func:`_read_windows`' windows, as a linear expression, and an upper bound of them."""
+    return (
+        sum(model.vars[w.variable] * w.dtype_bytes for w, _ in windows),
+        sum(upper * w.dtype_bytes for w, upper in windows),
+    )
+
+
 def _add_parallel_traffic(model, block, block_name: str, levels: dict) -> None:
     """The analytical choice's ``traffic`` stage: the fewest bytes all parallel jobs read together
     (jobs x one job's windows). Splitting a GEMM's rows across the cores makes every core read the
@@ -281,8 +295,8 @@ def _add_parallel_traffic(model, block, block_name: str, levels: dict) -> None:
     if not windows:
         return
     jobs = model.product(f"jobs[{block_name}]", factors)
-    per_job = sum(model.vars[w.variable] * w.dtype_bytes for w, _ in windows)
-    bound = model.upper_bound(factors) * sum(upper * w.dtype_bytes for w, upper in windows)
+    per_job, per_job_upper = _window_bytes(model, windows)
+    bound = model.upper_bound(factors) * per_job_upper
     one = model.cp.NewIntVar(1, max(1, min(bound, MAX_BOUND)), f"job_bytes[{block_name}]")
     model.cp.Add(one == per_job)
     total = model.cp.NewIntVar(1, max(1, min(bound, MAX_BOUND)), f"traffic[{block_name}]")
@@ -308,10 +322,8 @@ def _add_sweep(model, block, block_name: str, swept: list, limit: int) -> None:
     windows = _read_windows(model, block, block_name, swept, "sweep")
     if not windows:
         return
-    upper = min(sum(bound * w.dtype_bytes for w, bound in windows), MAX_BOUND)
-    excess = model.cp.NewIntVar(0, upper, f"sweep[{block_name}].excess")
-    model.cp.AddMaxEquality(excess, [sum(model.vars[w.variable] * w.dtype_bytes for w, _ in windows) - limit, 0])
-    model.maximize("sweep", [(excess, -1)])
+    swept_bytes, upper = _window_bytes(model, windows)
+    _minimize_excess(model, "sweep", f"sweep[{block_name}].excess", swept_bytes - limit, min(upper, MAX_BOUND))
 
 
 def _add_working_set(model, block, block_name: str, inside: list, cache: str, limit: int) -> None:
