@@ -313,6 +313,56 @@ def test_int8_onnx_convolutions_reach_vnni_with_fused_epilogues_and_match_onnxru
     np.testing.assert_allclose(got, expected, rtol=0, atol=1e-5)
 
 
+def _operand_dtypes(lowered, kernel: str) -> list[list[str]]:
+    """The dtypes each ``kernel`` block (``conv2d``, ``matmul``) of a lowered model's TIR functions reads."""
+    dtypes = []
+    for _, func in lowered.functions_items():
+        if isinstance(func, tvm.tirx.PrimFunc):
+            sch = tvm.s_tir.Schedule(func)
+            for block in map(sch.get, sch.get_child_blocks(sch.get_sblock("root"))):
+                if block.name_hint.startswith(kernel):
+                    dtypes.append([str(region.source.dtype) for region in block.reads])
+    return dtypes
+
+
+def test_a_qdq_model_from_quantize_static_reaches_vnni_within_one_quantization_step_of_onnxruntime(
+    tmp_path, vnni_target
+):
+    """ONNX Runtime's ``quantize_static`` (QDQ: every Conv between DequantizeLinears of a u8
+    activation and an s8 weight): each convolution becomes a u8 x s8 VNNI kernel with the scales,
+    the bias, the next quantize and the residual add fused into it, and the model's output is within
+    one output quantization step of ONNX Runtime's on the same file."""
+    model = models.quantized_static(models.resnet_bottleneck(size=6, channels=32, width=16))
+    assert {"QuantizeLinear", "DequantizeLinear"} <= {n.op_type for n in model.proto.graph.node}
+    mod = from_onnx(model.proto)
+    lowered = lower_for_tuning(mod, None, vnni_target)
+    assert _operand_dtypes(lowered, "conv2d") == [["uint8", "int8"]] * 3
+    names = [t.task_name for t in extract_tasks(lowered, vnni_target)]
+    assert sum(re.match(r"fused_.*conv2d.*_quantize", n) is not None for n in names) == 3, names
+    db = tune_model(mod, None, vnni_target, str(tmp_path), 6 * len(names), num_trials_per_iter=4, seed=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # every task tuned
+        executable = compile_model(db, mod, None, vnni_target)
+    assert "vpdpbusd" in executable.mod.imports[0].inspect_source("asm")
+    (got,) = run_model(executable, model.inputs)
+    (expected,), _ = onnxruntime_model(model.proto, model.inputs, threads=2)
+    inits = {i.name: onnx.numpy_helper.to_array(i) for i in model.proto.graph.initializer}
+    last = next(n for n in reversed(model.proto.graph.node) if n.op_type == "DequantizeLinear")
+    step = float(inits[last.input[1]])
+    assert 0 < np.abs(got - expected).max() <= step or np.array_equal(got, expected)
+
+
+def test_a_dynamically_quantized_model_runs_u8_x_s8_matmuls_and_matches_onnxruntime(cpu_target):
+    """ONNX Runtime's ``quantize_dynamic`` (``DynamicQuantizeLinear``, whose zero point is computed at
+    run time, and ``MatMulInteger`` with an s8 weight and its zero point of 0): each matmul stays
+    u8 x s8 -> s32, and the model computes what ONNX Runtime computes."""
+    model = models.quantized_dynamic(models.mlp())
+    assert "DynamicQuantizeLinear" in {n.op_type for n in model.proto.graph.node}
+    lowered = lower_for_tuning(from_onnx(model.proto), None, cpu_target)
+    assert _operand_dtypes(lowered, "matmul") == [["uint8", "int8"]] * 2
+    _untuned_against_onnxruntime(model, cpu_target, atol=1e-5)
+
+
 def _model_work_dir_reports_shows_and_resumes(work_dir, path):
     """A model's work dir is a run like an operator's: report, show TASK, resume, refuse another model."""
     report = ms_heron_cli("report", work_dir)
@@ -322,7 +372,7 @@ def _model_work_dir_reports_shows_and_resumes(work_dir, path):
     tasks = re.findall(r"^\| (\w+) \| [\d.]+ \|", text.split("## Tasks")[1], flags=re.M)
     assert len(tasks) == 3 and (work_dir / "tuning_curve.png").stat().st_size > 0
     held = len((work_dir / "database_tuning_record.json").read_text().splitlines())
-    trials = re.findall(r"^\| \w+ \| [\d.]+ \| [\d.]+ \| \d+% \| (\d+) \|", text.split("## Tasks")[1], flags=re.M)
+    trials = re.findall(r"^\| \w+ \| [\d.]+ \| [\d.]+ \| [\d.]+ \| \d+% \| (\d+) \|", text.split("## Tasks")[1], flags=re.M)
     assert len(trials) == 3 and sum(map(int, trials)) == held, text  # each task's trials, all records counted
 
     unnamed = ms_heron_cli("show", work_dir)
@@ -456,14 +506,14 @@ def test_a_relax_module_is_a_run_with_resume_report_and_show(tmp_path, cpu_targe
 # -- what ONNX Runtime's graph optimizer does, at import --------------------------------------------
 
 
-def _untuned_against_onnxruntime(model, cpu_target):
+def _untuned_against_onnxruntime(model, cpu_target, atol=1e-4):
     """The model compiled without tuning records: its output against ONNX Runtime's on the same file."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # every task runs untuned here
         executable = compile_model(ms.database.MemoryDatabase(), from_onnx(model.proto), None, cpu_target)
     (got,) = run_model(executable, model.inputs)
     (expected,), _ = onnxruntime_model(model.proto, model.inputs, threads=1)
-    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got, expected, rtol=atol, atol=atol)
 
 
 def test_a_resnet_lowers_to_one_kernel_per_convolution_with_batch_norm_folded_and_no_stack(cpu_target):

@@ -26,7 +26,9 @@ from .passes import (
     channels_last_convolutions,
     channels_last_epilogues,
     fold_scale_shift,
+    integer_qdq,
     keep_int8_matmuls,
+    quantization_parameters_as_tensors,
     winograd_convolutions,
 )
 from .tasks import untuned_tasks
@@ -100,6 +102,8 @@ def lower_for_tuning(
         return tvm.transform.Sequential(
             [
                 *relax_pipeline.library_dispatch_passes(target),
+                integer_qdq,  # both before constant folding widens the s8 weights
+                keep_int8_matmuls,
                 relax.transform.FoldConstant(),  # a bias reshaped by the importer becomes a constant
                 chain_stacked_reductions,
                 fold_scale_shift,
@@ -109,8 +113,8 @@ def lower_for_tuning(
                 relax.transform.CanonicalizeBindings(),
                 channels_last_convolutions,
                 winograd_convolutions,
-                keep_int8_matmuls,
                 channels_last_epilogues,
+                quantization_parameters_as_tensors,
                 relax.transform.LegalizeOps(),
                 relax.transform.AnnotateTIROpPattern(),
                 relax.transform.FoldConstant(),

@@ -11,6 +11,8 @@ ONNX Runtime runs the very same bytes, so comparisons are on the same model.
 * :func:`resnet_bottleneck`: a ResNet-50 bottleneck block (1x1 -> 3x3 -> 1x1 convs with ReLUs and
   the identity shortcut; batch norms folded into the convs, as deployed models have them); with
   ``int8=True`` its convolutions are quantized the same way (``ConvInteger``).
+* :func:`quantized_static`, :func:`quantized_dynamic`: a model quantized by ONNX Runtime's own tools,
+  what a user brings: QDQ (``quantize_static``, for CNNs) or dynamic-range (``quantize_dynamic``).
 * :func:`mlp`: a small two-layer perceptron for tests.
 * :func:`cnn`: a small NCHW convolution and a dense classifier (fp32 weight layouts, for tests).
 """
@@ -18,6 +20,8 @@ ONNX Runtime runs the very same bytes, so comparisons are on the same model.
 from __future__ import annotations
 
 import math
+import os
+import tempfile
 from dataclasses import dataclass
 
 import numpy as np
@@ -316,13 +320,75 @@ def cnn(size: int = 6, channels: int = 8, width: int = 16, classes: int = 32, se
     return g.model(f"cnn_{channels}x{size}x{size}", {"x": x_value}, out, [1, classes])
 
 
+def _quantized(model: OnnxModel, quantize, suffix: str) -> OnnxModel:
+    """``model`` through ``quant_pre_process`` (shape inference, BatchNorms folded into the
+    convolutions), then ``quantize(prepared_path, quantized_path)``: ONNX Runtime's quantization
+    recipe, on files as its tools want them."""
+    from onnxruntime.quantization import quant_pre_process  # pylint: disable=import-outside-toplevel
+
+    onnx = _onnx()
+    with tempfile.TemporaryDirectory() as tmp:
+        source, prepared, quantized = (os.path.join(tmp, f"{n}.onnx") for n in ("model", "prepared", "quantized"))
+        onnx.save(model.proto, source)
+        quant_pre_process(source, prepared, skip_symbolic_shape=True)
+        quantize(prepared, quantized)
+        return OnnxModel(f"{model.name}_{suffix}", onnx.load(quantized), model.inputs)
+
+
+def quantized_static(model: OnnxModel, calibration_samples: int = 4, seed: int = 0) -> OnnxModel:
+    """``model`` quantized as ONNX Runtime's guide says for CNNs: ``quantize_static`` in QDQ format
+    (u8 activations, s8 weights, per tensor), calibrated on ``calibration_samples`` random inputs
+    shaped like ``model.inputs``."""
+    # pylint: disable-next=import-outside-toplevel
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    rng = np.random.default_rng(seed)
+
+    class RandomInputs(CalibrationDataReader):
+        def __init__(self):
+            self.batches = iter(
+                [
+                    {name: rng.standard_normal(value.shape).astype(value.dtype) for name, value in model.inputs.items()}
+                    for _ in range(calibration_samples)
+                ]
+            )
+
+        def get_next(self):
+            return next(self.batches, None)
+
+    def quantize(prepared: str, quantized: str) -> None:
+        quantize_static(
+            prepared,
+            quantized,
+            RandomInputs(),
+            quant_format=QuantFormat.QDQ,
+            activation_type=QuantType.QUInt8,
+            weight_type=QuantType.QInt8,
+        )
+
+    return _quantized(model, quantize, "qdq")
+
+
+def quantized_dynamic(model: OnnxModel) -> OnnxModel:
+    """``model`` quantized as ONNX Runtime's guide says for transformers: ``quantize_dynamic`` (s8
+    weights; activations quantized to u8 at run time by ``DynamicQuantizeLinear``)."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic  # pylint: disable=import-outside-toplevel
+
+    return _quantized(
+        model, lambda prepared, quantized: quantize_dynamic(prepared, quantized, weight_type=QuantType.QInt8), "dynamic"
+    )
+
+
 #: The model zoo by name, as the benchmarks and examples offer it (each builder's defaults: the real
-#: model sizes): whole networks (ResNet-50, MobileNetV2, BERT-base's 12 layers; fp32), and one BERT-base
-#: layer and one ResNet-50 bottleneck, fp32 and int8.
+#: model sizes): whole networks (ResNet-50, MobileNetV2, BERT-base's 12 layers in fp32; ResNet-50 and
+#: BERT-base quantized by ONNX Runtime's tools), and one BERT-base layer and one ResNet-50 bottleneck,
+#: fp32 and int8.
 ZOO = {
     "resnet50": resnet50,
     "mobilenetv2": mobilenet_v2,
     "bert-base": bert,
+    "resnet50-int8": lambda: quantized_static(resnet50()),
+    "bert-base-int8": lambda: quantized_dynamic(bert()),
     "bert": bert_layer,
     "bert-int8": lambda: bert_layer(int8=True),
     "resnet": resnet_bottleneck,

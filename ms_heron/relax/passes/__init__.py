@@ -8,14 +8,16 @@ can add to a stock Relax pipeline (weights bound as constants first, before ``Le
 * :func:`channels_last_convolutions`: floating-point convolutions in NHWC, vector lanes along channels;
 * :func:`winograd_convolutions`: their 3x3 stride-1 convolutions as Winograd F(2x2, 3x3), a batched
   GEMM between two transforms, 2.25x fewer multiply-adds;
-* :func:`keep_int8_matmuls`, :func:`channels_last_epilogues`: quantized matmuls and convolutions in
-  the u8 x s8 form VNNI executes, their epilogues fused.
+* :func:`integer_qdq`, :func:`keep_int8_matmuls`, :func:`channels_last_epilogues`: quantized matmuls
+  and convolutions (QDQ, ``MatMulInteger``, ``ConvInteger``) in the u8 x s8 form VNNI executes, their
+  epilogues fused;
+* :func:`quantization_parameters_as_tensors`: quantized layers of one shape are one tuning task.
 """
 
 from .channels_last import channels_last_convolutions
 from .fold_scale_shift import fold_scale_shift
 from .nary import chain_stacked_reductions
-from .quantized import channels_last_epilogues, keep_int8_matmuls
+from .quantized import channels_last_epilogues, integer_qdq, keep_int8_matmuls, quantization_parameters_as_tensors
 from .winograd import winograd_convolutions
 
 __all__ = [
@@ -23,6 +25,8 @@ __all__ = [
     "channels_last_convolutions",
     "channels_last_epilogues",
     "fold_scale_shift",
+    "integer_qdq",
     "keep_int8_matmuls",
+    "quantization_parameters_as_tensors",
     "winograd_convolutions",
 ]

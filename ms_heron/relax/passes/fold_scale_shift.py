@@ -37,9 +37,11 @@ def _channel_vector(scale: np.ndarray, out_shape: list[int], axis: int) -> np.nd
 
 def _weighted(producer) -> tuple[int, int] | None:
     """(output axis, weight's output axis) of a convolution or matmul whose scale can enter its weight."""
-    if not isinstance(producer, relax.Call) or constant_value(producer.args[1]) is None or not _floating(producer):
+    name, rank = getattr(getattr(producer, "op", None), "name", ""), len(static_shape(producer) or [])
+    if name not in ("relax.nn.conv2d", "relax.matmul") or constant_value(producer.args[1]) is None:
         return None
-    name, rank = getattr(producer.op, "name", ""), len(static_shape(producer) or [])
+    if not _floating(producer):
+        return None
     if name == "relax.nn.conv2d":
         attrs = producer.attrs
         if (attrs.data_layout, attrs.kernel_layout, attrs.out_layout) == ("NCHW", "OIHW", "NCHW"):

@@ -25,53 +25,137 @@ import numpy as np
 from tvm import IRModule, relax
 from tvm.relax.dpl import is_const, is_op, rewrite_call, wildcard
 
-from .sinking import LayoutChange, constant_value, sink, static_shape
+from .sinking import BINARY, LayoutChange, constant_value, sink, static_shape
 
 
 def _dtype(expr) -> str:
     return str(expr.ty.dtype)
 
 
-def _u8_s8_matmul(activation, weight):
-    return relax.op.matmul(activation, weight, out_dtype="int32")
+def _integer_matmul(activation, zero_point, weight: np.ndarray):
+    """``matmul(activation - zero_point, weight)`` as u8 x s8 -> s32 and a constant-column-sum
+    correction (``zero_point``: a scalar expression, or None for 0)."""
+    product = relax.op.matmul(activation, relax.const(weight.astype(np.int8)), out_dtype="int32")
+    if zero_point is None:
+        return product
+    column_sums = relax.const(weight.astype(np.int32).sum(axis=0, keepdims=True))
+    if _dtype(zero_point) != "int32":
+        zero_point = relax.op.astype(zero_point, "int32")
+    return relax.op.subtract(product, relax.op.multiply(zero_point, column_sums))
 
 
-def _patterns():
-    """(pattern, rewriter) for ``matmul((a - zp), w)`` and ``matmul(a, w)`` over widened 8-bit inputs."""
-    act, zero_point, weight = wildcard(), is_const(), is_const()
+def _int8_values(weight: np.ndarray | None, zero: np.ndarray | None = None) -> np.ndarray | None:
+    """A constant weight's values less its zero point, if they are those of an s8 tensor."""
+    if weight is None or (zero is not None and np.any(zero)):
+        return None
+    if weight.dtype != np.int8 and (weight.dtype.kind not in "iu" or weight.min() < -128 or weight.max() > 127):
+        return None
+    return weight
+
+
+def _widened_matmul():
+    """(pattern, rewriter) for a matmul of a widened u8 activation (less a scalar zero point, constant
+    or computed as DynamicQuantizeLinear does) by a constant 2-D s8 weight, in any form the importer
+    or constant folding leaves it: the constant, widened, or widened less a zero point of 0."""
+    act, zero_point, weight, weight_zero = wildcard(), wildcard(), is_const(), is_const()
     widened_act = is_op("relax.astype")(act)
+    activation = widened_act | is_op("relax.subtract")(widened_act, zero_point)
     widened_weight = is_op("relax.astype")(weight)
-    with_zp = is_op("relax.matmul")(
-        is_op("relax.subtract")(widened_act, is_op("relax.astype")(zero_point)), widened_weight
-    )
-    without_zp = is_op("relax.matmul")(widened_act, widened_weight)
+    weights = weight | widened_weight | is_op("relax.subtract")(widened_weight, is_op("relax.astype")(weight_zero))
+    pattern = is_op("relax.matmul")(activation, weights)
 
-    def applies(expr, matches) -> bool:
-        return (
-            _dtype(expr) == "int32"
-            and _dtype(matches[act]) == "uint8"
-            and _dtype(matches[weight]) == "int8"
-            and len(matches[weight].ty.shape) == 2
+    def rewrite(expr, matches):
+        w = _int8_values(
+            constant_value(matches[weight]), constant_value(matches[weight_zero]) if weight_zero in matches else None
         )
-
-    def rewrite_with_zp(expr, matches):
-        if not applies(expr, matches):
+        zp = matches[zero_point] if zero_point in matches else None
+        if (
+            _dtype(expr) != "int32"
+            or _dtype(matches[act]) != "uint8"
+            or w is None
+            or w.ndim != 2
+            or (zp is not None and static_shape(zp) not in ([], [1]))
+        ):
             return expr
-        w = matches[weight]
-        column_sums = relax.op.sum(relax.op.astype(w, "int32"), axis=[0], keepdims=True)
-        correction = relax.op.multiply(relax.op.astype(matches[zero_point], "int32"), column_sums)
-        return relax.op.subtract(_u8_s8_matmul(matches[act], w), correction)
+        return _integer_matmul(matches[act], zp, w)
 
-    def rewrite_without_zp(expr, matches):
-        return _u8_s8_matmul(matches[act], matches[weight]) if applies(expr, matches) else expr
-
-    return [(with_zp, rewrite_with_zp), (without_zp, rewrite_without_zp)]
+    return pattern, rewrite
 
 
 @relax.transform.function_pass(opt_level=0, name="KeepInt8Matmuls")
 def keep_int8_matmuls(func: relax.Function, _mod: IRModule, _ctx) -> relax.Function:
-    """Rewrite every widened u8 x s8 matmul with a constant 2-D weight into a u8 x s8 -> s32 one."""
-    for pattern, rewriter in _patterns():
+    """Rewrite every widened u8 x s8 matmul with a constant 2-D weight into a u8 x s8 -> s32 one
+    (what TVM's importer makes of ONNX's ``MatMulInteger``)."""
+    return rewrite_call(*_widened_matmul(), func)
+
+
+def _dequantized(pattern_of_quantized):
+    """A pattern for ``dequantize(q, scale, zero_point)`` with constant scale and zero point."""
+    return is_op("relax.dequantize")(pattern_of_quantized, is_const(), is_const())
+
+
+def _qdq_operands(expr, act_dq: relax.Call, weight_dq: relax.Call, weight_axis: int, out_axis: int):
+    """The operands of ``expr`` between DequantizeLinears ``act_dq`` and ``weight_dq`` as (u8
+    activation, its zero point, s8 weight, the scale of the integer product, per weight channel
+    ``weight_axis`` along output axis ``out_axis``), or None when it has no u8 x s8 form: a non-u8
+    activation, a scale or zero point per element of the activation, a weight that is not s8 with
+    zero point 0, a weight scale along another axis."""
+    act, (act_scale, act_zero) = act_dq.args[0], (constant_value(a) for a in act_dq.args[1:])
+    weight, weight_scale, weight_zero = (constant_value(a) for a in weight_dq.args)
+    weight = _int8_values(weight, weight_zero)
+    if _dtype(act) != "uint8" or weight is None or act_scale.size != 1 or act_zero.size != 1:
+        return None
+    channels = weight.shape[weight_axis]
+    if weight_scale.size > 1 and (int(weight_dq.attrs.axis) != weight_axis or weight_scale.shape != (channels,)):
+        return None
+    # one scale per output channel even when the weight has one: an argument of the kernel, not a
+    # literal in it, so that layers of one shape share a tuning task (see quantization_parameters_as_tensors)
+    scale = np.broadcast_to(act_scale.astype(np.float64) * weight_scale.reshape(-1), (channels,)).astype(np.float32)
+    rank = len(static_shape(expr))
+    scale = scale.reshape([-1 if axis == out_axis % rank else 1 for axis in range(rank)])
+    return act, int(act_zero.reshape(())), weight, relax.const(scale)
+
+
+def _qdq_rules() -> list:
+    """(pattern, rewriter) for Conv and MatMul between DequantizeLinears."""
+    act_dq, weight_dq = _dequantized(wildcard()), _dequantized(is_const())
+    conv = is_op("relax.nn.conv2d")(act_dq, weight_dq)
+    matmul = is_op("relax.matmul")(act_dq, weight_dq)
+
+    def rewrite_conv(expr, matches):
+        attrs = expr.attrs
+        operands = _qdq_operands(expr, matches[act_dq], matches[weight_dq], weight_axis=0, out_axis=1)
+        if operands is None or (attrs.data_layout, attrs.kernel_layout, int(attrs.groups)) != ("NCHW", "OIHW", 1):
+            return expr
+        x, zero, w, scale = operands
+        acc = integer_conv2d(
+            x,
+            relax.const(w.astype(np.int8)),
+            zero,
+            [int(p) for p in attrs.padding],
+            strides=[int(s) for s in attrs.strides],
+            dilations=[int(d) for d in attrs.dilation],
+        )
+        return relax.op.multiply(relax.op.astype(acc, _dtype(expr)), scale)
+
+    def rewrite_matmul(expr, matches):
+        operands = _qdq_operands(expr, matches[act_dq], matches[weight_dq], weight_axis=1, out_axis=-1)
+        if operands is None or operands[2].ndim != 2:
+            return expr
+        x, zero, w, scale = operands
+        acc = _integer_matmul(x, relax.const(zero, "int32") if zero else None, w)
+        return relax.op.multiply(relax.op.astype(acc, _dtype(expr)), scale)
+
+    return [(conv, rewrite_conv), (matmul, rewrite_matmul)]
+
+
+@relax.transform.function_pass(opt_level=0, name="IntegerQDQ")
+def integer_qdq(func: relax.Function, _mod: IRModule, _ctx) -> relax.Function:
+    """Rewrite every Conv and MatMul whose operands are DequantizeLinears of a u8 activation and a
+    constant s8 weight (ONNX Runtime's ``quantize_static`` in QDQ format) as a u8 x s8 -> s32 kernel
+    with the two scales applied to its result. Runs before constant folding, which would turn the
+    dequantized weight into floats."""
+    for pattern, rewriter in _qdq_rules():
         func = rewrite_call(pattern, rewriter, func)
     return func
 
@@ -133,20 +217,53 @@ def conv_integer(inputs, attr):
                 widened_w, relax.op.reshape(w_zp32, [-1, 1, 1, 1]) if len(w_zp.ty.shape) == 1 else w_zp32
             )
         return relax.op.nn.conv2d(widened_x, widened_w, padding=pads, **conv)
-    zero = int(x_zero.reshape(()))
+    return integer_conv2d(x, w, int(x_zero.reshape(())), pads, strides=strides, dilations=dilations)
+
+
+def integer_conv2d(x, w, zero: int, pads, *, strides, dilations):
+    """``conv2d(x - zero, w)`` in int32 (NCHW in and out) for a u8 ``x`` and an s8 OIHW ``w``, as a
+    channels-last u8 x s8 convolution (see the module docstring); ``pads`` is ONNX's (and Relax's)
+    ``[top, left, bottom, right]``."""
     if any(pads):
         x = relax.op.nn.pad(x, [0, 0, 0, 0, pads[0], pads[2], pads[1], pads[3]], pad_value=float(zero))
     y = relax.op.nn.conv2d(
         relax.op.permute_dims(x, [0, 2, 3, 1]),
         relax.op.permute_dims(w, [0, 2, 3, 1]),
+        strides=strides,
+        dilation=dilations,
         data_layout="NHWC",
         kernel_layout="OHWI",
-        **conv,
+        out_dtype="int32",
     )
     if zero:
         sums = relax.op.sum(relax.op.astype(w, "int32"), axis=[1, 2, 3])  # per output channel, NHWC's last axis
         y = relax.op.subtract(y, relax.op.multiply(relax.const(zero, "int32"), sums))
     return relax.op.permute_dims(y, [0, 3, 1, 2])
+
+
+def _as_tensor(expr):
+    """A scalar constant as a one-element tensor (anything else as it is)."""
+    value = constant_value(expr)
+    return relax.const(value.reshape(1)) if value is not None and value.ndim == 0 else expr
+
+
+@relax.transform.function_pass(opt_level=0, name="QuantizationParametersAsTensors")
+def quantization_parameters_as_tensors(func: relax.Function, _mod: IRModule, _ctx) -> relax.Function:
+    """Give every quantize and dequantize its scalar constant scale and zero point as one-element
+    tensors. Legalized, a scalar constant is a literal in the kernel, so a quantized network's
+    layers of one shape (each with its own scales) would be as many tuning tasks; a one-element
+    tensor is an argument, and they are one."""
+    scale, zero_point = wildcard(), wildcard()
+
+    def as_tensors(expr, matches):
+        args = [_as_tensor(matches[scale]), _as_tensor(matches[zero_point])]
+        if all(new.same_as(old) for new, old in zip(args, expr.args[1:])):
+            return expr
+        return relax.Call(expr.op, [expr.args[0], *args], expr.attrs)
+
+    for op in ("relax.quantize", "relax.dequantize"):
+        func = rewrite_call(is_op(op)(wildcard(), scale, zero_point), as_tensors, func)
+    return func
 
 
 def _reapply_permute(result, permute: relax.Call):
@@ -177,7 +294,8 @@ _PERMUTE = LayoutChange(lambda inner: is_op("relax.permute_dims")(inner), _reapp
 
 
 def _layout_rules() -> list:
-    """Pads move past transposes too, and two transposes in a row become one (or none)."""
+    """Pads move past transposes too, two transposes in a row become one (or none), and a binary
+    element-wise op of two tensors transposed alike becomes one transpose after it."""
     inner = wildcard()
     permuted = is_op("relax.permute_dims")(inner)
 
@@ -197,7 +315,23 @@ def _layout_rules() -> list:
         axes = [first[int(a)] for a in expr.attrs.axes]
         return matches[inner] if axes == sorted(axes) else relax.op.permute_dims(matches[inner], axes)
 
-    return [(is_op("relax.nn.pad")(permuted), pad_first), (is_op("relax.permute_dims")(permuted), compose)]
+    def both_permuted(expr, matches):  # op(permute(a), permute(b)) = permute(op(a, b)), as a residual add
+        first, second = matches[permuted], matches[other_permuted]
+        if [int(a) for a in first.attrs.axes] != [int(a) for a in second.attrs.axes]:
+            return expr
+        if static_shape(matches[inner]) != static_shape(matches[other]):
+            return expr
+        return relax.op.permute_dims(
+            relax.Call(expr.op, [matches[inner], matches[other]], expr.attrs), first.attrs.axes
+        )
+
+    other = wildcard()
+    other_permuted = is_op("relax.permute_dims")(other)
+    return [
+        (is_op("relax.nn.pad")(permuted), pad_first),
+        (is_op("relax.permute_dims")(permuted), compose),
+        *[(is_op(op)(permuted, other_permuted), both_permuted) for op in BINARY],
+    ]
 
 
 @relax.transform.function_pass(opt_level=0, name="ChannelsLastEpilogues")

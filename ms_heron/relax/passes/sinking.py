@@ -23,7 +23,7 @@ from tvm import relax
 from tvm.relax.dpl import DFPattern, is_op, rewrite_call, wildcard
 
 #: Element-wise Relax ops with one tensor operand (any other operand a scalar: clip's bounds,
-#: quantize's scale and zero point).
+#: (de)quantize's scale and zero point).
 UNARY = (
     "relax.nn.relu",
     "relax.sigmoid",
@@ -37,6 +37,7 @@ UNARY = (
     "relax.negative",
     "relax.sqrt",
     "relax.quantize",
+    "relax.dequantize",
 )
 #: Element-wise Relax ops on two broadcasting operands.
 BINARY = ("relax.add", "relax.subtract", "relax.multiply", "relax.divide", "relax.maximum", "relax.minimum")
