@@ -32,10 +32,11 @@ import numpy as np
 import onnx
 import results_io
 
-from ms_heron.hardware.targets import host_target, num_cores
+from ms_heron.hardware.targets import host_cpu_model, host_target, num_cores
 from ms_heron.testing import models
 
-NETWORKS = ("resnet50", "mobilenetv2", "bert-base")
+#: fp32 as exported; int8 as ONNX Runtime's tools quantize them (QDQ for ResNet-50, dynamic for BERT-base).
+NETWORKS = ("resnet50", "mobilenetv2", "bert-base", "resnet50-int8", "bert-base-int8")
 ARMS = ("ms_heron", "MetaSchedule default")
 #: Candidates per task round, as ``ms-heron tune-model`` measures them.
 PER_ROUND = 16
@@ -166,16 +167,18 @@ def _markdown(data: dict, budget: str) -> list[str]:
         "Each arm tuned under a wall-clock budget (set-up included), then the compiled models and ONNX Runtime "
         f"(all graph optimizations, same ONNX file) timed in turn in one fresh process "
         f"({TIMING_ROUNDS} rounds, medians). "
-        "Ratios > 1 mean ms_heron is faster. The estimate is the tuner's: best kernel x calls, summed over tasks.",
+        "Ratios > 1 mean ms_heron is faster. The estimate is the tuner's: best kernel x calls, summed over tasks. "
+        "The machine changes between sessions: each row names the CPU it was measured on, and its ratios "
+        "compare arms on that CPU only.",
         "",
-        "| network | commit | tasks | ms_heron ms | MS default ms | ONNX Runtime ms | vs MS default | vs ORT "
+        "| network | CPU | commit | tasks | ms_heron ms | MS default ms | ONNX Runtime ms | vs MS default | vs ORT "
         "| records (ms_heron / default) | estimate / measured (ms_heron / default) | max abs diff vs ORT |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, r in data.items():
         ours, default, ort = r["ms_heron ms"], r["MetaSchedule default ms"], r["ONNX Runtime ms"]
         lines.append(
-            f"| {name} | {r['commit']} | {r['tasks']} | {ours:.2f} | {default:.2f} | {ort:.2f} "
+            f"| {name} | {r['cpu']} | {r['commit']} | {r['tasks']} | {ours:.2f} | {default:.2f} | {ort:.2f} "
             f"| **{default / ours:.2f}x** | **{ort / ours:.2f}x** | "
             f"{r['ms_heron records']} / {r['MetaSchedule default records']} | "
             f"{r['ms_heron estimate ms'] / ours:.2f} / {r['MetaSchedule default estimate ms'] / default:.2f} | "
@@ -259,8 +262,9 @@ def main() -> None:
         row.update(json.loads(timing.stdout.strip().splitlines()[-1])[args.network])
     stem = f"networks_{args.budget}" + (f"_vs_{args.baseline_budget}" if args.baseline_budget else "")
     path = pathlib.Path(args.out) / f"{stem}.json"
-    data = json.loads(path.read_text())["data"] if path.exists() else {}
-    data[args.network] = {**row, "commit": results_io.code_commit()}
+    earlier = json.loads(path.read_text()) if path.exists() else {"data": {}}
+    data = {name: {"cpu": earlier["host_cpu"], **r} for name, r in earlier["data"].items()}  # rows before "cpu"
+    data[args.network] = {**row, "commit": results_io.code_commit(), "cpu": host_cpu_model()}
     _plot(args.network, data[args.network], pathlib.Path(args.out) / f"{stem}_{args.network}_race.png")
     results_io.write(args.out, stem, _markdown(data, args.budget), data)
 
