@@ -4,7 +4,12 @@ ONNX's ``MatMulInteger`` -- what ONNX Runtime's quantizer writes -- imports as
 ``matmul(astype(a_u8, i32) - zp, astype(w_s8, i32))``: an int32 x int32 product no int8
 instruction can execute. The rewrite keeps the operands 8-bit and moves the zero point out of the
 product, ``sum_k (a - zp) w = sum_k a w - zp * sum_k w``, so the matmul is u8 x s8 -> s32
-(VNNI's ``vpdpbusd``) and the correction is a constant column sum folded at compile time.
+(VNNI's ``vpdpbusd``) and the correction is a constant column sum folded at compile time. The
+zero point may be computed at run time (``DynamicQuantizeLinear``, as ``quantize_dynamic`` writes).
+
+``quantize_static`` in QDQ format writes no integer operator at all: a float Conv or MatMul between
+``DequantizeLinear``s of a u8 activation and an s8 weight. :func:`integer_qdq` gives it the same u8
+x s8 form, with the product of the two scales applied to the int32 result.
 
 ``ConvInteger`` has no Relax importer at all; :func:`onnx_converters` supplies one that builds the
 same form: the input padded with its zero point (which ONNX Runtime's kernel pads with, so that the
