@@ -372,7 +372,8 @@ def _model_work_dir_reports_shows_and_resumes(work_dir, path):
     tasks = re.findall(r"^\| (\w+) \| [\d.]+ \|", text.split("## Tasks")[1], flags=re.M)
     assert len(tasks) == 3 and (work_dir / "tuning_curve.png").stat().st_size > 0
     held = len((work_dir / "database_tuning_record.json").read_text().splitlines())
-    trials = re.findall(r"^\| \w+ \| [\d.]+ \| [\d.]+ \| [\d.]+ \| \d+% \| (\d+) \|", text.split("## Tasks")[1], flags=re.M)
+    row = r"^\| \w+ \| [\d.]+ \| [\d.]+ \| [\d.]+ \| \d+% \| (\d+) \|"  # task, calls, bound, ms, share, trials
+    trials = re.findall(row, text.split("## Tasks")[1], flags=re.M)
     assert len(trials) == 3 and sum(map(int, trials)) == held, text  # each task's trials, all records counted
 
     unnamed = ms_heron_cli("show", work_dir)

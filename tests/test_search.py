@@ -383,16 +383,19 @@ def test_stock_tune_tir_whose_builds_all_time_out_stops_after_the_first_round_na
     assert len(ms.database.JSONDatabase(work_dir=str(tmp_path))) <= 4  # stopped after the first round
 
 
-def test_stock_tune_tir_with_heron_tunes_correctly(cpu_target, tmp_path):
+@pytest.mark.parametrize("dtype", ["fp32", "int8"])
+def test_stock_tune_tir_with_heron_tunes_correctly(dtype, request, tmp_path):
     """``ms.tune_tir(mod, target, work_dir, max_trials_global=N, space=HeronSpace(), strategy=HeronSearch())``
-    with ms_heron's builder: every record valid, and stock ``compile_tir`` rebuilds the best."""
+    with ms_heron's builder: every record valid, and stock ``compile_tir`` rebuilds the best (int8:
+    on VNNI)."""
     from ms_heron.tuning.builder import local_builder  # pylint: disable=import-outside-toplevel
 
-    workload = workloads.make("gemm", "fp32", **SMALL_SHAPES["gemm"])
+    target = request.getfixturevalue("vnni_target" if dtype == "int8" else "cpu_target")
+    workload = workloads.make("gemm", dtype, **SMALL_SHAPES["gemm"])
     reset_metaschedule_logger()  # as above
     db = ms.tune_tir(
         workload.func,
-        cpu_target,
+        target,
         str(tmp_path),
         max_trials_global=8,
         num_trials_per_iter=4,
@@ -401,7 +404,9 @@ def test_stock_tune_tir_with_heron_tunes_correctly(cpu_target, tmp_path):
         builder=local_builder(),
     )
     assert len(db) == 8 and all(min(float(s) for s in r.run_secs) < 1e9 for r in db.get_all_tuning_records())
-    run_and_check(build(ms.tir_integration.compile_tir(db, workload.func, cpu_target).mod, cpu_target), workload)
+    best = build(ms.tir_integration.compile_tir(db, workload.func, target).mod, target)
+    run_and_check(best, workload)
+    assert dtype == "fp32" or "vpdpbusd" in best.mod.inspect_source("asm")
 
 
 def _heron_annotated(record) -> bool:
