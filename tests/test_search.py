@@ -323,12 +323,13 @@ def test_space_without_solution_is_skipped_with_a_warning_and_the_rest_tune(capl
 
 
 def test_space_whose_performance_constraints_conflict_is_searched_under_validity_only(caplog):
-    """32 cores ask for 32 parallel jobs on a 2x16 output, which leaves no lanes for a whole vector:
-    the performance constraints conflict, so the space is searched under its validity constraints."""
-    from ms_heron.hardware.targets import host_target  # pylint: disable=import-outside-toplevel
+    """32 cores ask for 32 parallel jobs on a 2 x (two vectors) output, which leaves no lanes for a
+    whole vector: the performance constraints conflict, so the space is searched under its validity
+    constraints."""
+    from ms_heron.hardware.targets import host_target, vector_bytes  # pylint: disable=import-outside-toplevel
 
     target = host_target(num_cores=32)
-    workload = workloads.make("gemm", "fp32", M=2, N=16, K=16)
+    workload = workloads.make("gemm", "fp32", M=2, N=2 * vector_bytes(target) // 4, K=16)
     strategy = HeronSearch()
     ctx = ms.TuneContext(
         mod=workload.func,

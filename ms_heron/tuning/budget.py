@@ -24,6 +24,9 @@ from ..records import NOT_RUN
 
 #: MetaSchedule's default per-candidate build and run timeout, in seconds.
 DEFAULT_TIMEOUT_S = 30.0
+#: The least timeout a budget sets: a worker's start on a busy 2-core machine can take a second
+#: or more, and a shorter one would time every candidate out.
+MIN_TIMEOUT_S = 5.0
 
 
 class Budget:
@@ -45,7 +48,7 @@ class Budget:
 
 def budget_timeout(budget_s: float | None) -> float:
     """A build's or run's timeout under a time budget: a hanging candidate cannot outlast it."""
-    return DEFAULT_TIMEOUT_S if budget_s is None else max(1.0, min(DEFAULT_TIMEOUT_S, budget_s))
+    return DEFAULT_TIMEOUT_S if budget_s is None else max(MIN_TIMEOUT_S, min(DEFAULT_TIMEOUT_S, budget_s))
 
 
 @derived_object
