@@ -24,9 +24,9 @@ from ..records import NOT_RUN
 
 #: MetaSchedule's default per-candidate build and run timeout, in seconds.
 DEFAULT_TIMEOUT_S = 30.0
-#: The least timeout a budget sets: a worker's start on a busy 2-core machine can take a second
-#: or more, and a shorter one would time every candidate out.
-MIN_TIMEOUT_S = 5.0
+#: The least timeout a budget sets: a worker's start and its first int8 build (which registers the
+#: VNNI intrinsic) take several seconds on a busy 2-core machine; a shorter one times them out.
+MIN_TIMEOUT_S = 10.0
 
 
 class Budget:
