@@ -205,8 +205,8 @@ def test_hanging_candidates_overrun_the_budget_by_one_timeout_at_most(tmp_path, 
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "MetaSchedule's default design spaces fail on this task and are left out" in proc.stderr
     (last,) = json_lines(work / "progress.jsonl")[-1:]
-    # Build and run timeouts are capped by the budget (8 s): one hanging candidate, then the round is
-    # left. Uncapped, that one candidate alone would run for MetaSchedule's 30 s timeout.
+    # Build and run timeouts are capped by the budget (8 s here, raised to the 10 s floor): one hanging
+    # candidate, then the round is left. Uncapped, that one alone would run for MetaSchedule's 30 s timeout.
     assert last["elapsed_s"] < DEFAULT_TIMEOUT_S, last
     assert last["trials"] == 1 and last["valid"] == 0
 
