@@ -5,6 +5,7 @@ from conftest import SMALL_SHAPES
 from tvm import IRModule
 from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.schedule.analysis import has_block
 
 from ms_heron import HeronSpace, workloads
 from ms_heron.intrinsics import VNNI_INTRIN
@@ -97,19 +98,35 @@ def test_a_wrong_kernel_is_reported_as_wrong(vnni_target, tmp_path):
         run.check_best()
 
 
+def _seeded_spaces(workload, target, seed: int) -> list:
+    context = ms.TuneContext(
+        mod=IRModule({"main": workload.func}),
+        target=target,
+        rand_state=seed,
+        task_name="main",
+        space_generator=HeronSpace(include_default_spaces=False),
+    )
+    return list(context.generate_design_space())
+
+
 def test_seed_zero_is_a_seed(cpu_target):
     """The CLI's default seed 0 gives the same design spaces every time (it once meant "unseeded")."""
     workload = workloads.make("gemm", "fp32", **SMALL_SHAPES["gemm"])
 
-    def sampled(seed):
-        context = ms.TuneContext(
-            mod=IRModule({"main": workload.func}),
-            target=cpu_target,
-            rand_state=seed,
-            task_name="main",
-            space_generator=HeronSpace(include_default_spaces=False),
-        )
-        return [str(space.trace) for space in context.generate_design_space()]
+    def traces():
+        return [str(space.trace) for space in _seeded_spaces(workload, cpu_target, 0)]
 
-    first = sampled(0)
-    assert all(sampled(0) == first for _ in range(3))
+    first = traces()
+    assert all(traces() == first for _ in range(3))
+
+
+def test_the_seed_changes_decisions_never_the_spaces_structure(vnni_target):
+    """A padded int8 GEMM's pad-and-pack copy has a sampled place; the spaces hold it at the root
+    whatever the seed. A random first decision once inlined it into the tensorized GEMM in some
+    runs, which hid it from the constraint model and let the search sample programs that could not
+    be tensorized."""
+    workload = workloads.make("gemm", "int8", M=16, N=40, K=64)
+
+    for seed in range(4):  # seed 0 once inlined it in the first two spaces
+        spaces = _seeded_spaces(workload, vnni_target, seed)
+        assert len(spaces) > 1 and all(has_block(space, "W_pad") for space in spaces)

@@ -24,10 +24,14 @@ class ComputeLocation(HeronRule):
     feeding a tiled block or a stage placed in one). Application: sample a location among the
     consumer's loops, compute it there. Listed after the parallel/vector rule, which leaves such
     blocks alone, so that rule's fusion of outer tiles never meets a producer placed inside them,
-    whichever order the space generator applies rules and blocks in."""
+    whichever order the space generator applies rules and blocks in.
+
+    The space itself holds the block at the root (decision -1): a random first decision made the
+    spaces differ from run to run, and one that inlined the block hid it, and its tensorized
+    consumer, from the constraint model, which then offered inlining into the intrinsic."""
 
     def apply(self, sch: Schedule, block: SBlockRV) -> list[Schedule]:
         if (self.target is not None and not is_cpu(self.target)) or not needs_sampled_location(sch, block):
             return [sch]
-        sch.compute_at(block, sch.sample_compute_location(block), preserve_unit_loops=True)
+        sch.compute_at(block, sch.sample_compute_location(block, decision=-1), preserve_unit_loops=True)
         return [sch]
