@@ -18,6 +18,7 @@ from ms_heron.baselines import onnxruntime_model
 from ms_heron.records import open_database, record_seconds
 from ms_heron.relax import ModelError, bind_params, compile_model, extract_tasks, from_onnx, lower_for_tuning, run_model
 from ms_heron.relax.passes.winograd import padded_rows
+from ms_heron.space import design_spaces_and_postprocs
 from ms_heron.testing import models
 from ms_heron.tuning import static_shape_tuning_pipeline, tune_model, tune_pass
 from ms_heron.tuning.run import RunError, RunSpec, TuningRun
@@ -311,6 +312,34 @@ def test_int8_onnx_convolutions_reach_vnni_with_fused_epilogues_and_match_onnxru
     (got,) = run_model(executable, model.inputs)
     (expected,), _ = onnxruntime_model(model.proto, model.inputs, threads=2)
     np.testing.assert_allclose(got, expected, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("quantized", ["matmul_integer", "qdq_conv"])
+def test_every_sample_of_every_space_tensorizes_and_keeps_its_weight_packed_at_compile_time(quantized, vnni_target):
+    """In each design space of an int8 model's kernels, the copy that packs a constant weight into
+    the intrinsic's tiles stays at the root (dropped when measuring, folded at compile time) and
+    every sampled program is tensorized. The copy was once inlined into the tensorized GEMM in half
+    the spaces, whose programs all ran scalar code instead (and won at times, on small shapes)."""
+    model = (
+        models.mlp(int8=True)
+        if quantized == "matmul_integer"
+        else models.quantized_static(models.resnet_bottleneck(size=6, channels=32, width=16))
+    )
+    lowered = lower_for_tuning(from_onnx(model.proto, model.input_shapes()), None, vnni_target)
+    checked = 0
+    for task in extract_tasks(lowered, vnni_target):
+        spaces, postprocs = design_spaces_and_postprocs(task.dispatched[0], vnni_target)
+        for space in (s for s in spaces if "Blockize" in {i.kind.name for i in s.trace.insts}):
+            assert "meta_schedule.layout_rewrite_preproc" in str(space.trace), task.task_name
+            for seed in (1, 2):
+                sch = tvm.s_tir.Schedule(task.dispatched[0], seed=seed)
+                tvm.s_tir.Trace(space.trace.simplified(remove_postproc=True).insts, {}).apply_to_schedule(
+                    sch, remove_postproc=True
+                )
+                assert all(p.apply(sch) for p in postprocs)
+                assert "Tensorize" in {i.kind.name for i in sch.trace.insts}, (task.task_name, str(space.trace))
+                checked += 1
+    assert checked >= 8
 
 
 def _operand_dtypes(lowered, kernel: str) -> list[list[str]]:

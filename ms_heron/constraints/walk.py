@@ -17,7 +17,7 @@ from tvm import tirx
 from tvm.s_tir import Schedule, Trace
 from tvm.target import Target
 
-from ..schedule.annotations import AUTO_TENSORIZE, block_annotations
+from ..schedule.analysis import feeds_tensorized
 from .model import Constraint, ConstraintModel, Decision, divisors
 
 
@@ -206,7 +206,7 @@ def _location_candidates(space: Schedule, block: str | None) -> tuple[int, ...]:
         rv = space.get_sblock(block)
         consumers = space.get_consumers(rv)
         depth = max((_scalar_depth(space, c) for c in consumers), default=0)
-        inline = () if any(AUTO_TENSORIZE in block_annotations(space, c) for c in consumers) else (-2,)
+        inline = () if feeds_tensorized(space, rv) else (-2,)
     except Exception:  # pylint: disable=broad-except  # inlined in this space: no loops to name
         depth = max((_scalar_depth(space, b) for b in space.get_child_blocks(space.get_sblock("root"))), default=0)
         inline = (-2,)

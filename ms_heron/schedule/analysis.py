@@ -19,6 +19,7 @@ from ..hardware.targets import is_cpu, vector_bytes
 from .annotations import (
     AUTO_TENSORIZE,
     BLOCKIZED,
+    LAYOUT_REWRITE_PREPROC,
     PLACED,
     REDUCE_ITER,
     TILING_STRUCTURE,
@@ -118,16 +119,23 @@ def has_data_reuse(sch: Schedule, block: SBlockRV) -> bool:
 
 def strictly_inlinable(sch: Schedule, block: SBlockRV) -> bool:
     """Heron's Always-Inline condition: injective, not an output, with consumers, without
-    conditionals (inlining a padding ``if_then_else`` would copy the branch into every use and hide
-    the buffer a tensor intrinsic must read), and not a transpose feeding a GEMM-like block (inlined,
-    the GEMM's vector loads would become strided gathers)."""
+    conditionals (inlining a padding ``if_then_else`` would copy the branch into every use), not
+    feeding a tensorized block (:func:`feeds_tensorized`), and not a transpose feeding a GEMM-like
+    block (inlined, the GEMM's vector loads would become strided gathers)."""
     return (
         is_injective(sch, block)
         and not is_output_block(sch, block)
         and bool(consumers(sch, block))
         and not has_branch(sch, block)
+        and not feeds_tensorized(sch, block)
         and not (is_transpose(sch, block) and any(has_data_reuse(sch, c) for c in consumers(sch, block)))
     )
+
+
+def feeds_tensorized(sch: Schedule, block: SBlockRV) -> bool:
+    """Whether a consumer of ``block`` is tensorized: the intrinsic must read ``block``'s buffer (a
+    weight packed to its tiles), and inlined into it the expression would not match the intrinsic."""
+    return any(is_tensorized(sch, c) for c in consumers(sch, block))
 
 
 def transposed_read(sch: Schedule, block: SBlockRV) -> tuple[int, int] | None:
@@ -209,6 +217,7 @@ def needs_sampled_location(sch: Schedule, block: SBlockRV) -> bool:
         is_root(sch, block)
         or is_tiled(sch, block)
         or placed_by_rule(sch, block)
+        or LAYOUT_REWRITE_PREPROC in block_annotations(sch, block)  # stays at the root, folded away
         or set(iter_kinds(sch, block)) != {"S"}
     ):
         return False

@@ -31,6 +31,9 @@ PACK_PANELS = "ms_heron.pack_panels"
 TRANSPOSE_TILE = "ms_heron.transpose_tile"
 #: On a copy block: how many of its innermost loops (one tile) the UnrollTiles postproc unrolls.
 UNROLL_TILE = "ms_heron.unroll_tile"
+#: On the copy that re-lays out a layout-free weight: MetaSchedule's builder drops it when measuring
+#: and Relax folds it into the constant, both only where it stays at the root.
+LAYOUT_REWRITE_PREPROC = "meta_schedule.layout_rewrite_preproc"
 #: Block annotations of stages a rule already placed (inside another block's tiles, or parallel itself).
 PLACED = (CACHE_LEVEL, SPM_LEVEL, LANE_REDUCTION, TRANSPOSE_TILE)
 #: On the root block of a design space HeronSpace took from MetaSchedule's own generator: its

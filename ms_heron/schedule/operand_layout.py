@@ -22,10 +22,7 @@ from tvm.s_tir.schedule import SBlockRV, ScheduleError
 from tvm.tirx import IndexMap
 
 from .analysis import block_realize, is_layout_free, param_index
-from .annotations import UNROLL_TILE
-
-#: Block annotation of the copy that re-lays out a weight (MetaSchedule and Relax read this key).
-LAYOUT_REWRITE_PREPROC = "meta_schedule.layout_rewrite_preproc"
+from .annotations import LAYOUT_REWRITE_PREPROC, UNROLL_TILE
 
 
 @dataclass
