@@ -24,15 +24,16 @@ def block_names(sch):
     return [sch.get(b).name_hint for b in sch.get_child_blocks(root)]
 
 
-def finished(space, workload, seed=None):
-    """``space``'s trace replayed on a fresh schedule and finished with the postprocs.
+def finished(space, func, seed=None):
+    """``space``'s trace replayed on a fresh schedule of ``func`` (the PrimFunc it was generated
+    from) and finished with the postprocs.
 
     With a ``seed`` every decision is re-sampled; without one the space's own decisions are kept.
     """
     trace = space.trace.simplified(remove_postproc=True)
     if seed is not None:
         trace = Trace(trace.insts, {})
-    sch = Schedule(workload.func, seed=seed)
+    sch = Schedule(func, seed=seed)
     trace.apply_to_schedule(sch, remove_postproc=True)
     assert all(p.apply(sch) for p in default_postprocs())
     return sch
@@ -41,7 +42,7 @@ def finished(space, workload, seed=None):
 def check_random_samples(space, workload, target, samples=3, seed=0):
     """Re-sample every decision of ``space``'s trace, finish with the postprocs, build, compare."""
     for s in range(samples):
-        sch = finished(space, workload, seed=seed + s + 1)
+        sch = finished(space, workload.func, seed=seed + s + 1)
         run_and_check(build(sch.mod, target), workload, seed=s)
 
 

@@ -11,6 +11,7 @@ import pytest
 import tvm
 from conftest import ms_heron_cli, timing_out_runner
 from onnx import TensorProto, helper
+from rule_helpers import finished, schedule_steps
 from tvm.relax.frontend import nn
 from tvm.s_tir import meta_schedule as ms
 
@@ -18,7 +19,7 @@ from ms_heron.baselines import onnxruntime_model
 from ms_heron.records import open_database, record_seconds
 from ms_heron.relax import ModelError, bind_params, compile_model, extract_tasks, from_onnx, lower_for_tuning, run_model
 from ms_heron.relax.passes.winograd import padded_rows
-from ms_heron.space import design_spaces_and_postprocs
+from ms_heron.space import design_spaces
 from ms_heron.testing import models
 from ms_heron.tuning import static_shape_tuning_pipeline, tune_model, tune_pass
 from ms_heron.tuning.run import RunError, RunSpec, TuningRun
@@ -328,16 +329,12 @@ def test_every_sample_of_every_space_tensorizes_and_keeps_its_weight_packed_at_c
     lowered = lower_for_tuning(from_onnx(model.proto, model.input_shapes()), None, vnni_target)
     checked = 0
     for task in extract_tasks(lowered, vnni_target):
-        spaces, postprocs = design_spaces_and_postprocs(task.dispatched[0], vnni_target)
-        for space in (s for s in spaces if "Blockize" in {i.kind.name for i in s.trace.insts}):
+        func = task.dispatched[0]
+        for space in (s for s in design_spaces(func, vnni_target) if "Blockize" in schedule_steps(s)):
             assert "meta_schedule.layout_rewrite_preproc" in str(space.trace), task.task_name
             for seed in (1, 2):
-                sch = tvm.s_tir.Schedule(task.dispatched[0], seed=seed)
-                tvm.s_tir.Trace(space.trace.simplified(remove_postproc=True).insts, {}).apply_to_schedule(
-                    sch, remove_postproc=True
-                )
-                assert all(p.apply(sch) for p in postprocs)
-                assert "Tensorize" in {i.kind.name for i in sch.trace.insts}, (task.task_name, str(space.trace))
+                sch = finished(space, func, seed=seed)
+                assert "Tensorize" in schedule_steps(sch), (task.task_name, str(space.trace))
                 checked += 1
     assert checked >= 8
 

@@ -143,7 +143,7 @@ def test_tensorize_fires_on_int8_with_vnni_only(vnni_target):
     outer = space.get(space.get_sblock("C_o"))
     assert outer.annotations[AUTO_TENSORIZE] == "ms_heron_dot_16x4_vnni"
     check_random_samples(space, int8, vnni_target, samples=1)
-    assert "vpdpbusd" in build(finished(space, int8).mod, vnni_target).mod.inspect_source("asm")
+    assert "vpdpbusd" in build(finished(space, int8.func).mod, vnni_target).mod.inspect_source("asm")
 
     fp32 = workloads.make("gemm", "fp32", **SMALL_SHAPES["gemm"])
     (space,) = stock_design_spaces(fp32.func, [Tensorize()], vnni_target)
@@ -346,7 +346,7 @@ def test_lane_reduction_vectorizes_row_reductions_of_softmax_and_layer_norm(fami
     for name in reductions:
         width = int(space.get(space.get_sblock(name)).annotations[LANE_REDUCTION])
         assert width % lanes == 0 and 192 % width == 0
-        text = finished(space, workload).mod.script()
+        text = finished(space, workload.func).mod.script()
         # ``width`` partial results per row (accumulator vectors), folded into one vector, then its lanes
         stages = (
             [(f"{name}_rf_rf_update", width), (f"{name}_rf_update", lanes)]
@@ -384,7 +384,7 @@ def test_compute_location_puts_a_convolutions_padding_at_a_sampled_loop(cpu_targ
     ]  # the space may inline it
     nested = 0
     for seed in range(1, 9):
-        sch = finished(space, workload, seed=seed)
+        sch = finished(space, workload.func, seed=seed)
         run_and_check(build(sch.mod, cpu_target), workload, seed=seed)
         if pad in block_names(sch):  # not inlined: inside the conv's loops when it has more loops than iterators
             block = sch.get_sblock(pad)
@@ -404,7 +404,7 @@ def test_lane_reduction_fuses_a_norms_two_reduction_axes(cpu_target):
     (space,) = stock_design_spaces(workload.func, [LaneReduction(), ParallelVectorizeUnroll()], cpu_target)
     lanes = vector_bytes(cpu_target) // 4  # four vector accumulators of fp32 lanes (32 x 48 has room for them)
     assert 'T.sblock("C_rf")' in space.mod.script() and f"T.vectorized({4 * lanes})" in space.mod.script()
-    run_and_check(build(finished(space, workload).mod, cpu_target), workload)
+    run_and_check(build(finished(space, workload.func).mod, cpu_target), workload)
 
 
 # -- PadExtents -------------------------------------------------------------------------------
@@ -477,7 +477,7 @@ def test_int8_shapes_vnni_tiles_do_not_divide_are_tensorized_through_padding(fam
     (space,) = stock_design_spaces(workload.func, [Tensorize(), MultiLevelTiling()], vnni_target)
     assert space.get(space.get_sblock("C_o")).annotations[AUTO_TENSORIZE] == "ms_heron_dot_16x4_vnni"
     check_random_samples(space, workload, vnni_target, samples=1)
-    mod = finished(space, workload).mod
+    mod = finished(space, workload.func).mod
     assert "vpdpbusd" in build(mod, vnni_target).mod.inspect_source("asm")
     padded_weight = allocations(mod)["W_pad"]  # zero-filled and packed in VNNI's layout by one pass
     true_weight = workload.random_inputs()[1].size
@@ -492,7 +492,7 @@ def test_a_stage_left_at_the_root_runs_on_every_core(vnni_target):
     workload = workloads.make("gemm", "int8", M=16, N=40, K=64)
     rules = [Tensorize(), MultiLevelTiling(), ParallelVectorizeUnroll()]
     (space,) = stock_design_spaces(workload.func, rules, vnni_target)
-    sch = finished(space, workload)
+    sch = finished(space, workload.func)
     kinds = tvm.tirx.ForKind
     assert sch.get(sch.get_loops(sch.get_sblock("W_pad"))[0]).kind == kinds.PARALLEL
     assert sch.mod.script().count("T.parallel(") == 3  # the copy, the GEMM's outer tiles, the result copied back
