@@ -389,6 +389,19 @@ def test_a_dynamically_quantized_model_runs_u8_x_s8_matmuls_and_matches_onnxrunt
     _untuned_against_onnxruntime(model, cpu_target, atol=1e-5)
 
 
+def test_dynamically_quantized_layers_of_one_shape_are_one_task_whatever_their_weight_scales(cpu_target):
+    """Each layer's weight has its own scale; as a literal in the kernel it made every BERT layer's
+    matmuls tasks of their own (49 tasks for BERT-base int8, against 11 in fp32)."""
+
+    def tasks(layers):
+        model = models.quantized_dynamic(models.bert(layers=layers, seq=8, hidden=32, heads=2, ffn=64))
+        return extract_tasks(lower_for_tuning(from_onnx(model.proto), None, cpu_target), cpu_target)
+
+    one, two = tasks(1), tasks(2)
+    assert sum("matmul" in t.task_name for t in one) >= 4, [t.task_name for t in one]
+    assert sorted(t.weight for t in two) == sorted(2 * t.weight for t in one), [t.task_name for t in two]
+
+
 def _model_work_dir_reports_shows_and_resumes(work_dir, path):
     """A model's work dir is a run like an operator's: report, show TASK, resume, refuse another model."""
     report = ms_heron_cli("report", work_dir)

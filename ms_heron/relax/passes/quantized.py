@@ -255,9 +255,9 @@ def _as_tensor(expr):
 @relax.transform.function_pass(opt_level=0, name="QuantizationParametersAsTensors")
 def quantization_parameters_as_tensors(func: relax.Function, _mod: IRModule, _ctx) -> relax.Function:
     """Give every quantize and dequantize its scalar constant scale and zero point as one-element
-    tensors. Legalized, a scalar constant is a literal in the kernel, so a quantized network's
-    layers of one shape (each with its own scales) would be as many tuning tasks; a one-element
-    tensor is an argument, and they are one."""
+    tensors, and likewise a constant scale multiplying a run-time one. Legalized, a scalar constant
+    is a literal in the kernel, so a quantized network's layers of one shape (each with its own
+    scales) would be as many tuning tasks; a one-element tensor is an argument, and they are one."""
     scale, zero_point = wildcard(), wildcard()
 
     def as_tensors(expr, matches):
@@ -268,7 +268,25 @@ def quantization_parameters_as_tensors(func: relax.Function, _mod: IRModule, _ct
 
     for op in ("relax.quantize", "relax.dequantize"):
         func = rewrite_call(is_op(op)(wildcard(), scale, zero_point), as_tensors, func)
-    return func
+    return rewrite_call(is_op("relax.multiply")(wildcard(), wildcard()), _runtime_scale_times_constant, func)
+
+
+def _runtime_scale_times_constant(expr: relax.Call, _matches) -> relax.Expr:
+    """``quantize_dynamic``'s ``Mul(x_scale, W_scale)``: the activation's scale, computed at run
+    time, times the layer's constant weight scale, a scalar that would be a literal in the matmul's
+    kernel (twelve BERT layers, twelve tasks per matmul). The constant goes in as a one-element
+    tensor, reshaped back to a scalar so that the product keeps its shape."""
+    args = list(expr.args)
+    for i, (arg, other) in enumerate(((args[0], args[1]), (args[1], args[0]))):
+        value = constant_value(arg)
+        if value is not None and value.shape == () and value.dtype.kind == "f" and _runtime_scalar(other):
+            args[i] = relax.op.reshape(relax.const(value.reshape(1)), [])
+            return relax.Call(expr.op, args, expr.attrs)
+    return expr
+
+
+def _runtime_scalar(expr) -> bool:
+    return constant_value(expr) is None and static_shape(expr) == []
 
 
 def _reapply_permute(result, permute: relax.Call):
