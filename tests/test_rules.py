@@ -193,6 +193,27 @@ def test_add_cache_stage_fuses_a_fusible_consumer_instead(cpu_target):
         check_random_samples(space, workload, cpu_target, samples=2)
 
 
+def test_a_consumer_that_reads_a_second_producer_is_written_back_not_fused(cpu_target):
+    """``(A @ W) * max(A)``, a dynamic quantization's scale: the scale's block stays at the root, so
+    the epilogue cannot follow the GEMM's tile; the GEMM gets its accumulator at each level instead
+    of the rule failing on the block (which cost the space its write-back stage)."""
+    M, N, K = 16, 32, 16
+    a = te.placeholder((M, K), "float32", name="A")
+    w = te.placeholder((K, N), "float32", name="W")
+    r = te.reduce_axis((0, K), name="k")
+    c = te.compute((M, N), lambda i, j: te.sum(a[i, r] * w[r, j], axis=r), name="C")
+    i0, k0 = te.reduce_axis((0, M), name="i0"), te.reduce_axis((0, K), name="k0")
+    amax = te.compute((), lambda: te.max(a[i0, k0], axis=[i0, k0]), name="Amax")
+    out = te.compute((M, N), lambda i, j: c[i, j] * amax[()], name="Scaled")
+    workload = from_func(te.create_prim_func([a, w, out]))
+    spaces = stock_design_spaces(workload.func, [MultiLevelTiling(), AddCacheStage()], cpu_target)
+    levels = sorted(int(s.get(s.get_sblock("C_global")).annotations[CACHE_LEVEL]) for s in spaces)
+    assert levels == [0, 1]
+    for space in spaces:
+        assert CACHE_LEVEL not in space.get(space.get_sblock("Scaled")).annotations
+        check_random_samples(space, workload, cpu_target, samples=1)
+
+
 def test_nchw_convolution_vectorizes_its_output_channels_through_a_transposed_accumulator(cpu_target):
     """6 output columns fill no vector, 16 output channels fill one: the micro-kernel's lanes run
     over the channels (the layout-free weight is re-laid out to match), the accumulator tile is

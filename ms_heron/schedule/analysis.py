@@ -164,11 +164,17 @@ def consumers(sch: Schedule, block: SBlockRV) -> list[SBlockRV]:
 
 
 def fusible_consumer(sch: Schedule, block: SBlockRV) -> SBlockRV | None:
-    """Heron's HasFusibleConsumer: the single consumer, if it is injective (bias, activation, cast)."""
+    """Heron's HasFusibleConsumer: the single consumer, if it is injective (bias, activation, cast)
+    and reads no other block's output. A second producer (a dynamic quantization's scale, reduced
+    from the activations at the root) could never sit under the block's tile loop, so
+    ``reverse_compute_at`` would refuse the consumer there."""
     cons = consumers(sch, block)
-    if len(cons) == 1 and is_injective(sch, cons[0]):
-        return cons[0]
-    return None
+    if len(cons) != 1 or not is_injective(sch, cons[0]):
+        return None
+    name = sch.get(block).name_hint
+    if any(sch.get(p).name_hint != name for p in sch.get_producers(cons[0])):
+        return None
+    return cons[0]
 
 
 def tile_levels(sch: Schedule, block: SBlockRV) -> dict[str, list[LoopRV]]:
