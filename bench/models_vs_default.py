@@ -72,11 +72,13 @@ def _tune_and_export(name: str, trials: int, out: pathlib.Path, work_root: pathl
     return row
 
 
-def time_exported(out: pathlib.Path, names: list[str], arms=ARMS, rounds: int = TIMING_ROUNDS) -> dict:
+def time_exported(
+    out: pathlib.Path, names: list[str], arms=ARMS, rounds: int = TIMING_ROUNDS, also: dict | None = None
+) -> dict:
     """Fresh process: load each compiled model (``<name>_<arm>.so`` in ``out``), check it against ONNX
-    Runtime, then time ONNX Runtime and the arms in turn, ``rounds`` times, and keep each one's
-    median. Two cores drift by 10% within a minute (a neighbour's load); timed one after the other,
-    that drift would land on one of them."""
+    Runtime, then time ONNX Runtime, the arms and ``also`` (more samplers by label, each returning
+    seconds) in turn, ``rounds`` times, and keep each one's median. Two cores drift by 10% within a
+    minute (a neighbour's load); timed one after the other, that drift would land on one of them."""
     import tvm  # pylint: disable=import-outside-toplevel
 
     from ms_heron.baselines import median_seconds, medians_in_turn, onnxruntime_model, onnxruntime_session  # pylint: disable=import-outside-toplevel
@@ -96,6 +98,7 @@ def time_exported(out: pathlib.Path, names: list[str], arms=ARMS, rounds: int = 
         samplers = {
             "ONNX Runtime": lambda: median_seconds(lambda: session.run(None, inputs)),
             **{arm: (lambda lib=lib: time_model(lib, inputs)) for arm, lib in libs.items()},
+            **(also or {}),
         }
         for who, secs in medians_in_turn(samplers, rounds).items():
             row[f"{who} ms"] = secs * 1e3

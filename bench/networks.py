@@ -46,6 +46,9 @@ TIMING_ROUNDS = 7
 #: The race: each arm's database as it stood at these shares of its tuning time is compiled and timed
 #: with the rest, beside the tuner's estimate at the same moment.
 RACE_SHARES = (1 / 3, 2 / 3, 1.0)
+#: The label of each arm's estimate taken again in the timing process, in turn with the models: the
+#: tuner's estimate sums records measured minutes apart, and a shared host's speed drifts between them.
+RETIMED = "estimate retimed"
 
 
 def _label(arm: str, share: float) -> str:
@@ -73,9 +76,42 @@ def _race_points(arm: str, arm_run, shares=RACE_SHARES) -> list[dict]:
     return points
 
 
+def _export_task_kernels(run, database, out: pathlib.Path, arm: str) -> list[dict]:
+    """Each task's best kernel in ``database``, built as the tuner's builder builds it and exported
+    with its call count and arguments, so that the timing process can take the tuner's estimate
+    again (calls x cold time, summed) in turn with the compiled models."""
+    # pylint: disable=import-outside-toplevel
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+    from ms_heron.relax import extract_tasks
+    from ms_heron.tuning.builder import build_candidate
+
+    kernels = []
+    for i, task in enumerate(extract_tasks(run.lowered, run.target)):
+        sch = ms.tir_integration.compile_tir(database, task.dispatched[0]["main"], run.target)
+        path = out / f"{arm.replace(' ', '_')}_task{i}.so"
+        build_candidate(sch.mod, run.target, None).export_library(str(path))
+        args = [a.as_json() for a in ArgInfo.from_entry_func(sch.mod, remove_preproc=True)]
+        kernels.append({"file": path.name, "calls": task.weight, "args": args})
+    return kernels
+
+
+def _estimate_sampler(out: pathlib.Path, kernels: list[dict]):
+    """The estimate taken now: each task's exported kernel timed cold, as the runner times candidates."""
+    import tvm  # pylint: disable=import-outside-toplevel
+
+    from ms_heron.tuning.measure import cold_seconds  # pylint: disable=import-outside-toplevel
+
+    loaded = [(k["calls"], tvm.runtime.load_module(str(out / k["file"])), k["args"]) for k in kernels]
+    return lambda: sum(calls * cold_seconds(lib, args) for calls, lib, args in loaded)
+
+
 def _tune_and_export(
     name: str, budgets: dict[str, float], out: pathlib.Path, work_root: pathlib.Path, seed: int, retime: bool
-) -> dict:
+) -> tuple[dict, dict]:
+    """Both arms tuned (or, ``retime``, as they stand), their models at the race points compiled and
+    exported to ``out``; the result row and, per arm, its final tasks' exported kernels."""
     # pylint: disable=import-outside-toplevel
     from ms_heron.records import first_records
     from ms_heron.tuning.run import RunSpec, TuningRun
@@ -89,6 +125,7 @@ def _tune_and_export(
         work_root / name, RunSpec.of_model(work_root / f"{name}.onnx", model.input_shapes(), host_target(), seed)
     )
     row = {"per task": {}, "race": {}, "curve": {}}
+    kernels = {}
     for arm, arm_run in zip(ARMS, (run, run.baseline())):
         state = (
             arm_run.progress()[-1]
@@ -126,7 +163,8 @@ def _tune_and_export(
                 arm_run.database() if point["share"] == 1.0 else first_records(arm_run.work_dir, point["records"])
             )
             run.compile(database).export_library(str(out / f"{name}_{point['label'].replace(' ', '_')}.so"))
-    return row
+        kernels[arm] = _export_task_kernels(run, arm_run.database(), out, arm)
+    return row, kernels
 
 
 def _plot(name: str, r: dict, path: pathlib.Path) -> None:
@@ -158,6 +196,13 @@ def _plot(name: str, r: dict, path: pathlib.Path) -> None:
     plt.close(fig)
 
 
+def _retimed_ratios(r: dict) -> str:
+    """Each arm's retimed estimate over its measured latency ("-" for rows timed before it existed)."""
+    if f"{ARMS[0]} {RETIMED} ms" not in r:
+        return "-"
+    return " / ".join(f"{r[f'{arm} {RETIMED} ms'] / r[f'{arm} ms']:.2f}" for arm in ARMS)
+
+
 def _markdown(data: dict, budget: str) -> list[str]:
     from ms_heron.relax import TaskTime, task_table  # pylint: disable=import-outside-toplevel
 
@@ -169,20 +214,24 @@ def _markdown(data: dict, budget: str) -> list[str]:
         f"({TIMING_ROUNDS} rounds, medians). "
         "Ratios > 1 mean ms_heron is faster. The estimate is the tuner's: best kernel x calls, summed over tasks. "
         "The machine changes between sessions: each row names the CPU it was measured on, and its ratios "
-        "compare arms on that CPU only.",
+        "compare arms on that CPU only. The retimed estimate is the same sum with every task's best kernel timed "
+        "again as the tuner times it (cold weights), in the timing process, in turn with the models: a shared "
+        "host's speed drifts between the moments the tuner's records were taken and the timing.",
         "",
         "| network | CPU | commit | tasks | ms_heron ms | MS default ms | ONNX Runtime ms | vs MS default | vs ORT "
-        "| records (ms_heron / default) | estimate / measured (ms_heron / default) | max abs diff vs ORT |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| records (ms_heron / default) | estimate / measured (ms_heron / default) "
+        "| retimed estimate / measured (ms_heron / default) | max abs diff vs ORT |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, r in data.items():
         ours, default, ort = r["ms_heron ms"], r["MetaSchedule default ms"], r["ONNX Runtime ms"]
+        commit = r["commit"] + (f" (timed at {r['timed at']})" if "timed at" in r else "")
         lines.append(
-            f"| {name} | {r['cpu']} | {r['commit']} | {r['tasks']} | {ours:.2f} | {default:.2f} | {ort:.2f} "
+            f"| {name} | {r['cpu']} | {commit} | {r['tasks']} | {ours:.2f} | {default:.2f} | {ort:.2f} "
             f"| **{default / ours:.2f}x** | **{ort / ours:.2f}x** | "
             f"{r['ms_heron records']} / {r['MetaSchedule default records']} | "
             f"{r['ms_heron estimate ms'] / ours:.2f} / {r['MetaSchedule default estimate ms'] / default:.2f} | "
-            f"{r['ms_heron max abs diff']:.2g} |"
+            f"{_retimed_ratios(r)} | {r['ms_heron max abs diff']:.2g} |"
         )
     ratios = [r["MetaSchedule default ms"] / r["ms_heron ms"] for r in data.values()]
     vs_ort = results_io.geomean(r["ONNX Runtime ms"] / r["ms_heron ms"] for r in data.values())
@@ -237,12 +286,11 @@ def main() -> None:
     args = parser.parse_args()
     logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
     if args.time_exported:
-        labels = json.loads((pathlib.Path(args.time_exported) / "labels.json").read_text())
-        print(
-            json.dumps(
-                models_vs_default.time_exported(pathlib.Path(args.time_exported), [args.network], labels, TIMING_ROUNDS)
-            )
-        )
+        out = pathlib.Path(args.time_exported)
+        labels = json.loads((out / "labels.json").read_text())
+        kernels = json.loads((out / "kernels.json").read_text())
+        also = {f"{arm} {RETIMED}": _estimate_sampler(out, k) for arm, k in kernels.items()}
+        print(json.dumps(models_vs_default.time_exported(out, [args.network], labels, TIMING_ROUNDS, also)))
         return
     from ms_heron.cli.common import parse_duration  # pylint: disable=import-outside-toplevel
 
@@ -252,10 +300,11 @@ def main() -> None:
     work_root = pathlib.Path(args.work_root or tempfile.mkdtemp(prefix="ms_heron_networks_"))
     print(f"runs under {work_root}", flush=True)
     with tempfile.TemporaryDirectory(prefix="ms_heron_networks_") as tmp:
-        row = _tune_and_export(args.network, budgets, pathlib.Path(tmp), work_root, args.seed, args.retime)
+        row, kernels = _tune_and_export(args.network, budgets, pathlib.Path(tmp), work_root, args.seed, args.retime)
         (pathlib.Path(tmp) / "labels.json").write_text(
             json.dumps([p["label"] for ps in row["race"].values() for p in ps])
         )
+        (pathlib.Path(tmp) / "kernels.json").write_text(json.dumps(kernels))
         timing = subprocess.run(
             [sys.executable, __file__, args.network, "--time-exported", tmp], check=True, capture_output=True, text=True
         )
@@ -264,7 +313,10 @@ def main() -> None:
     path = pathlib.Path(args.out) / f"{stem}.json"
     earlier = json.loads(path.read_text()) if path.exists() else {"data": {}}
     data = {name: {"cpu": earlier["host_cpu"], **r} for name, r in earlier["data"].items()}  # rows before "cpu"
-    data[args.network] = {**row, "commit": results_io.code_commit(), "cpu": host_cpu_model()}
+    commit = results_io.code_commit()
+    if args.retime and args.network in data:  # the records are the tuned commit's; the timing is this one's
+        row["timed at"], commit = commit, data[args.network]["commit"]
+    data[args.network] = {**row, "commit": commit, "cpu": host_cpu_model()}
     _plot(args.network, data[args.network], pathlib.Path(args.out) / f"{stem}_{args.network}_race.png")
     results_io.write(args.out, stem, _markdown(data, args.budget), data)
 

@@ -14,6 +14,7 @@ import psutil
 import pytest
 import tvm
 from conftest import HOST_DTYPE, ms_heron_cli, ms_heron_clis
+from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from tvm.s_tir.meta_schedule.builder import BuilderInput
 
 from ms_heron import workloads
@@ -22,8 +23,8 @@ from ms_heron.records import json_lines, measured_seconds
 from ms_heron.search.cga import BUILD_TIMEOUT
 from ms_heron.testing import models
 from ms_heron.tuning import run as session
-from ms_heron.tuning.builder import local_builder
-from ms_heron.tuning.measure import DEFAULT_TIMEOUT_S, MeasureError, Tracker
+from ms_heron.tuning.builder import build_candidate, local_builder
+from ms_heron.tuning.measure import DEFAULT_TIMEOUT_S, MeasureError, Tracker, cold_seconds
 
 SMALL_GEMM = ("gemm", "--shape", "M=64", "N=64", "K=64")
 
@@ -273,3 +274,17 @@ def test_the_builder_keeps_its_workers_across_rounds_and_reports_a_timeout_as_lo
     timed_out = local_builder(timeout_sec=0.001).build(inputs)  # no build takes less
     assert [r.error_msg for r in timed_out] == ["LocalBuilder: Timeout, killed after 0.001 seconds"] * 2
     assert timed_out[0].error_msg.startswith(BUILD_TIMEOUT)
+
+
+def test_cold_seconds_times_a_built_kernel_as_the_tuner_does(cpu_target):
+    """The retimed estimate's timer (bench/networks.py): a kernel doing 64x the work of another on
+    the same schedule takes several times longer, and the argument infos the tuner records are all
+    it needs."""
+
+    def seconds(n):
+        func = workloads.make("gemm", "fp32", M=n, N=n, K=n).func
+        args = [a.as_json() for a in ArgInfo.from_prim_func(func)]
+        return cold_seconds(build_candidate(tvm.IRModule({"main": func}), cpu_target, None), args, repeat=5)
+
+    small, large = seconds(32), seconds(128)
+    assert 0 < small and 4 * small < large < float("inf"), (small, large)

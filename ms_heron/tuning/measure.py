@@ -17,6 +17,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import tvm
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.runner import local_runner, rpc_runner
 
@@ -63,6 +64,19 @@ def cold_call_seconds(rt_mod, device, config, repeated_args) -> list[float]:
 def cold_call_seconds_rpc(session, rt_mod, device, config, repeated_args) -> list[float]:
     """RPCRunner's evaluator, keeping the :func:`undisturbed` calls."""
     return undisturbed(rpc_runner.default_run_evaluator(session, rt_mod, device, config, repeated_args))
+
+
+def cold_seconds(rt_mod, args_info: list, repeat: int = 10) -> float:
+    """A built kernel's seconds per call on this CPU, timed as the cold runner times a candidate
+    (the mean of :func:`undisturbed` single calls on random arguments, all but the first flushed).
+
+    The tuner's estimate of a model is its tasks' records, taken at moments minutes apart; taken
+    again beside the compiled model, in turn with it, machine drift drops out of the comparison.
+    ``args_info`` is the kernel's ``ArgInfo``s as JSON (``[a.as_json() for a in ArgInfo.from_prim_func(f)]``).
+    """
+    device = tvm.cpu()
+    args = local_runner.default_alloc_argument(device, args_info, alloc_repeat=1)
+    return statistics.mean(cold_call_seconds(rt_mod, device, evaluator_config(cold=True, repeat=repeat), args))
 
 
 def local_runner_for(*, cold: bool = False, timeout_s: float = DEFAULT_TIMEOUT_S) -> ms.runner.LocalRunner:
