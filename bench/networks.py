@@ -81,15 +81,15 @@ def _export_task_kernels(run, database, out: pathlib.Path, arm: str) -> list[dic
     with its call count and arguments, so that the timing process can take the tuner's estimate
     again (calls x cold time, summed) in turn with the compiled models."""
     # pylint: disable=import-outside-toplevel
-    from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
     from ms_heron.relax import extract_tasks
+    from ms_heron.tuning.api import best_schedule
     from ms_heron.tuning.builder import build_candidate
 
     kernels = []
     for i, task in enumerate(extract_tasks(run.lowered, run.target)):
-        sch = ms.tir_integration.compile_tir(database, task.dispatched[0]["main"], run.target)
+        sch = best_schedule(database, task.dispatched[0]["main"], run.target)
         path = out / f"{arm.replace(' ', '_')}_task{i}.so"
         build_candidate(sch.mod, run.target, None).export_library(str(path))
         args = [a.as_json() for a in ArgInfo.from_entry_func(sch.mod, remove_preproc=True)]

@@ -280,7 +280,7 @@ def _runtime_scale_times_constant(expr: relax.Call, _matches) -> relax.Expr:
     for i, (arg, other) in enumerate(((args[0], args[1]), (args[1], args[0]))):
         value = constant_value(arg)
         if value is not None and value.shape == () and value.dtype.kind == "f" and _runtime_scalar(other):
-            args[i] = relax.op.reshape(relax.const(value.reshape(1)), [])
+            args[i] = relax.op.reshape(_as_tensor(arg), [])
             return relax.Call(expr.op, args, expr.attrs)
     return expr
 
