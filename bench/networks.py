@@ -317,6 +317,7 @@ def main() -> None:
     if args.retime and args.network in data:  # the records are the tuned commit's; the timing is this one's
         row["timed at"], commit = commit, data[args.network]["commit"]
     data[args.network] = {**row, "commit": commit, "cpu": host_cpu_model()}
+    pathlib.Path(args.out).mkdir(parents=True, exist_ok=True)  # the plot is written before results_io's files
     _plot(args.network, data[args.network], pathlib.Path(args.out) / f"{stem}_{args.network}_race.png")
     results_io.write(args.out, stem, _markdown(data, args.budget), data)
 
