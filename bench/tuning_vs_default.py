@@ -3,7 +3,7 @@
 The ms_heron arm is HeronSpace with HeronSearch (``--search heron``, the default) or with
 MetaSchedule's evolutionary search (``--search evolutionary``). Per workload: share of measured candidates that built
 and ran, best GOPS in the database, their ratio, the share of the peak measured in the same run
-(VNNI for int8, FMA for fp32) and the libraries measured in the same run: ONNX Runtime
+(AMX where the host runs it, else VNNI, for int8; FMA for fp32) and the libraries measured in the same run: ONNX Runtime
 (MatMulInteger for int8 GEMMs; MatMul and Conv for fp32 GEMMs and convolutions) and numpy's BLAS for
 fp32 GEMMs. Usage (repository root):
 
@@ -33,7 +33,7 @@ from ms_heron.baselines import (
     onnxruntime_matmul_integer,
     onnxruntime_operator,
 )
-from ms_heron.hardware.peak import fma_peak_gops, vnni_peak_gops
+from ms_heron.hardware.peak import fma_peak_gops, int8_peak
 from ms_heron.hardware.targets import host_target, num_cores
 from ms_heron.records import record_seconds
 from ms_heron.tuning import RunSpec, Search, TuningRun
@@ -115,12 +115,12 @@ def main() -> None:
     if args.cases == ["awkward"]:
         args.cases = AWKWARD
     target = host_target()
-    peak = vnni_peak_gops(target) if args.dtype == "int8" else fma_peak_gops(target)
+    peak_unit, peak = int8_peak(target) if args.dtype == "int8" else ("FMA", fma_peak_gops(target))
     rows = []
     for trials in args.trials:
         for name in args.cases:
             workload = workloads.case(name, args.dtype)
-            row = {"case": name, "dtype": args.dtype, "trials": trials, "peak_gops": peak}
+            row = {"case": name, "dtype": args.dtype, "trials": trials, "peak_gops": peak, "peak_unit": peak_unit}
             heron_strategy = None if args.search == "heron" else "evolutionary"
             row["default"], default_lib = _tune(workload, target, trials, "metaschedule")
             row["heron"], heron_lib = _tune(workload, target, trials, "heron", heron_strategy)
@@ -138,7 +138,7 @@ def main() -> None:
 
 
 def _report(args, rows) -> None:
-    peak_name = "VNNI" if args.dtype == "int8" else "FMA"
+    peak_name = rows[0].get("peak_unit", "VNNI" if args.dtype == "int8" else "FMA")
     lines = [
         f"# ms_heron (HeronSpace + {args.search} search) vs MetaSchedule default ({args.dtype}, one run)",
         "",

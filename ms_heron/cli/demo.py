@@ -29,7 +29,7 @@ def add_parser(sub, shared: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     # pylint: disable=import-outside-toplevel
     from ..baselines import BaselineUnavailable, onnxruntime_matmul_integer_seconds, onnxruntime_operator_seconds
-    from ..hardware.peak import fma_peak_gops, vnni_peak_gops
+    from ..hardware.peak import fma_peak_gops, int8_peak
     from ..tuning.run import RunSpec, TuningRun
     from ..workloads.evaluate import build, run_and_check, time_lib
 
@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
         lib = build(run.best_schedule().mod, target)
     run_and_check(lib, workload)
     tuned = time_lib(lib, workload)
-    peak, unit = (vnni_peak_gops(target), "VNNI") if int8 else (fma_peak_gops(target), "FMA")
+    unit, peak = int8_peak(target) if int8 else ("FMA", fma_peak_gops(target))
     ort_name = "ONNX Runtime MatMulInteger" if int8 else "ONNX Runtime MatMul"
     try:
         ort_s = (

@@ -22,13 +22,13 @@ def add_parsers(sub) -> None:
 
 def run_report(args: argparse.Namespace) -> int:
     # pylint: disable=import-outside-toplevel
-    from ..hardware.peak import fma_peak_gops, vnni_peak_gops
+    from ..hardware.peak import fma_peak_gops, int8_peak
     from ..report import write
 
     run = TuningRun.open(args.work_dir)
     peak = None
     if run.spec.dtype == "int8":
-        peak = ("VNNI", vnni_peak_gops(run.target))
+        peak = int8_peak(run.target)
     elif run.spec.dtype == "fp32" and not run.spec.kernel:
         peak = ("FMA", fma_peak_gops(run.target))
     report, curve = write(run, peak)

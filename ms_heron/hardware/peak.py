@@ -18,10 +18,21 @@ from tvm.s_tir.analysis import estimate_tir_flops
 from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from tvm.target import Target
 
-from .probes import FMA_COEF, PEAK_CHAINS, best_seconds, fma_kernel, read_kernel, vnni_kernel
-from .targets import TargetError, has_vnni, is_host, largest_cache_bytes, num_cores, require_vnni, vector_bytes
+from .probes import FMA_COEF, PEAK_CHAINS, amx_kernel, best_seconds, fma_kernel, read_kernel, vnni_kernel
+from .targets import (
+    TargetError,
+    has_amx,
+    has_vnni,
+    is_host,
+    largest_cache_bytes,
+    num_cores,
+    require_vnni,
+    vector_bytes,
+)
 
 _OPS_PER_INSTR = 2 * 64  # 64 u8*s8 multiply-adds per 512-bit vpdpbusd
+_OPS_PER_TILE_PRODUCT = 2 * 16 * 16 * 64  # one tdpbusd: a 16 x 16 int32 tile over 64 steps
+_AMX_TILE_PRODUCTS = 4  # per iteration of the AMX probe
 #: What :func:`fma_chains` answers for a CPU that is not this host (a 4-cycle FMA on 2 ports).
 _DEFAULT_FMA_CHAINS = 8
 
@@ -33,6 +44,22 @@ def vnni_peak_gops(target: Target, iters: int = 2_000_000) -> float:
     cores = num_cores(target)
     best = best_seconds(vnni_kernel(cores, iters), target, np.array([0x01010101, 0x01010101], "int32"), (cores, 16))
     return cores * iters * PEAK_CHAINS * _OPS_PER_INSTR / best / 1e9
+
+
+@functools.cache
+def amx_peak_gops(target: Target, iters: int = 200_000) -> float:
+    """Peak u8 x s8 -> s32 GOPS of AMX tile products over all of the target's cores, measured now."""
+    if not has_amx(target):
+        raise TargetError(f"amx_peak_gops() needs AMX tiles this process may use; {target} has none here")
+    cores = num_cores(target)
+    best = best_seconds(amx_kernel(cores, iters), target, np.zeros(2, "int32"), (cores, 256))
+    return float(cores * iters * _AMX_TILE_PRODUCTS * _OPS_PER_TILE_PRODUCT / best / 1e9)
+
+
+def int8_peak(target: Target) -> tuple[str, float]:
+    """The int8 unit the kernels use on ``target`` and its measured peak GOPS: AMX where this host
+    runs tile code, else VNNI."""
+    return ("AMX", amx_peak_gops(target)) if has_amx(target) else ("VNNI", vnni_peak_gops(target))
 
 
 @functools.cache
@@ -64,7 +91,7 @@ def memory_bandwidth_gbps(target: Target) -> float:
 
 def bound_seconds(mod: IRModule, target: Target) -> float:
     """The least time the kernel ``mod["main"]`` can take on the host: its flops at the FMA peak (the
-    VNNI peak for a kernel of 8-bit integers on a VNNI CPU), or its arguments' bytes once through
+    :func:`int8_peak` for a kernel of 8-bit integers on a VNNI CPU), or its arguments' bytes once through
     memory at the measured bandwidth, whichever is longer. 0 for a target that is not this machine
     (nothing to measure there)."""
     if not is_host(target):
@@ -72,7 +99,7 @@ def bound_seconds(mod: IRModule, target: Target) -> float:
     args = ArgInfo.from_prim_func(mod["main"])
     moved = sum(math.prod(int(d) for d in a.shape) * DataType(a.dtype).itemsize for a in args)
     int8 = any(str(a.dtype) in ("int8", "uint8") for a in args) and has_vnni(target)
-    ops_per_s = (vnni_peak_gops(target) if int8 else fma_peak_gops(target)) * 1e9
+    ops_per_s = (int8_peak(target)[1] if int8 else fma_peak_gops(target)) * 1e9
     return float(max(estimate_tir_flops(mod) / ops_per_s, moved / (memory_bandwidth_gbps(target) * 1e9)))
 
 

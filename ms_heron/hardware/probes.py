@@ -13,6 +13,8 @@ import tvm
 from tvm.script import tirx as T
 from tvm.target import Target
 
+from ..intrinsics.amx import TILE_CONFIG as AMX_TILE_CONFIG
+
 #: Accumulator chains per core in the peak kernels: more than any core here needs (8 on Zen 4/5
 #: and Sapphire/Emerald Rapids: a 4-cycle FMA on 2 ports).
 PEAK_CHAINS = 12
@@ -47,6 +49,38 @@ def vnni_kernel(cores: int, iters: int, chains: int = PEAK_CHAINS) -> tvm.tirx.P
                             dtype="int32x16",
                         )
                 out[vc, T.ramp(0, 1, 16)] = acc[T.ramp(0, 1, 16)]
+
+    return probe
+
+
+def amx_kernel(cores: int, iters: int) -> tvm.tirx.PrimFunc:
+    """Four independent AMX ``tdpbusd`` accumulator tiles per core (16 x 16 int32 each, fed by two
+    A and two B tiles, all zeroed by ``ldtilecfg``), ``iters`` times; ``out[core]`` receives the
+    first accumulator."""
+
+    def tile(name: str, *args):
+        return T.call_llvm_intrin("void", f"llvm.x86.{name}", *args)
+
+    @T.prim_func(s_tir=True)
+    def probe(coef: T.Buffer((2,), "int32"), out: T.Buffer((cores, 256), "int32")):
+        T.func_attr({"global_symbol": "main", "tirx.noalias": True})
+        for c in T.parallel(cores):
+            with T.sblock("core"):
+                vc = T.axis.spatial(cores, c)
+                config = T.sblock_alloc_buffer((8,), "uint64", scope="local")
+                for w in range(8):
+                    config[w] = T.uint64(0)
+                config[0] = T.uint64(AMX_TILE_CONFIG[0])
+                config[2] = T.uint64(AMX_TILE_CONFIG[2])
+                config[3] = T.uint64(AMX_TILE_CONFIG[3])
+                config[6] = T.uint64(AMX_TILE_CONFIG[6])
+                T.evaluate(tile("ldtilecfg", T.address_of(config[0])))
+                for _t in range(iters):
+                    T.evaluate(tile("tdpbusd", T.uint8(0), T.uint8(4), T.uint8(6)))
+                    T.evaluate(tile("tdpbusd", T.uint8(1), T.uint8(4), T.uint8(7)))
+                    T.evaluate(tile("tdpbusd", T.uint8(2), T.uint8(5), T.uint8(6)))
+                    T.evaluate(tile("tdpbusd", T.uint8(3), T.uint8(5), T.uint8(7)))
+                T.evaluate(tile("tilestored64", T.uint8(0), T.address_of(out[vc, 0]), T.int64(64)))
 
     return probe
 

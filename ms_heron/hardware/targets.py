@@ -6,10 +6,12 @@ names, so a new CPU or GPU works as soon as LLVM and TVM know it.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import platform
 import re
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -151,6 +153,32 @@ def num_cores(target: Target) -> int:
 def has_vnni(target: Target) -> bool:
     """Whether the target's CPU has AVX-512 VNNI (``vpdpbusd``), from LLVM's feature set."""
     return is_cpu(target) and bool(codegen.target_has_features("avx512vnni", target))
+
+
+def has_amx(target: Target) -> bool:
+    """Whether AMX-INT8 tile code (``tdpbusd``) can run for ``target`` here: the target is this
+    machine, LLVM lists ``amx-int8`` for its CPU, and the OS granted this process the tile state.
+
+    Only this machine counts because the OS's grant is a property of the running system (a VM may
+    report AMX in CPUID and still refuse it); elsewhere the int8 kernels use VNNI.
+    """
+    return is_host(target) and bool(codegen.target_has_features("amx-int8", target)) and request_amx_tile_state()
+
+
+@functools.cache
+def request_amx_tile_state() -> bool:
+    """Ask Linux for this process's permission to use AMX tile data (``arch_prctl`` with
+    ``ARCH_REQ_XCOMP_PERM``; without it the first tile instruction kills the process). True when
+    granted. The grant holds for the whole process, so every thread of TVM's pool may use tiles."""
+    if sys.platform != "linux" or platform.machine() != "x86_64":
+        return False
+    import ctypes  # pylint: disable=import-outside-toplevel
+
+    sys_arch_prctl, arch_req_xcomp_perm, xfeature_xtiledata = 158, 0x1023, 18
+    try:
+        return ctypes.CDLL(None, use_errno=True).syscall(sys_arch_prctl, arch_req_xcomp_perm, xfeature_xtiledata) == 0
+    except (OSError, AttributeError):
+        return False
 
 
 def require_vnni(target: Target) -> None:

@@ -2,7 +2,8 @@
 out once every sampled decision of the program is known."""
 
 from .pack_panels import PackPanels
+from .tile_init import VectorizeTileInit
 from .unroll_tiles import UnrollTiles
 from .vector_loops import DisallowBlocksInVectorLoops, blocks_in_vector_loops
 
-__all__ = ["DisallowBlocksInVectorLoops", "PackPanels", "UnrollTiles", "blocks_in_vector_loops"]
+__all__ = ["DisallowBlocksInVectorLoops", "PackPanels", "UnrollTiles", "VectorizeTileInit", "blocks_in_vector_loops"]

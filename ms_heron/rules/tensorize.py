@@ -1,4 +1,6 @@
-"""Heron's Tensorize rule (VNNI on CPU here; WMMA joins with the GPU path)."""
+"""Heron's Tensorize rule (AMX and VNNI on CPU here; WMMA joins with the GPU path)."""
+
+import itertools
 
 from tvm import tirx
 from tvm.s_tir import Schedule, TensorIntrin
@@ -7,8 +9,15 @@ from tvm.s_tir.schedule import SBlockRV, ScheduleError
 from tvm.s_tir.schedule.analysis import get_tensorize_loop_mapping
 from tvm.s_tir.schedule.transform import tile_with_tensor_intrin
 
-from ..hardware.targets import has_vnni
-from ..intrinsics import VNNI_INTRIN, VNNI_MAX_PADDING_WASTE, ensure_registered
+from ..hardware.targets import has_amx, has_vnni
+from ..intrinsics import (
+    AMX_MAX_PADDING_WASTE,
+    VNNI_INTRIN,
+    VNNI_MAX_PADDING_WASTE,
+    ensure_registered,
+    is_amx,
+    register_all_amx,
+)
 from ..schedule.analysis import extents, is_tiled, padded_volume_ratio
 from ..schedule.annotations import AUTO_TENSORIZE, BLOCKIZED, iter_kinds
 from ..schedule.operand_layout import match_operands, prepare_operands
@@ -17,8 +26,11 @@ from .base import HeronRule
 
 
 def intrinsics_for(target) -> list[str]:
-    """Tensor intrinsics this target can execute, best first."""
-    return [VNNI_INTRIN] if target is not None and has_vnni(target) else []
+    """Tensor intrinsics this target can execute, best first: AMX's (deepest reduction first) where
+    this host runs tile code, then VNNI's."""
+    if target is None or not has_vnni(target):
+        return []
+    return [*(register_all_amx() if has_amx(target) else []), VNNI_INTRIN]
 
 
 def matching_intrinsics(sch: Schedule, block: SBlockRV, target) -> list[str]:
@@ -54,6 +66,10 @@ class Tensorize(HeronRule):
     (MetaSchedule's RewriteTensorize postproc does the final ``tensorize``). Later rules tile and
     cache the outer ``<name>_o`` block.
 
+    The intrinsics come in families (AMX tiles of every reduction depth, VNNI): the first of each
+    family that fits makes a design space of its own, so that on an AMX host the search measures a
+    tile kernel against a VNNI one instead of the rule guessing which is faster for this shape.
+
     Parameters
     ----------
     intrinsics
@@ -84,35 +100,58 @@ class Tensorize(HeronRule):
         candidates = self._candidates()
         if candidates:
             ensure_registered()
-        for intrin in candidates:
-            desc = TensorIntrin.get(intrin).desc
-            if _dtypes(sch, block) != _desc_dtypes(desc):
-                continue
-            work = self._padded_to_intrinsic(sch, block, desc)
-            mapping = get_tensorize_loop_mapping(work, block, desc) if work is not None else None
-            operands = match_operands(work, block, desc, mapping) if mapping is not None else None
-            if operands is None or not prepare_operands(work, block, operands):
-                continue
-            inner = tile_with_tensor_intrin(work, block, intrin)
-            if inner is None:
-                continue
-            outer = work.blockize(inner)
-            work.annotate(outer, AUTO_TENSORIZE, intrin)
-            work.annotate(block, BLOCKIZED, 1)
-            return [work]
-        return [sch]
+        spaces = []
+        for _, family in itertools.groupby(candidates, key=is_amx):
+            space = next((work for work in map(lambda i: self._tensorized(sch, block, i), family) if work), None)
+            if space is not None:
+                spaces.append(space)
+        return spaces or [sch]
 
-    def _padded_to_intrinsic(self, sch: Schedule, block: SBlockRV, desc) -> Schedule | None:
-        """``sch`` itself when the intrinsic's tiles divide the block, a padded copy when padding
-        makes them divide within the waste bound, else None."""
+    def _tensorized(self, sch: Schedule, block: SBlockRV, intrin: str) -> Schedule | None:
+        """A copy of ``sch`` with ``block`` split for ``intrin`` and marked for tensorizing, or None."""
+        desc = TensorIntrin.get(intrin).desc
+        if _dtypes(sch, block) != _desc_dtypes(desc):
+            return None
+        # AMX pads rows only: a reduction padded to a deep tile wastes what a shallower one saves.
+        amx = is_amx(intrin)
+        work = self._padded_to_intrinsic(
+            sch,
+            block,
+            desc,
+            min(self.max_waste, AMX_MAX_PADDING_WASTE) if amx else self.max_waste,
+            pad_reduction=not amx,
+        )
+        # AMX reads VNNI's packed operands (see ms_heron.intrinsics.amx): VNNI's tile matches them.
+        layout = TensorIntrin.get(VNNI_INTRIN).desc if amx else desc
+        mapping = get_tensorize_loop_mapping(work, block, layout) if work is not None else None
+        operands = match_operands(work, block, layout, mapping) if mapping is not None else None
+        if operands is None or not prepare_operands(work, block, operands, panels_in_tile_order=amx):
+            return None
+        inner = tile_with_tensor_intrin(work, block, intrin)
+        if inner is None:
+            return None
+        outer = work.blockize(inner)
+        work.annotate(outer, AUTO_TENSORIZE, intrin)
+        work.annotate(block, BLOCKIZED, 1)
+        return work
+
+    def _padded_to_intrinsic(
+        self, sch: Schedule, block: SBlockRV, desc, max_waste: float, *, pad_reduction: bool
+    ) -> Schedule | None:
+        """A copy of ``sch`` (to be split for the intrinsic), padded when the intrinsic's tiles
+        divide the block only after padding within ``max_waste`` (and, unless ``pad_reduction``,
+        on spatial iterators alone); None when they cannot."""
         mapping = get_tensorize_loop_mapping(sch, block, desc, allow_padding=self.pad)
         if mapping is None:
             return None
         paddings = mapping.block_iter_paddings
         if paddings is None:
-            return sch
+            return sch.copy()
         multiples = [int(p) for p in paddings]
-        if padded_volume_ratio(extents(sch.get(block)), multiples) > 1 + self.max_waste:
+        sizes = extents(sch.get(block))
+        if padded_volume_ratio(sizes, multiples) > 1 + max_waste:
+            return None
+        if not pad_reduction and any(k == "R" and e % m for k, e, m in zip(iter_kinds(sch, block), sizes, multiples)):
             return None
         padded = sch.copy()
         try:

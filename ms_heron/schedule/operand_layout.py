@@ -48,14 +48,23 @@ class Operand:
         shape = [int(s) for s in self.buffer.shape[len(self.indices) - n :]]
         return shape[1:] == self.tile_shape[1:]
 
-    def packed_index_map(self):
-        """``lambda *idx: [outer dims, tile dims]`` with each tiled dim split by its tile extent."""
+    def packed_index_map(self, *, panels_in_tile_order: bool = False):
+        """``lambda *idx: [outer dims, tile dims]`` with each tiled dim split by its tile extent.
+
+        The outer parts stay in the buffer's dim order, or with ``panels_in_tile_order`` follow the
+        untiled dims in the tile's order: ``W[k, n]`` for a ``[16 n, 4 k]`` tile packs as
+        ``[n // 16, k // 4, n % 16, k % 4]`` whichever way the weight was stored (AMX's B tile is 16
+        consecutive ``k // 4`` rows of one ``n // 16`` panel).
+        """
         dims = {}
         for var, extent in zip(self.tile_vars, self.tile_shape):
             dims[next(d for d, i in enumerate(self.indices) if _is_var(i, var))] = extent
 
         def index_map(*idx):
-            outer = [idx[d] // dims[d] if d in dims else idx[d] for d in range(len(idx))]
+            if panels_in_tile_order:
+                outer = [idx[d] for d in range(len(idx)) if d not in dims] + [idx[d] // e for d, e in dims.items()]
+            else:
+                outer = [idx[d] // dims[d] if d in dims else idx[d] for d in range(len(idx))]
             return [*outer, *(idx[d] % extent for d, extent in dims.items())]
 
         return index_map
@@ -149,10 +158,12 @@ def _used_vars(region) -> list:
     return [v for rng in region.region for v in tirx.analysis.undefined_vars(rng.min)]
 
 
-def prepare_operands(sch: Schedule, block: SBlockRV, operands: list[Operand]) -> bool:
+def prepare_operands(
+    sch: Schedule, block: SBlockRV, operands: list[Operand], *, panels_in_tile_order: bool = False
+) -> bool:
     """Make every operand readable in place, packing layout-free weights (once, at compile time)
     and intermediate buffers (a padded copy: its producer writes the packed layout, no extra pass);
-    False if impossible.
+    False if impossible. ``panels_in_tile_order``: see :meth:`Operand.packed_index_map`.
 
     Checks first and changes the schedule only when all operands will fit.
     """
@@ -170,13 +181,14 @@ def prepare_operands(sch: Schedule, block: SBlockRV, operands: list[Operand]) ->
         if not intermediate:
             copy = sch.cache_read(block, op.read_index, "global")
             sch.annotate(copy, LAYOUT_REWRITE_PREPROC, 1)
-        sch.transform_layout(block, ("read", op.read_index), op.packed_index_map())
+        index_map = op.packed_index_map(panels_in_tile_order=panels_in_tile_order)
+        sch.transform_layout(block, ("read", op.read_index), index_map)
         if intermediate:
-            _write_in_packed_order(sch, block, op)
+            _write_in_packed_order(sch, block, op, index_map)
     return True
 
 
-def _write_in_packed_order(sch: Schedule, block: SBlockRV, op: Operand) -> None:
+def _write_in_packed_order(sch: Schedule, block: SBlockRV, op: Operand, packed_index_map) -> None:
     """Make the copy that writes a packed operand iterate in the packed order, its tile marked for
     unrolling (the UnrollTiles postproc unrolls it wherever the copy's sampled place puts it).
 
@@ -190,7 +202,7 @@ def _write_in_packed_order(sch: Schedule, block: SBlockRV, op: Operand) -> None:
     if producer is None:
         return
     iters = sch.get(producer).iter_vars
-    index_map = IndexMap.from_func(op.packed_index_map(), ndim=len(iters), index_dtype=str(iters[0].var.ty))
+    index_map = IndexMap.from_func(packed_index_map, ndim=len(iters), index_dtype=str(iters[0].var.ty))
     try:
         sch.transform_block_layout(producer, index_map)
     except ScheduleError:  # the copy's iterators are not the buffer's dims: leave its order

@@ -3,7 +3,7 @@
 MetaSchedule's gradient scheduler gives every task a first round, then follows each task's recent
 improvement. Under a budget of minutes most tasks get one or two rounds, so what matters is which
 ones. ExpectedGain holds each task's best kernel against its bound (:func:`~ms_heron.hardware.peak.
-bound_seconds`: the FMA or VNNI peak for its flops, the measured memory bandwidth for its bytes)
+bound_seconds`: the FMA or int8 (AMX or VNNI) peak for its flops, the measured memory bandwidth for its bytes)
 and gives the next round to the task with the most model latency left above its bound:
 
     gain = calls x (best - bound) x discount ** (rounds in a row that did not improve the best)

@@ -22,6 +22,7 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.runner import local_runner, rpc_runner
 
 from ..errors import HeronError
+from ..hardware.targets import request_amx_tile_state
 from .budget import DEFAULT_TIMEOUT_S, BudgetedRunner
 
 
@@ -80,11 +81,13 @@ def cold_seconds(rt_mod, args_info: list, repeat: int = 10) -> float:
 
 
 def local_runner_for(*, cold: bool = False, timeout_s: float = DEFAULT_TIMEOUT_S) -> ms.runner.LocalRunner:
-    """A LocalRunner: MetaSchedule's timing, or cold weights (see :func:`evaluator_config`)."""
+    """A LocalRunner: MetaSchedule's timing, or cold weights (see :func:`evaluator_config`). Its
+    worker processes ask the OS for the AMX tile state first, as the tuning process did."""
     return ms.runner.LocalRunner(
         timeout_sec=timeout_s,
         evaluator_config=evaluator_config(cold=cold),
         f_run_evaluator=cold_call_seconds if cold else None,
+        initializer=request_amx_tile_state,
     )
 
 
