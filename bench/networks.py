@@ -23,6 +23,7 @@ import json
 import logging
 import math
 import pathlib
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -108,10 +109,17 @@ def _estimate_sampler(out: pathlib.Path, kernels: list[dict]):
 
 
 def _tune_and_export(
-    name: str, budgets: dict[str, float], out: pathlib.Path, work_root: pathlib.Path, seed: int, retime: bool
+    name: str,
+    budgets: dict[str, float],
+    out: pathlib.Path,
+    work_root: pathlib.Path,
+    seed: int,
+    retime: bool,
+    baseline_from: pathlib.Path | None = None,
 ) -> tuple[dict, dict]:
-    """Both arms tuned (or, ``retime``, as they stand), their models at the race points compiled and
-    exported to ``out``; the result row and, per arm, its final tasks' exported kernels."""
+    """Both arms tuned (or, ``retime``, as they stand; the baseline copied from ``baseline_from``'s
+    finished run), their models at the race points compiled and exported to ``out``; the result row
+    and, per arm, its final tasks' exported kernels."""
     # pylint: disable=import-outside-toplevel
     from ms_heron.records import first_records
     from ms_heron.tuning.run import RunSpec, TuningRun
@@ -124,12 +132,14 @@ def _tune_and_export(
     run = TuningRun.create(
         work_root / name, RunSpec.of_model(work_root / f"{name}.onnx", model.input_shapes(), host_target(), seed)
     )
+    if baseline_from is not None:
+        shutil.copytree(baseline_from / name / "baseline", work_root / name / "baseline", dirs_exist_ok=True)
     row = {"per task": {}, "race": {}, "curve": {}}
     kernels = {}
     for arm, arm_run in zip(ARMS, (run, run.baseline())):
         state = (
             arm_run.progress()[-1]
-            if retime
+            if retime or (baseline_from is not None and arm_run is not run)
             else arm_run.tune(
                 TRIALS,
                 search="heron" if arm_run is run else "metaschedule",
@@ -281,6 +291,12 @@ def main() -> None:
         action="store_true",
         help="time the runs already under --work-root again without tuning (when the machine was disturbed)",
     )
+    parser.add_argument(
+        "--baseline-from",
+        metavar="WORK_ROOT",
+        help="take MetaSchedule default's finished run from this earlier --work-root instead of tuning it again "
+        "(its code is TVM's, unchanged by ms_heron's commits); it is timed afresh with the others",
+    )
     parser.add_argument("--out", default=str(results_io.DEFAULT_DIR))
     parser.add_argument("--time-exported", metavar="DIR", help=argparse.SUPPRESS)  # the fresh timing process
     args = parser.parse_args()
@@ -300,7 +316,10 @@ def main() -> None:
     work_root = pathlib.Path(args.work_root or tempfile.mkdtemp(prefix="ms_heron_networks_"))
     print(f"runs under {work_root}", flush=True)
     with tempfile.TemporaryDirectory(prefix="ms_heron_networks_") as tmp:
-        row, kernels = _tune_and_export(args.network, budgets, pathlib.Path(tmp), work_root, args.seed, args.retime)
+        baseline_from = pathlib.Path(args.baseline_from) if args.baseline_from else None
+        row, kernels = _tune_and_export(
+            args.network, budgets, pathlib.Path(tmp), work_root, args.seed, args.retime, baseline_from
+        )
         (pathlib.Path(tmp) / "labels.json").write_text(
             json.dumps([p["label"] for ps in row["race"].values() for p in ps])
         )
