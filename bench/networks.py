@@ -236,6 +236,7 @@ def _markdown(data: dict, budget: str) -> list[str]:
     for name, r in data.items():
         ours, default, ort = r["ms_heron ms"], r["MetaSchedule default ms"], r["ONNX Runtime ms"]
         commit = r["commit"] + (f" (timed at {r['timed at']})" if "timed at" in r else "")
+        commit += " (MS default's run reused)" if r.get("baseline reused") else ""
         lines.append(
             f"| {name} | {r['cpu']} | {commit} | {r['tasks']} | {ours:.2f} | {default:.2f} | {ort:.2f} "
             f"| **{default / ours:.2f}x** | **{ort / ours:.2f}x** | "
@@ -336,6 +337,8 @@ def main() -> None:
     if args.retime and args.network in data:  # the records are the tuned commit's; the timing is this one's
         row["timed at"], commit = commit, data[args.network]["commit"]
     data[args.network] = {**row, "commit": commit, "cpu": host_cpu_model()}
+    if args.baseline_from:
+        data[args.network]["baseline reused"] = True
     pathlib.Path(args.out).mkdir(parents=True, exist_ok=True)  # the plot is written before results_io's files
     _plot(args.network, data[args.network], pathlib.Path(args.out) / f"{stem}_{args.network}_race.png")
     results_io.write(args.out, stem, _markdown(data, args.budget), data)

@@ -27,7 +27,7 @@ _use_all_physical_cores()
 __version__ = "0.1.0"
 
 from .errors import HeronError  # noqa: E402  (after the thread-pool set-up above)
-from .hardware.targets import request_amx_tile_state  # noqa: E402
+from .hardware.amx import request_amx_tile_state  # noqa: E402
 from .intrinsics import register_all_amx, register_vnni  # noqa: E402
 from .search import HeronSearch  # noqa: E402
 from .space import HeronSpace  # noqa: E402

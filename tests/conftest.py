@@ -6,7 +6,7 @@ import sys
 import pytest
 from tvm.s_tir import meta_schedule as ms
 
-from ms_heron.hardware.targets import cpu_name, has_vnni, host_target, native_dtype
+from ms_heron.hardware.targets import cpu_name, has_amx, has_vnni, host_target, native_dtype
 
 #: Small shapes of every family that still exercise their index arithmetic (stride, pad, dilation).
 SMALL_SHAPES = {
@@ -40,6 +40,15 @@ def vnni_target(cpu_target):
     if not has_vnni(cpu_target):
         pytest.skip(f"the host CPU ({cpu_name(cpu_target)}) has no AVX-512 VNNI to run vpdpbusd on")
     return cpu_target
+
+
+@pytest.fixture(scope="session")
+def amx_target(vnni_target):
+    """This machine, for tests that run AMX tile code; skipped, and reported so, where the CPU has
+    no AMX-INT8 or the OS refuses this process the tile state (Zen 4 and 5 have none)."""
+    if not has_amx(vnni_target):
+        pytest.skip(f"the host CPU ({cpu_name(vnni_target)}) runs no AMX tile code here")
+    return vnni_target
 
 
 def timing_out_runner():

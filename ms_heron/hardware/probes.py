@@ -13,7 +13,7 @@ import tvm
 from tvm.script import tirx as T
 from tvm.target import Target
 
-from ..intrinsics.amx import TILE_CONFIG as AMX_TILE_CONFIG
+from .amx import TILE_CONFIG as AMX_TILE_CONFIG
 
 #: Accumulator chains per core in the peak kernels: more than any core here needs (8 on Zen 4/5
 #: and Sapphire/Emerald Rapids: a 4-cycle FMA on 2 ports).

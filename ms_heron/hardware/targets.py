@@ -6,18 +6,17 @@ names, so a new CPU or GPU works as soon as LLVM and TVM know it.
 
 from __future__ import annotations
 
-import functools
 import math
 import os
 import platform
 import re
-import sys
 from dataclasses import dataclass
 from typing import Any
 
 from tvm.target import Target, codegen
 
 from ..errors import HeronError
+from .amx import request_amx_tile_state
 
 
 class TargetError(HeronError, ValueError):
@@ -163,22 +162,6 @@ def has_amx(target: Target) -> bool:
     report AMX in CPUID and still refuse it); elsewhere the int8 kernels use VNNI.
     """
     return is_host(target) and bool(codegen.target_has_features("amx-int8", target)) and request_amx_tile_state()
-
-
-@functools.cache
-def request_amx_tile_state() -> bool:
-    """Ask Linux for this process's permission to use AMX tile data (``arch_prctl`` with
-    ``ARCH_REQ_XCOMP_PERM``; without it the first tile instruction kills the process). True when
-    granted. The grant holds for the whole process, so every thread of TVM's pool may use tiles."""
-    if sys.platform != "linux" or platform.machine() != "x86_64":
-        return False
-    import ctypes  # pylint: disable=import-outside-toplevel
-
-    sys_arch_prctl, arch_req_xcomp_perm, xfeature_xtiledata = 158, 0x1023, 18
-    try:
-        return ctypes.CDLL(None, use_errno=True).syscall(sys_arch_prctl, arch_req_xcomp_perm, xfeature_xtiledata) == 0
-    except (OSError, AttributeError):
-        return False
 
 
 def require_vnni(target: Target) -> None:

@@ -23,20 +23,18 @@ from tvm import tirx
 from tvm.s_tir import TensorIntrin
 from tvm.script import tirx as T
 
+from ..hardware.amx import TILE_CONFIG
+
 #: The block one call computes: two by two 16 x 16 int32 tiles.
 ROWS = COLS = 32
 #: Reduction per ``tdpbusd``: a 16-row A tile holds 64 bytes per row.
 STEP = 64
 #: Deepest reduction one call covers (in steps): 16 x 64 = 1024.
 MAX_DEPTH = 16
-#: The largest share of extra work padding a block to AMX's 32-row tiles may add before the
-#: Tensorize rule leaves the block to VNNI: past it the wasted tile rows cost more than AMX saves.
+#: The largest share of extra work padding a block to AMX's 32-row tiles may add; past it the
+#: Tensorize rule leaves the block to VNNI alone. A cautious start, not a measured break-even: the
+#: VNNI space is made either way, so a tile space refused here loses at most a faster kernel.
 MAX_PADDING_WASTE = 0.25
-
-#: ``ldtilecfg``'s 64-byte configuration as eight little-endian u64 words: palette 1; eight tiles
-#: of 16 rows by 64 bytes (the column widths at bytes 16-31, the row counts at bytes 48-55).
-TILE_CONFIG = (1, 0, 0x0040_0040_0040_0040, 0x0040_0040_0040_0040, 0, 0, 0x1010_1010_1010_1010, 0)
-
 
 _PREFIX = "ms_heron_amx_u8s8s32_"
 

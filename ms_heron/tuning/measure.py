@@ -22,7 +22,7 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.runner import local_runner, rpc_runner
 
 from ..errors import HeronError
-from ..hardware.targets import request_amx_tile_state
+from ..hardware.amx import request_amx_tile_state
 from .budget import DEFAULT_TIMEOUT_S, BudgetedRunner
 
 

@@ -1,0 +1,31 @@
+"""What running AMX tile code takes beyond the CPU: the OS's grant, and the tile configuration.
+
+Both the probe kernels and the tensor intrinsics (:mod:`ms_heron.intrinsics.amx`) load the same
+configuration: eight tiles of 16 rows by 64 bytes, the shape ``tdpbusd`` multiplies in full.
+"""
+
+from __future__ import annotations
+
+import functools
+import platform
+import sys
+
+#: ``ldtilecfg``'s 64-byte configuration as eight little-endian u64 words: palette 1; eight tiles
+#: of 16 rows by 64 bytes (the column widths at bytes 16-31, the row counts at bytes 48-55).
+TILE_CONFIG = (1, 0, 0x0040_0040_0040_0040, 0x0040_0040_0040_0040, 0, 0, 0x1010_1010_1010_1010, 0)
+
+
+@functools.cache
+def request_amx_tile_state() -> bool:
+    """Ask Linux for this process's permission to use AMX tile data (``arch_prctl`` with
+    ``ARCH_REQ_XCOMP_PERM``; without it the first tile instruction kills the process). True when
+    granted. The grant holds for the whole process, so every thread of TVM's pool may use tiles."""
+    if sys.platform != "linux" or platform.machine() != "x86_64":
+        return False
+    import ctypes  # pylint: disable=import-outside-toplevel
+
+    sys_arch_prctl, arch_req_xcomp_perm, xfeature_xtiledata = 158, 0x1023, 18
+    try:
+        return ctypes.CDLL(None, use_errno=True).syscall(sys_arch_prctl, arch_req_xcomp_perm, xfeature_xtiledata) == 0
+    except (OSError, AttributeError):
+        return False

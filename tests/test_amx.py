@@ -1,0 +1,135 @@
+"""AMX-INT8 tile kernels: the intrinsic, the Tensorize rule's tile space, the OS's tile state, the peak."""
+
+import subprocess
+import sys
+
+import pytest
+from rule_helpers import stock_design_spaces
+from tvm.s_tir import Schedule
+from tvm.s_tir.schedule.transform import tile_with_tensor_intrin
+from tvm.target import Target
+
+from ms_heron import workloads
+from ms_heron.hardware.peak import amx_peak_gops, int8_peak, vnni_peak_gops
+from ms_heron.hardware.targets import TargetError, has_amx
+from ms_heron.intrinsics import VNNI_INTRIN, ensure_registered, is_amx
+from ms_heron.intrinsics.amx import intrinsic_name
+from ms_heron.rules import Tensorize
+from ms_heron.schedule.annotations import AUTO_TENSORIZE
+from ms_heron.tuning.api import best_schedule, tune_workload
+from ms_heron.workloads.evaluate import build, run_and_check
+
+#: A VNNI CPU that is not this machine: the OS's tile grant cannot be asked for it.
+OTHER_CPU = Target({"kind": "llvm", "mcpu": "znver4", "num-cores": 2})
+
+
+def _tensorized_gemm(M: int, N: int, K: int, depth: int):
+    """The suite's int8 GEMM (weights already in VNNI's packed layout) split by hand for the AMX
+    intrinsic of reduction ``64 * depth``."""
+    ensure_registered()
+    workload = workloads.gemm(M=M, N=N, K=K)
+    sch = Schedule(workload.func)
+    block = sch.get_sblock("C")
+    outer = sch.blockize(tile_with_tensor_intrin(sch, block, intrinsic_name(depth)))
+    sch.decompose_reduction(outer, sch.get_loops(outer)[-1])
+    sch.tensorize(outer, intrinsic_name(depth))
+    return workload, sch
+
+
+def _intrinsics(spaces) -> list[str]:
+    return [
+        str(inst.inputs[1])
+        for space in spaces
+        for inst in space.trace.insts
+        if inst.kind.name == "Annotate" and str(inst.attrs[0]) == AUTO_TENSORIZE
+    ]
+
+
+@pytest.mark.parametrize(("K", "depth"), [(64, 1), (192, 3), (1024, 16)])
+def test_the_tile_product_is_bit_exact_at_every_reduction_depth(K, depth, amx_target):
+    workload, sch = _tensorized_gemm(64, 64, K, depth)
+    lib = build(sch.mod, amx_target)
+    assert "tdpbusd" in lib.mod.inspect_source("asm")
+    for seed in range(2):
+        run_and_check(lib, workload, seed=seed)
+
+
+def test_on_an_amx_host_an_int8_gemm_gets_a_tile_space_beside_the_vnni_one(amx_target):
+    """The deepest reduction that divides K without padding it: 768 = 12 x 64 (a 15-deep tile
+    would pad 768 to 960, within the row-padding allowance but all wasted multiply-adds)."""
+    spaces = stock_design_spaces(workloads.gemm(M=32, N=32, K=768).func, [Tensorize()], amx_target)
+    assert sorted(_intrinsics(spaces)) == sorted([intrinsic_name(12), VNNI_INTRIN])
+
+
+def test_rows_that_would_be_mostly_padding_stay_with_vnni(amx_target):
+    """8 rows padded to AMX's 32 would quadruple the work: only the VNNI space is made."""
+    spaces = stock_design_spaces(workloads.gemm(M=8, N=32, K=64).func, [Tensorize()], amx_target)
+    assert _intrinsics(spaces) == [VNNI_INTRIN]
+
+
+def test_a_cpu_that_is_not_this_host_gets_vnni_only(cpu_target):
+    """Whether tile code may run is the running system's grant, so another CPU (here Zen 4, compiled
+    for and not run) never gets AMX, whatever this host has; no skip, it holds on every host."""
+    assert not has_amx(OTHER_CPU)
+    spaces = stock_design_spaces(workloads.gemm(M=32, N=32, K=64).func, [Tensorize()], OTHER_CPU)
+    assert _intrinsics(spaces) == [VNNI_INTRIN]
+    assert not any(is_amx(name) for name in _intrinsics(spaces))
+
+
+def test_the_amx_peak_needs_amx_and_names_why():
+    with pytest.raises(TargetError, match="amx_peak_gops\\(\\) needs AMX tiles this process may use"):
+        amx_peak_gops(OTHER_CPU)
+
+
+def test_int8_bounds_use_the_amx_peak_where_tiles_run(amx_target):
+    """Bounds held against the VNNI peak would call a tile kernel "at its bound" while it runs at a
+    fraction of the tile units' rate, and the budget split would stop tuning it."""
+    unit, peak = int8_peak(amx_target)
+    assert unit == "AMX"
+    assert peak > 2 * vnni_peak_gops(amx_target)
+
+
+def test_tuning_measures_tile_kernels_in_the_runner_workers(amx_target, tmp_path):
+    """The runner's worker processes get the OS's tile grant (a worker without it dies on the first
+    tile instruction, and every AMX candidate would be recorded as failed); the best AMX record
+    replays and computes what numpy computes."""
+    workload = workloads.gemm(M=64, N=64, K=128)
+    db = tune_workload(workload, amx_target, str(tmp_path), 16, num_trials_per_iter=8, seed=0)
+    amx_runs = [r.run_secs for r in db.get_all_tuning_records() if "amx" in str(r.trace)]
+    assert amx_runs, "no AMX candidate was measured"
+    assert any(min(float(s) for s in secs) < 1.0 for secs in amx_runs), "every AMX candidate failed"
+    lib = build(best_schedule(db, workload, amx_target).mod, amx_target)
+    run_and_check(lib, workload, seed=1)
+
+
+_RUN_EXPORTED = """
+import sys
+import numpy as np
+import tvm
+if sys.argv[2] == "import ms_heron":
+    import ms_heron
+lib = tvm.runtime.load_module(sys.argv[1])
+a = np.ones((64, 64), "uint8"); w = np.ones((4, 16, 16, 4), "int8"); c = np.zeros((64, 64), "int32")
+out = tvm.runtime.tensor(c)
+lib["main"](tvm.runtime.tensor(a), tvm.runtime.tensor(w), out)
+print(int(out.numpy()[0, 0]))
+"""
+
+
+def test_a_process_runs_tile_code_once_it_imported_ms_heron(amx_target, tmp_path):
+    """Linux kills a process whose first tile instruction it was not asked to allow (SIGILL);
+    importing ms_heron asks. Shown on one exported kernel, run in a fresh process each way."""
+    _, sch = _tensorized_gemm(64, 64, 64, 1)
+    path = tmp_path / "amx_gemm.so"
+    build(sch.mod, amx_target).export_library(str(path))
+
+    def run(prelude: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-c", _RUN_EXPORTED, str(path), prelude], capture_output=True, text=True, timeout=300
+        )
+
+    granted = run("import ms_heron")
+    assert granted.returncode == 0, granted.stderr[-2000:]
+    assert granted.stdout.strip().splitlines()[-1] == "64"
+    refused = run("")
+    assert refused.returncode == -4, (refused.returncode, refused.stderr[-2000:])  # SIGILL
