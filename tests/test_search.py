@@ -5,7 +5,9 @@ import pathlib
 import pytest
 import tvm_ffi
 from conftest import HOST_DTYPE, SMALL_SHAPES, timing_out_runner
+from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.meta_schedule.postproc import PyPostproc
 from tvm.s_tir.meta_schedule.runner import RunnerResult
 
 from ms_heron import HeronSearch, HeronSpace, workloads
@@ -435,3 +437,44 @@ def test_every_entry_point_tunes_with_heron_unless_told_metaschedule(cpu_target,
     assert not any(_heron_annotated(r) for r in stock.get_all_tuning_records())
     with pytest.raises(ValueError, match="search='ansor': choose 'heron'"):
         tune_func(workload.func, cpu_target, str(tmp_path / "bad"), 4, search="ansor")
+
+
+@derived_object
+class _FailsEveryOtherProgram(PyPostproc):
+    """A real TVM schedule error on every second program, as RewriteLayout raised on some int8
+    convolutions (a TVM InternalError from inside the postproc, not a False)."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def _initialize_with_tune_context(self, context) -> None:
+        pass
+
+    def apply(self, sch) -> bool:
+        self.calls += 1
+        if self.calls % 2:
+            sch.get_sblock("no_such_block")  # raises TVM's ScheduleError
+        return True
+
+    def clone(self):
+        return _FailsEveryOtherProgram()
+
+
+def test_a_postproc_that_raises_rejects_its_program_and_the_search_goes_on(cpu_target):
+    """MetaSchedule's own search drops a program whose postprocs throw; HeronSearch did not, and one
+    such program ended a 15-minute network run at its sixth minute."""
+    from ms_heron.space import default_postprocs  # pylint: disable=import-outside-toplevel
+
+    failing = _FailsEveryOtherProgram()
+    strategy = HeronSearch()
+    ctx = ms.TuneContext(
+        mod=workloads.make("gemm", "fp32", **SMALL_SHAPES["gemm"]).func,
+        target=cpu_target,
+        space_generator=HeronSpace(postprocs=[failing, *default_postprocs()]),
+        search_strategy=strategy,
+        task_name="gemm",
+        rand_state=0,
+    )
+    strategy.pre_tuning(8, 4, ctx.generate_design_space(), None, None)
+    candidates = strategy.generate_measure_candidates()
+    assert failing.calls > len(candidates) > 0

@@ -73,7 +73,8 @@ class Tensorize(HeronRule):
     Parameters
     ----------
     intrinsics
-        Intrinsic names to try, best first (None: the ones the target executes).
+        Intrinsic names to try, best first (None: the ones the target executes); consecutive AMX
+        names form one family, as do consecutive others.
     pad
         Whether awkward extents are padded to the intrinsic's tile (off: such blocks stay scalar).
     max_waste
@@ -131,6 +132,8 @@ class Tensorize(HeronRule):
         if inner is None:
             return None
         outer = work.blockize(inner)
+        if amx and not _tensorizes(work, outer, intrin):
+            return None
         work.annotate(outer, AUTO_TENSORIZE, intrin)
         work.annotate(block, BLOCKIZED, 1)
         return work
@@ -162,6 +165,20 @@ class Tensorize(HeronRule):
         except ScheduleError:  # TVM's own conditions (trivial binding, no opaque access) not met
             return None
         return padded
+
+
+def _tensorizes(sch: Schedule, outer: SBlockRV, intrin: str) -> bool:
+    """Whether ``outer`` (just blockized) tensorizes with ``intrin``, tried on a copy. AMX's tile
+    reads 32 rows of the A operand at one stride; a convolution's im2col view puts its kernel
+    window between a row and its channels, which only the final ``tensorize`` would refuse, after
+    every candidate of the space was sampled and built as scalar code."""
+    probe = sch.copy()
+    try:
+        probe.decompose_reduction(outer, probe.get_loops(outer)[0])
+        probe.tensorize(outer, intrin)
+    except (ScheduleError, IndexError):
+        return False
+    return True
 
 
 def _reindexed_reads(sch: Schedule, block: SBlockRV) -> list[SBlockRV]:

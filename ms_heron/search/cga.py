@@ -454,7 +454,12 @@ class HeronSearch(PySearchStrategy):
             return False
         program.values = decided_values(model, sch.trace)  # compute locations as TVM normalized them
         sch.enter_postproc()  # as MetaSchedule does: records' traces then split into space and postprocs
-        if not all(p.apply(sch) for p in self.postprocs):
+        try:
+            if not all(p.apply(sch) for p in self.postprocs):
+                return False
+        except RuntimeError as err:  # TVM's errors: a postproc that cannot finish this program, as in
+            # MetaSchedule's own search, rejects the program and never stops the tuning
+            logger.debug("a postproc failed on a program of space %d: %s", program.space, str(err).splitlines()[0])
             return False
         return MeasureCandidate(sch, ArgInfo.from_entry_func(sch.mod, remove_preproc=True))
 
