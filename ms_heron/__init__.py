@@ -1,8 +1,9 @@
 """ms_heron: Heron's constraint-aware auto-scheduling as a plug-in for TVM 0.27 MetaSchedule.
 
-Importing the package is cheap: it registers ms_heron's VNNI intrinsic (so its records replay
-anywhere), while TVM's tensor-intrinsic registry (~15 s) is loaded only where tuning or
-tensorizing needs it (:func:`ms_heron.intrinsics.ensure_registered`).
+Importing the package is cheap: it registers ms_heron's VNNI and AMX intrinsics (so their records
+replay anywhere) and asks the OS for the AMX tile state, while TVM's tensor-intrinsic registry
+(~15 s) is loaded only where tuning or tensorizing needs it
+(:func:`ms_heron.intrinsics.ensure_registered`).
 """
 
 import os

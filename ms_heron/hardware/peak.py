@@ -1,8 +1,9 @@
-"""Measured facts of the machine: int8 VNNI and fp32 FMA throughput, memory bandwidth, FMA latency.
+"""Measured facts of the machine: int8 AMX and VNNI and fp32 FMA throughput, memory bandwidth, FMA
+latency.
 
 They give "% of peak" figures and each model task's bound (what the budget split holds its best
 kernel against). The numbers come from the probe kernels of :mod:`ms_heron.hardware.probes`
-(independent accumulator chains of ``vpdpbusd`` or of vector FMAs on every core; a load stream
+(independent accumulator chains of AMX tile products, ``vpdpbusd`` or vector FMAs on every core; a load stream
 larger than the caches), so they need no C compiler, follow the Target's vector width and reflect
 the clock the machine runs at right now. Each is measured once per process.
 """

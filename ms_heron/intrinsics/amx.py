@@ -11,8 +11,8 @@ exactly as for VNNI, and the Tensorize rule prepares operands for both the same 
 place (row-major, any row stride), C is any row-major int32 block.
 
 Executing tile instructions needs the OS's permission (Linux ``arch_prctl``), which
-:func:`ms_heron.hardware.targets.has_amx` asks for; the Tensorize rule offers these intrinsics
-only where that succeeded.
+:func:`ms_heron.hardware.amx.request_amx_tile_state` asks for; the Tensorize rule offers these
+intrinsics only where :func:`ms_heron.hardware.targets.has_amx` says it was granted.
 """
 
 from __future__ import annotations

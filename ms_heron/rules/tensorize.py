@@ -103,7 +103,7 @@ class Tensorize(HeronRule):
             ensure_registered()
         spaces = []
         for _, family in itertools.groupby(candidates, key=is_amx):
-            space = next((work for work in map(lambda i: self._tensorized(sch, block, i), family) if work), None)
+            space = next((w for w in (self._tensorized(sch, block, i) for i in family) if w is not None), None)
             if space is not None:
                 spaces.append(space)
         return spaces or [sch]

@@ -11,6 +11,7 @@ servers). ms_heron adds two things (the time budget is :mod:`.budget`'s, storing
 
 from __future__ import annotations
 
+import functools
 import math
 import socket
 import statistics
@@ -78,6 +79,35 @@ def cold_seconds(rt_mod, args_info: list, repeat: int = 10) -> float:
     device = tvm.cpu()
     args = local_runner.default_alloc_argument(device, args_info, alloc_repeat=1)
     return statistics.mean(cold_call_seconds(rt_mod, device, evaluator_config(cold=True, repeat=repeat), args))
+
+
+@functools.cache
+def _tile_grant_library() -> str:
+    """A shared library whose ``main`` asks Linux for the AMX tile state (what
+    :func:`~ms_heron.hardware.amx.request_amx_tile_state` does), built once per process for plain
+    x86-64 so that any measuring server can load it."""
+    import tempfile  # pylint: disable=import-outside-toplevel
+
+    from tvm.script import tirx as T  # pylint: disable=import-outside-toplevel
+
+    @T.prim_func(s_tir=True)
+    def grant():
+        T.func_attr({"global_symbol": "main"})
+        T.evaluate(T.call_extern("int64", "syscall", T.int64(158), T.int64(0x1023), T.int64(18)))
+
+    path = tempfile.mkstemp(prefix="ms_heron_tile_grant_", suffix=".so")[1]
+    tvm.compile(grant, target={"kind": "llvm", "mtriple": "x86_64-linux-gnu"}).export_library(path)
+    return path
+
+
+def upload_with_tile_grant(session, local_path: str, remote_path: str):
+    """RPCRunner's module upload, after the server process asked Linux for the AMX tile state: a
+    server started without ms_heron would die on the first tile kernel, and the runner waits on a
+    dead server until its session times out."""
+    if request_amx_tile_state():  # only an x86-64 Linux host uploads it (and builds tile kernels)
+        session.upload(_tile_grant_library(), "ms_heron_tile_grant.so")
+        session.load_module("ms_heron_tile_grant.so")["main"]()
+    return rpc_runner.default_upload_module(session, local_path, remote_path)
 
 
 def local_runner_for(*, cold: bool = False, timeout_s: float = DEFAULT_TIMEOUT_S) -> ms.runner.LocalRunner:
@@ -153,6 +183,7 @@ class Tracker:
             config,
             evaluator_config(cold=cold),
             max_workers=servers,
+            f_upload_module=upload_with_tile_grant,
             f_run_evaluator=cold_call_seconds_rpc if cold else None,
         )
         return BudgetedRunner(rpc, width=servers)
