@@ -10,9 +10,24 @@ import functools
 import platform
 import sys
 
+from tvm.script import tirx as T
+
 #: ``ldtilecfg``'s 64-byte configuration as eight little-endian u64 words: palette 1; eight tiles
 #: of 16 rows by 64 bytes (the column widths at bytes 16-31, the row counts at bytes 48-55).
 TILE_CONFIG = (1, 0, 0x0040_0040_0040_0040, 0x0040_0040_0040_0040, 0, 0, 0x1010_1010_1010_1010, 0)
+
+
+@T.macro
+def load_tile_config():
+    """TVMScript that loads :data:`TILE_CONFIG` into the running thread's tile registers."""
+    config = T.alloc_buffer((8,), "uint64", scope="local")
+    for w in range(8):
+        config[w] = T.uint64(0)
+    config[0] = T.uint64(TILE_CONFIG[0])
+    config[2] = T.uint64(TILE_CONFIG[2])
+    config[3] = T.uint64(TILE_CONFIG[3])
+    config[6] = T.uint64(TILE_CONFIG[6])
+    T.evaluate(T.call_llvm_intrin("void", "llvm.x86.ldtilecfg", T.address_of(config[0])))
 
 
 @functools.cache

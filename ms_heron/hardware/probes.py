@@ -13,7 +13,7 @@ import tvm
 from tvm.script import tirx as T
 from tvm.target import Target
 
-from .amx import TILE_CONFIG as AMX_TILE_CONFIG
+from .amx import load_tile_config
 
 #: Accumulator chains per core in the peak kernels: more than any core here needs (8 on Zen 4/5
 #: and Sapphire/Emerald Rapids: a 4-cycle FMA on 2 ports).
@@ -67,14 +67,9 @@ def amx_kernel(cores: int, iters: int) -> tvm.tirx.PrimFunc:
         for c in T.parallel(cores):
             with T.sblock("core"):
                 vc = T.axis.spatial(cores, c)
-                config = T.sblock_alloc_buffer((8,), "uint64", scope="local")
-                for w in range(8):
-                    config[w] = T.uint64(0)
-                config[0] = T.uint64(AMX_TILE_CONFIG[0])
-                config[2] = T.uint64(AMX_TILE_CONFIG[2])
-                config[3] = T.uint64(AMX_TILE_CONFIG[3])
-                config[6] = T.uint64(AMX_TILE_CONFIG[6])
-                T.evaluate(tile("ldtilecfg", T.address_of(config[0])))
+                T.reads()
+                T.writes(out[vc, 0:256])
+                load_tile_config()
                 for _t in range(iters):
                     T.evaluate(tile("tdpbusd", T.uint8(0), T.uint8(4), T.uint8(6)))
                     T.evaluate(tile("tdpbusd", T.uint8(1), T.uint8(4), T.uint8(7)))

@@ -23,7 +23,7 @@ from tvm import tirx
 from tvm.s_tir import TensorIntrin
 from tvm.script import tirx as T
 
-from ..hardware.amx import TILE_CONFIG
+from ..hardware.amx import load_tile_config
 
 #: The block one call computes: two by two 16 x 16 int32 tiles.
 ROWS = COLS = 32
@@ -78,14 +78,7 @@ def _impl(a: T.handle, b: T.handle, c: T.handle) -> None:
     with T.sblock("root"):
         T.reads(C[0:ROWS, 0:COLS], A[0:ROWS, 0:kc], B[0 : COLS // 16, 0 : kc // 4, 0:16, 0:4])
         T.writes(C[0:ROWS, 0:COLS])
-        config = T.alloc_buffer((8,), "uint64", scope="local")
-        for w in range(8):
-            config[w] = T.uint64(0)
-        config[0] = T.uint64(TILE_CONFIG[0])
-        config[2] = T.uint64(TILE_CONFIG[2])
-        config[3] = T.uint64(TILE_CONFIG[3])
-        config[6] = T.uint64(TILE_CONFIG[6])
-        T.evaluate(_tile("ldtilecfg", T.address_of(config[0])))
+        load_tile_config()
         c_stride = T.Cast("int64", sc * 4)
         T.evaluate(_tile("tileloadd64", T.uint8(0), T.address_of(C[0, 0]), c_stride))
         T.evaluate(_tile("tileloadd64", T.uint8(1), T.address_of(C[0, 16]), c_stride))
