@@ -17,6 +17,11 @@ from tvm.script import tirx as T
 TILE_CONFIG = (1, 0, 0x0040_0040_0040_0040, 0x0040_0040_0040_0040, 0, 0, 0x1010_1010_1010_1010, 0)
 
 
+def tile_instruction(name: str, *args):
+    """A call of the AMX instruction ``llvm.x86.<name>`` (tile registers named by immediates)."""
+    return T.call_llvm_intrin("void", f"llvm.x86.{name}", *args)
+
+
 @T.macro
 def load_tile_config():
     """TVMScript that loads :data:`TILE_CONFIG` into the running thread's tile registers."""
@@ -27,7 +32,7 @@ def load_tile_config():
     config[2] = T.uint64(TILE_CONFIG[2])
     config[3] = T.uint64(TILE_CONFIG[3])
     config[6] = T.uint64(TILE_CONFIG[6])
-    T.evaluate(T.call_llvm_intrin("void", "llvm.x86.ldtilecfg", T.address_of(config[0])))
+    T.evaluate(tile_instruction("ldtilecfg", T.address_of(config[0])))
 
 
 @functools.cache

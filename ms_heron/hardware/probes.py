@@ -13,7 +13,7 @@ import tvm
 from tvm.script import tirx as T
 from tvm.target import Target
 
-from .amx import load_tile_config
+from .amx import load_tile_config, tile_instruction
 
 #: Accumulator chains per core in the peak kernels: more than any core here needs (8 on Zen 4/5
 #: and Sapphire/Emerald Rapids: a 4-cycle FMA on 2 ports).
@@ -58,9 +58,6 @@ def amx_kernel(cores: int, iters: int) -> tvm.tirx.PrimFunc:
     A and two B tiles, all zeroed by ``ldtilecfg``), ``iters`` times; ``out[core]`` receives the
     first accumulator."""
 
-    def tile(name: str, *args):
-        return T.call_llvm_intrin("void", f"llvm.x86.{name}", *args)
-
     @T.prim_func(s_tir=True)
     def probe(coef: T.Buffer((2,), "int32"), out: T.Buffer((cores, 256), "int32")):
         T.func_attr({"global_symbol": "main", "tirx.noalias": True})
@@ -71,11 +68,11 @@ def amx_kernel(cores: int, iters: int) -> tvm.tirx.PrimFunc:
                 T.writes(out[vc, 0:256])
                 load_tile_config()
                 for _t in range(iters):
-                    T.evaluate(tile("tdpbusd", T.uint8(0), T.uint8(4), T.uint8(6)))
-                    T.evaluate(tile("tdpbusd", T.uint8(1), T.uint8(4), T.uint8(7)))
-                    T.evaluate(tile("tdpbusd", T.uint8(2), T.uint8(5), T.uint8(6)))
-                    T.evaluate(tile("tdpbusd", T.uint8(3), T.uint8(5), T.uint8(7)))
-                T.evaluate(tile("tilestored64", T.uint8(0), T.address_of(out[vc, 0]), T.int64(64)))
+                    T.evaluate(tile_instruction("tdpbusd", T.uint8(0), T.uint8(4), T.uint8(6)))
+                    T.evaluate(tile_instruction("tdpbusd", T.uint8(1), T.uint8(4), T.uint8(7)))
+                    T.evaluate(tile_instruction("tdpbusd", T.uint8(2), T.uint8(5), T.uint8(6)))
+                    T.evaluate(tile_instruction("tdpbusd", T.uint8(3), T.uint8(5), T.uint8(7)))
+                T.evaluate(tile_instruction("tilestored64", T.uint8(0), T.address_of(out[vc, 0]), T.int64(64)))
 
     return probe
 

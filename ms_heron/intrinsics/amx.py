@@ -23,7 +23,7 @@ from tvm import tirx
 from tvm.s_tir import TensorIntrin
 from tvm.script import tirx as T
 
-from ..hardware.amx import load_tile_config
+from ..hardware.amx import load_tile_config, tile_instruction
 
 #: The block one call computes: two by two 16 x 16 int32 tiles.
 ROWS = COLS = 32
@@ -65,10 +65,6 @@ def _desc(a: T.handle, b: T.handle, c: T.handle) -> None:
                 )
 
 
-def _tile(name: str, *args):
-    return T.call_llvm_intrin("void", f"llvm.x86.{name}", *args)
-
-
 @T.prim_func(s_tir=True)
 def _impl(a: T.handle, b: T.handle, c: T.handle) -> None:
     sa, sb, sc, kc = T.int32(), T.int32(), T.int32(), T.int32()
@@ -80,23 +76,27 @@ def _impl(a: T.handle, b: T.handle, c: T.handle) -> None:
         T.writes(C[0:ROWS, 0:COLS])
         load_tile_config()
         c_stride = T.Cast("int64", sc * 4)
-        T.evaluate(_tile("tileloadd64", T.uint8(0), T.address_of(C[0, 0]), c_stride))
-        T.evaluate(_tile("tileloadd64", T.uint8(1), T.address_of(C[0, 16]), c_stride))
-        T.evaluate(_tile("tileloadd64", T.uint8(2), T.address_of(C[16, 0]), c_stride))
-        T.evaluate(_tile("tileloadd64", T.uint8(3), T.address_of(C[16, 16]), c_stride))
+        T.evaluate(tile_instruction("tileloadd64", T.uint8(0), T.address_of(C[0, 0]), c_stride))
+        T.evaluate(tile_instruction("tileloadd64", T.uint8(1), T.address_of(C[0, 16]), c_stride))
+        T.evaluate(tile_instruction("tileloadd64", T.uint8(2), T.address_of(C[16, 0]), c_stride))
+        T.evaluate(tile_instruction("tileloadd64", T.uint8(3), T.address_of(C[16, 16]), c_stride))
         for step in range(kc // STEP):
-            T.evaluate(_tile("tileloadd64", T.uint8(4), T.address_of(A[0, step * STEP]), T.Cast("int64", sa)))
-            T.evaluate(_tile("tileloadd64", T.uint8(5), T.address_of(A[16, step * STEP]), T.Cast("int64", sa)))
-            T.evaluate(_tile("tileloadd64", T.uint8(6), T.address_of(B[0, step * 16, 0, 0]), T.int64(64)))
-            T.evaluate(_tile("tileloadd64", T.uint8(7), T.address_of(B[1, step * 16, 0, 0]), T.int64(64)))
-            T.evaluate(_tile("tdpbusd", T.uint8(0), T.uint8(4), T.uint8(6)))
-            T.evaluate(_tile("tdpbusd", T.uint8(1), T.uint8(4), T.uint8(7)))
-            T.evaluate(_tile("tdpbusd", T.uint8(2), T.uint8(5), T.uint8(6)))
-            T.evaluate(_tile("tdpbusd", T.uint8(3), T.uint8(5), T.uint8(7)))
-        T.evaluate(_tile("tilestored64", T.uint8(0), T.address_of(C[0, 0]), c_stride))
-        T.evaluate(_tile("tilestored64", T.uint8(1), T.address_of(C[0, 16]), c_stride))
-        T.evaluate(_tile("tilestored64", T.uint8(2), T.address_of(C[16, 0]), c_stride))
-        T.evaluate(_tile("tilestored64", T.uint8(3), T.address_of(C[16, 16]), c_stride))
+            T.evaluate(
+                tile_instruction("tileloadd64", T.uint8(4), T.address_of(A[0, step * STEP]), T.Cast("int64", sa))
+            )
+            T.evaluate(
+                tile_instruction("tileloadd64", T.uint8(5), T.address_of(A[16, step * STEP]), T.Cast("int64", sa))
+            )
+            T.evaluate(tile_instruction("tileloadd64", T.uint8(6), T.address_of(B[0, step * 16, 0, 0]), T.int64(64)))
+            T.evaluate(tile_instruction("tileloadd64", T.uint8(7), T.address_of(B[1, step * 16, 0, 0]), T.int64(64)))
+            T.evaluate(tile_instruction("tdpbusd", T.uint8(0), T.uint8(4), T.uint8(6)))
+            T.evaluate(tile_instruction("tdpbusd", T.uint8(1), T.uint8(4), T.uint8(7)))
+            T.evaluate(tile_instruction("tdpbusd", T.uint8(2), T.uint8(5), T.uint8(6)))
+            T.evaluate(tile_instruction("tdpbusd", T.uint8(3), T.uint8(5), T.uint8(7)))
+        T.evaluate(tile_instruction("tilestored64", T.uint8(0), T.address_of(C[0, 0]), c_stride))
+        T.evaluate(tile_instruction("tilestored64", T.uint8(1), T.address_of(C[0, 16]), c_stride))
+        T.evaluate(tile_instruction("tilestored64", T.uint8(2), T.address_of(C[16, 0]), c_stride))
+        T.evaluate(tile_instruction("tilestored64", T.uint8(3), T.address_of(C[16, 16]), c_stride))
 
 
 def _of_depth(func, depth: int):
