@@ -163,14 +163,14 @@ def main() -> None:
         f"Geometric mean ms_heron / MetaSchedule default: **{results_io.geomean(ratios):.2f}x** "
         f"({sum(x >= 1.0 for x in ratios)} of {len(ratios)} models >= 1.0x).",
     ]
-    from ms_heron.relax import TaskTime, task_table  # pylint: disable=import-outside-toplevel
+    from ms_heron.relax import TaskTime, task_table, timing_note  # pylint: disable=import-outside-toplevel
 
     for name, r in data.items():
         arms = {arm: [TaskTime(**t) for t in times] for arm, times in r["per task"].items()}
         slowest = min(arms[ARMS[0]], key=lambda t: _task_ratio(t, arms[ARMS[1]]))
         lines += [
             "",
-            f"## {name}: per task (best kernel time while tuning; share of the model estimate)",
+            f"## {name}: per task (kernel time: {timing_note(arms)}; share of the model estimate)",
             "",
             f"Slowest ms_heron kernel against MetaSchedule default's for the same task: {slowest.name}, "
             f"{_task_ratio(slowest, arms[ARMS[1]]):.2f}x.",

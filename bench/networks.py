@@ -214,7 +214,7 @@ def _retimed_ratios(r: dict) -> str:
 
 
 def _markdown(data: dict, budget: str) -> list[str]:
-    from ms_heron.relax import TaskTime, task_table  # pylint: disable=import-outside-toplevel
+    from ms_heron.relax import TaskTime, task_table, timing_note  # pylint: disable=import-outside-toplevel
 
     lines = [
         f"# Whole networks, {budget} of tuning per arm, {num_cores(host_target())} cores",
@@ -222,7 +222,9 @@ def _markdown(data: dict, budget: str) -> list[str]:
         "Each arm tuned under a wall-clock budget (set-up included), then the compiled models and ONNX Runtime "
         f"(all graph optimizations, same ONNX file) timed in turn in one fresh process "
         f"({TIMING_ROUNDS} rounds, medians). "
-        "Ratios > 1 mean ms_heron is faster. The estimate is the tuner's: best kernel x calls, summed over tasks. "
+        "Ratios > 1 mean ms_heron is faster. The estimate is the tuner's: best kernel x calls, summed over tasks; "
+        "where a per-task table says 'timed again after tuning', each best kernel was timed once more when its "
+        "arm's tuning ended (`ms_heron.tuning.confirm`: the fastest of many noisy timings is biased fast). "
         "The machine changes between sessions: each row names the CPU it was measured on, and its ratios "
         "compare arms on that CPU only. The retimed estimate is the same sum with every task's best kernel timed "
         "again as the tuner times it (cold weights), in the timing process, in turn with the models: a shared "
@@ -271,7 +273,7 @@ def _markdown(data: dict, budget: str) -> list[str]:
         arms = {arm: [TaskTime(**t) for t in times] for arm, times in r["per task"].items()}
         lines += [
             "",
-            f"## {name}: per task (best kernel time while tuning; share of the model estimate)",
+            f"## {name}: per task (kernel time: {timing_note(arms)}; share of the model estimate)",
             "",
             *task_table(arms),
         ]

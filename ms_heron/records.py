@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import json
 import os
 import warnings
@@ -133,6 +134,32 @@ def best_seconds(database: ms.database.Database, mod) -> float:
         return float("inf")
     top = database.get_top_k(database.commit_workload(mod), 1)
     return record_seconds(top[0].run_secs) if top else float("inf")
+
+
+#: Each task's best kernel timed again after model tuning (:mod:`ms_heron.tuning.confirm`), one JSON
+#: line per kernel: ``{"record": record_key(...), "seconds": ...}``; the last line of a key holds.
+CONFIRMED_FILE = "confirmed.jsonl"
+
+
+def record_key(record: ms.database.TuningRecord) -> str:
+    """Which kernel a record is (its workload and trace), across processes and database copies."""
+    trace = hashlib.sha1(str(record.trace).encode()).hexdigest()[:16]
+    return f"{record.workload.as_json()[0]}:{trace}"  # the workload's structural hash, as MetaSchedule keeps it
+
+
+def confirmed_seconds(work_dir: str | Path) -> dict[str, float]:
+    """The confirmed time of every kernel timed again in ``work_dir``, by :func:`record_key`."""
+    return {line["record"]: float(line["seconds"]) for line in json_lines(Path(work_dir) / CONFIRMED_FILE)}
+
+
+def add_confirmed(work_dir: str | Path, seconds: dict[str, float]) -> None:
+    """Append confirmed times (by :func:`record_key`), whole lines only, as the records are kept."""
+    path = Path(work_dir) / CONFIRMED_FILE
+    cut_torn_line(path)
+    with open(path, "a", encoding="utf-8") as out:
+        out.writelines(json.dumps({"record": key, "seconds": s}) + "\n" for key, s in seconds.items())
+        out.flush()
+        os.fsync(out.fileno())
 
 
 def cut_torn_line(path: Path) -> None:

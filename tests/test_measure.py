@@ -23,6 +23,7 @@ from ms_heron.records import json_lines, measured_seconds
 from ms_heron.search.cga import BUILD_TIMEOUT
 from ms_heron.testing import models
 from ms_heron.tuning import run as session
+from ms_heron.tuning.budget import Budget
 from ms_heron.tuning.builder import build_candidate, local_builder
 from ms_heron.tuning.measure import DEFAULT_TIMEOUT_S, MeasureError, Tracker, cold_seconds
 
@@ -221,6 +222,11 @@ def test_a_candidate_that_crashes_its_process_does_not_stop_tuning(tmp_path):
     assert measured_seconds(tmp_path / "run") == [float("inf")] * 4
 
 
+def test_the_budget_keeps_its_reserve_for_the_work_after_tuning():
+    assert Budget(time.monotonic() + 60, reserve_s=lambda: 61.0).spent()
+    assert not Budget(time.monotonic() + 60, reserve_s=lambda: 30.0).spent()
+
+
 def test_a_model_under_a_tiny_budget_gives_every_task_a_round(tmp_path):
     model = models.mlp()  # two dense layers: two tasks
     path = tmp_path / "mlp.onnx"
@@ -228,7 +234,7 @@ def test_a_model_under_a_tiny_budget_gives_every_task_a_round(tmp_path):
     run = session.TuningRun.create(tmp_path / "run", session.RunSpec.of_model(path, {}, host_target(), seed=0))
     run.tune(400, time_budget_s=1, per_round=4)
     times = run.task_times()
-    assert len(times) == 2 and all(t.seconds < float("inf") for t in times), times
+    assert len(times) == 2 and all(t.seconds < float("inf") and t.confirmed for t in times), times
     assert run.state().trials < 400
 
 

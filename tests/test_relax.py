@@ -16,7 +16,7 @@ from tvm.relax.frontend import nn
 from tvm.s_tir import meta_schedule as ms
 
 from ms_heron.baselines import onnxruntime_model
-from ms_heron.records import open_database, record_seconds
+from ms_heron.records import confirmed_seconds, open_database, record_seconds
 from ms_heron.relax import ModelError, bind_params, compile_model, extract_tasks, from_onnx, lower_for_tuning, run_model
 from ms_heron.relax.passes.winograd import padded_rows
 from ms_heron.space import design_spaces
@@ -209,6 +209,7 @@ def test_int8_onnx_model_through_the_cli_reaches_vnni_and_matches_onnxruntime(tm
     proc = ms_heron_cli("tune-model", path, "--trials", 12, "--round-size", 4, "--work-dir", tmp_path / "wd")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert re.search(r"task 3/3 .*: best [\d.]+ ms", proc.stdout), proc.stdout
+    assert re.search(r"best kernels timed again \| model ~[\d.]+ ms", proc.stdout), proc.stdout
     match = re.search(r"max abs difference of the outputs: ([\d.e+-]+)", proc.stdout)
     assert match and float(match.group(1)) < 1e-5, proc.stdout
     assert "outputs checked against ONNX Runtime on a random input: correct" in proc.stdout
@@ -426,7 +427,14 @@ def _model_work_dir_reports_shows_and_resumes(work_dir, path):
     assert f"resuming from {held} records" in again.stdout
     assert len((work_dir / "database_tuning_record.json").read_text().splitlines()) >= held + 4
     rounds = [json.loads(line) for line in (work_dir / "progress.jsonl").read_text().splitlines()]
-    assert rounds[-1]["trials"] >= held + 4 and rounds[-1]["task"] in tasks and rounds[-1]["best_seconds"] < math.inf
+    assert rounds[-2]["trials"] >= held + 4 and rounds[-2]["task"] in tasks and rounds[-2]["best_seconds"] < math.inf
+    # the last line: every task's best kernel timed again, the estimate from those times
+    run = TuningRun.open(work_dir)
+    times = run.task_times()
+    assert rounds[-1]["confirmed"] and all(t.confirmed for t in times), times
+    assert rounds[-1]["best_seconds"] == pytest.approx(sum(t.calls * t.seconds for t in times))
+    confirmed = confirmed_seconds(work_dir)
+    assert {t.seconds for t in times} <= set(confirmed.values()) and len(confirmed) >= len(tasks)
 
     other = path.with_name("other.onnx")
     onnx.save(models.mlp(int8=False).proto, other)

@@ -74,6 +74,9 @@ class _ModelProgressLine:
         spent = time.monotonic() - self.started
         model = f"{p.best_seconds * 1e3:.3f} ms" if p.best_seconds < math.inf else "? (tasks untried)"
         budget = f" of {clock(self.budget_s)}" if self.budget_s is not None else ""
+        if p.confirmed:
+            print(f"  best kernels timed again | model ~{model} | {clock(spent)}{budget}", flush=True)
+            return
         print(
             f"  {p.trials:4d}/{self.trials} trials | task {self.tasks.index(p.task) + 1}/{len(self.tasks)} {p.task}: "
             f"best {p.task_seconds * 1e3:.4f} ms | model ~{model} | {clock(spent)}{budget}",
@@ -124,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
             runner=measuring,
         ):
             return 130
-    print("\nper task (best kernel measured while tuning, calls per model run, share of the model estimate):")
+    print("\nper task (best kernel, timed again after tuning; calls per model run; share of the model estimate):")
     print("\n".join(task_table({"ms_heron": run.task_times()})))
     executable = run.compile()
     output.parent.mkdir(parents=True, exist_ok=True)

@@ -13,7 +13,7 @@ from .lowering import (
     run_model,
     time_model,
 )
-from .tasks import TaskTime, extract_tasks, task_table, task_times, untuned_tasks
+from .tasks import TaskTime, extract_tasks, task_table, task_times, timing_note, untuned_tasks
 
 __all__ = [
     "ModelError",
@@ -29,5 +29,6 @@ __all__ = [
     "task_table",
     "task_times",
     "time_model",
+    "timing_note",
     "untuned_tasks",
 ]

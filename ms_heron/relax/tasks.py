@@ -12,7 +12,7 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.target import Target
 
 from ..hardware.peak import bound_seconds, share_of_bound
-from ..records import record_seconds
+from ..records import record_key, record_seconds
 from ..schedule.annotations import is_metaschedule_space
 
 
@@ -28,13 +28,16 @@ class TaskTime:
 
     name: str
     calls: float
-    seconds: float  # inf when the database has no record of it that built and ran
+    #: The best record's time, or that kernel's time taken again once tuning ended (``confirmed``);
+    #: inf when the database has no record of it that built and ran.
+    seconds: float
     #: The kind of design space the best record comes from: "metaschedule" (one of MetaSchedule's
     #: default spaces HeronSpace added), "heron" (any other) or "" (no record).
     space: str = ""
     trials: int = 0
     #: The least time the kernel can take here (:func:`~ms_heron.hardware.peak.bound_seconds`).
     bound_s: float = 0.0
+    confirmed: bool = False
 
     def share_of_bound(self) -> float:
         return share_of_bound(self.bound_s, self.seconds)
@@ -44,13 +47,17 @@ class TaskTime:
 _ALL = 1 << 30
 
 
-def task_times(database: ms.Database, lowered: IRModule, target: Target) -> list[TaskTime]:
-    """Every task of a lowered model with its call count and the database's best kernel time."""
+def task_times(
+    database: ms.Database, lowered: IRModule, target: Target, confirmed: Mapping[str, float] | None = None
+) -> list[TaskTime]:
+    """Every task of a lowered model with its call count and the database's best kernel time, or
+    that kernel's ``confirmed`` time (by :func:`~ms_heron.records.record_key`) where it has one."""
     out = []
     for task in extract_tasks(lowered, target):
         mod = task.dispatched[0]
         records = database.get_top_k(database.commit_workload(mod), _ALL) if database.has_workload(mod) else []
-        seconds = record_seconds(records[0].run_secs) if records else math.inf
+        again = (confirmed or {}).get(record_key(records[0])) if records else None
+        seconds = again if again is not None else record_seconds(records[0].run_secs) if records else math.inf
         out.append(
             TaskTime(
                 task.task_name,
@@ -59,6 +66,7 @@ def task_times(database: ms.Database, lowered: IRModule, target: Target) -> list
                 _space_kind(records[:1]),
                 len(records),
                 bound_seconds(mod, target),
+                again is not None,
             )
         )
     return out
@@ -103,6 +111,18 @@ def task_table(arms: Mapping[str, list[TaskTime]]) -> list[str]:
     ]
     total += [_speedup(totals[a], totals[names[0]]) for a in names[1:]] + [""]
     return lines + ["| " + " | ".join(total) + " |"]
+
+
+def timing_note(arms: Mapping[str, list[TaskTime]]) -> str:
+    """How each arm's kernel times were taken, for a task table's heading (runs from before
+    :mod:`ms_heron.tuning.confirm` existed hold their best records' times)."""
+    how = {
+        arm: "timed again after tuning" if any(t.confirmed for t in times) else "best record while tuning"
+        for arm, times in arms.items()
+    }
+    if len(set(how.values())) == 1:
+        return next(iter(how.values()))
+    return "; ".join(f"{arm}: {note}" for arm, note in how.items())
 
 
 def _speedup(theirs: float, ours: float) -> str:

@@ -1,7 +1,8 @@
 """Tuning: the set-up every call needs (:mod:`.setup`), how candidates are built and measured
 (:mod:`.builder`, :mod:`.measure`) under a wall-clock budget (:mod:`.budget`), the API functions
-(:mod:`.api`), and a resumable run in a work dir (:mod:`.run`), the one tune-or-resume path that the
-CLI, the demo and the bench scripts take."""
+(:mod:`.api`), a resumable run in a work dir (:mod:`.run`), the one tune-or-resume path that the
+CLI, the demo and the bench scripts take, and a model run's best kernels timed again at its end
+(:mod:`.confirm`)."""
 
 from .api import (
     ModelRound,

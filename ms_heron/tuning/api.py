@@ -169,6 +169,7 @@ def tune_model(
     time_budget_s: float | None = None,
     exact_math: bool = False,
     lower: bool = True,
+    reserve_s: Callable[[], float] | None = None,
     **tune_kwargs: Any,
 ) -> ms.Database:
     """Tune every task of the model; ``max_trials`` in total, shared out by ``task_scheduler``
@@ -183,14 +184,22 @@ def tune_model(
     with the same value. On the CPU, candidates are timed with their weights out of cache
     (:func:`ms_heron.tuning.measure.evaluator_config`), also by a ``runner`` from
     :meth:`ms_heron.tuning.measure.Tracker.runner` with ``cold=True``. ``lower=False`` tunes ``mod`` as
-    given: a module a Relax pipeline already legalized and fused (:func:`tune_pass`).
+    given: a module a Relax pipeline already legalized and fused (:func:`tune_pass`). ``reserve_s``
+    keeps that many seconds of the budget free for what follows (asked as tuning goes).
     """
     report = None if on_round is None else (lambda database: [_ReportRounds(on_round, max_trials, database)])
     space, strategy = search_parts(search, space, strategy)
     if task_scheduler is None:
         task_scheduler = ExpectedGain() if search == "heron" else "gradient"
     strategy = prepare(
-        target, work_dir, tune_kwargs, strategy, time_budget_s=time_budget_s, cold=True, callbacks=report
+        target,
+        work_dir,
+        tune_kwargs,
+        strategy,
+        time_budget_s=time_budget_s,
+        cold=True,
+        callbacks=report,
+        reserve_s=reserve_s,
     )
     lowered = lower_for_tuning(mod, params, target, exact_math=exact_math) if lower else bind_params(mod, params)
     with disk_errors_surface(tune_kwargs["measure_callbacks"]):

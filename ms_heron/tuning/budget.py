@@ -38,12 +38,16 @@ class Budget:
     round of hanging candidates still costs one timeout at most.
     """
 
-    def __init__(self, deadline: float | None = None):
+    def __init__(self, deadline: float | None = None, reserve_s: Callable[[], float] | None = None):
         self.deadline = deadline
+        #: Seconds kept free before the deadline for work after tuning, asked as tuning goes.
+        self.reserve_s = reserve_s
         self.guaranteed = False
 
     def spent(self) -> bool:
-        return self.deadline is not None and time.monotonic() >= self.deadline
+        if self.deadline is None:
+            return False
+        return time.monotonic() >= self.deadline - (self.reserve_s() if self.reserve_s is not None else 0.0)
 
 
 def budget_timeout(budget_s: float | None) -> float:

@@ -11,7 +11,9 @@ Layout of a work dir (MetaSchedule's own files plus ours)::
     database_tuning_record.json      appended as each round ends
     relax_model_<sha>.json         a Relax model run's module, weights bound
     progress.jsonl                 one line per measured round: trials, best, valid, elapsed (a
-                                     model's best is its estimated latency; the round's task is named)
+                                     model's best is its estimated latency; the round's task is named),
+                                     and a model run's last line, once its best kernels were timed again
+    confirmed.jsonl                a model's best kernels timed again after tuning (:mod:`.confirm`)
     logs/                          MetaSchedule's per-task logs (HeronSearch's round statistics)
     ms_heron.lock                  held by the tuning process (its pid inside); a second one is refused
     baseline/                      the same layout for MetaSchedule's default search, if asked for
@@ -45,9 +47,10 @@ from tvm.target import Target
 
 from .. import __version__, workloads
 from ..errors import HeronError
-from ..hardware.targets import target_json
+from ..hardware.targets import is_cpu, target_json
 from ..records import (
     Merged,
+    confirmed_seconds,
     cut_torn_line,
     first_records,
     holds_database,
@@ -62,7 +65,10 @@ from ..relax import TaskTime, bind_params, compile_lowered, extract_tasks, from_
 from ..space import HeronSpace
 from ..workloads import KERNEL, Workload, from_func
 from .api import ModelRound, NoValidRecord, best_schedule, tune_model, tune_workload
-from .budget import WatchedSearch
+from .budget import Budget, BudgetedRunner, WatchedSearch, budget_timeout
+from .builder import local_builder
+from .confirm import confirm_best
+from .measure import local_runner_for
 from .setup import Search, search_parts
 
 #: The family of a model run (its tasks are the model's fused kernels).
@@ -209,6 +215,8 @@ class Progress:
     #: Mean search work per round so far in this process (generating candidates and taking in
     #: results, not building or measuring; :class:`~ms_heron.tuning.budget.WatchedSearch` times it).
     search_s_per_round: float = 0.0
+    #: A model run's last line: the estimate from its best kernels timed again (:mod:`.confirm`).
+    confirmed: bool = False
 
     def best_gops(self, ops: float) -> float:
         return ops / self.best_seconds / 1e9 if self.best_seconds < math.inf else 0.0
@@ -353,8 +361,9 @@ class TuningRun:
         return compile_lowered(self.database() if database is None else database, self.lowered, self.target)
 
     def task_times(self) -> list[TaskTime]:
-        """A model run's tasks with their call counts and best kernels so far."""
-        return task_times(self.database(), self.lowered, self.target)
+        """A model run's tasks with their call counts and best kernels so far (confirmed times where
+        the best kernel was timed again after tuning)."""
+        return task_times(self.database(), self.lowered, self.target, confirmed_seconds(self.work_dir))
 
     def best_schedule(self, task: str = "") -> Schedule:
         """The fastest valid schedule of the kernel, or of the model task named ``task``."""
@@ -395,6 +404,7 @@ class TuningRun:
                 r.get("task", ""),
                 float(r.get("task_seconds", math.inf)),
                 r.get("search_s_per_round", 0.0),
+                r.get("confirmed", False),
             )
             for r in rows
         ]
@@ -511,7 +521,20 @@ class TuningRun:
             lowered = self.lowered  # once per run object: the task table and compile read the same module
             if time_budget_s is not None:  # the budget counts the lowering, as it counts the rest of set-up
                 options["time_budget_s"] = max(0.0, time_budget_s - (time.monotonic() - started))
-            tune_model(
+            timeout_s = budget_timeout(options["time_budget_s"])
+            options["builder"] = local_builder(timeout_sec=timeout_s)
+            options["runner"] = runner or local_runner_for(cold=is_cpu(self.target), timeout_s=timeout_s)
+            tasks = [0]
+
+            def confirm_reserve_s() -> float:  # confirming costs about one measured candidate per task
+                measured = current.trials - before.trials
+                return tasks[0] * (time.monotonic() - started) / measured if measured else 0.0
+
+            def counted_round(r: ModelRound) -> None:
+                tasks[0] = len(r.weights)
+                model_round(r)
+
+            database = tune_model(
                 lowered,
                 None,
                 self.target,
@@ -519,10 +542,16 @@ class TuningRun:
                 todo,
                 num_trials_per_iter=per_round,
                 strategy=watched,
-                on_round=model_round,
+                on_round=counted_round,
                 lower=False,
+                reserve_s=confirm_reserve_s,
                 **options,
             )
+            if stop is None or not stop():
+                self._confirm(database, lowered, options["builder"], options["runner"], say)
+                current.best_seconds, current.confirmed = self.state().best_seconds, True
+                current.task, current.task_seconds = "", math.inf
+                round_ended()
         else:
             watched.on_round = kernel_round
             tune_workload(
@@ -535,6 +564,14 @@ class TuningRun:
                 **options,
             )
         return self.state()
+
+    def _confirm(self, database, lowered, builder, runner, say) -> None:
+        """Time every task's best kernel again (:mod:`.confirm`) with the tuning's builder and runner,
+        out of the budget's reach (its reserve was kept for this)."""
+        if isinstance(runner, BudgetedRunner):
+            runner = runner.until(Budget())
+        say("timing each task's best kernel again, for an estimate not biased by the fastest of noisy timings")
+        confirm_best(str(self.work_dir), database, lowered, self.target, builder=builder, runner=runner)
 
 
 def merge_runs(sources: Sequence[str | Path], dest: str | Path, target: Target | None = None) -> Merged:

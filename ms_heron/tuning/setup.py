@@ -58,18 +58,20 @@ def prepare(
     time_budget_s: float | None,
     cold: bool,
     callbacks: Callable[[ms.Database], list] | None = None,
+    reserve_s: Callable[[], float] | None = None,
 ) -> Any:
     """What every tuning call needs before MetaSchedule starts (see the module docstring); returns
     ``strategy`` with the budget's deadline.
 
     The budget counts from here, set-up (design spaces, a model's lowering) included. It holds
     between rounds (:class:`WatchedSearch`) and inside one (:class:`BudgetedRunner`), and build and
-    run timeouts are capped by it, so a hanging candidate overruns it by one timeout at most.
+    run timeouts are capped by it, so a hanging candidate overruns it by one timeout at most;
+    ``reserve_s`` keeps that many seconds of it for what follows tuning.
     """
     ensure_registered()
     if is_cpu(target):
         num_cores(target)  # raises early with the fix when num-cores is missing
-    budget = Budget(None if time_budget_s is None else time.monotonic() + time_budget_s)
+    budget = Budget(None if time_budget_s is None else time.monotonic() + time_budget_s, reserve_s)
     timeout_s = budget_timeout(time_budget_s)
     tune_kwargs.setdefault("builder", local_builder(timeout_sec=timeout_s))
     tune_kwargs.setdefault("cost_model", xgb_cost_model())
