@@ -524,14 +524,15 @@ class TuningRun:
             timeout_s = budget_timeout(options["time_budget_s"])
             options["builder"] = local_builder(timeout_sec=timeout_s)
             options["runner"] = runner or local_runner_for(cold=is_cpu(self.target), timeout_s=timeout_s)
-            tasks = [0]
+            tasks = 0
 
             def confirm_reserve_s() -> float:  # confirming costs about one measured candidate per task
                 measured = current.trials - before.trials
-                return tasks[0] * (time.monotonic() - started) / measured if measured else 0.0
+                return tasks * (time.monotonic() - started) / measured if measured else 0.0
 
             def counted_round(r: ModelRound) -> None:
-                tasks[0] = len(r.weights)
+                nonlocal tasks
+                tasks = len(r.weights)
                 model_round(r)
 
             database = tune_model(
