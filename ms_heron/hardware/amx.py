@@ -35,6 +35,11 @@ def load_tile_config():
     T.evaluate(tile_instruction("ldtilecfg", T.address_of(config[0])))
 
 
+#: The Linux system call that grants a process the AMX tile state: ``arch_prctl`` (syscall 158 on
+#: x86-64) with ``ARCH_REQ_XCOMP_PERM`` (0x1023) for ``XFEATURE_XTILEDATA`` (18).
+TILE_STATE_REQUEST = (158, 0x1023, 18)
+
+
 @functools.cache
 def request_amx_tile_state() -> bool:
     """Ask Linux for this process's permission to use AMX tile data (``arch_prctl`` with
@@ -44,8 +49,7 @@ def request_amx_tile_state() -> bool:
         return False
     import ctypes  # pylint: disable=import-outside-toplevel
 
-    sys_arch_prctl, arch_req_xcomp_perm, xfeature_xtiledata = 158, 0x1023, 18
     try:
-        return ctypes.CDLL(None, use_errno=True).syscall(sys_arch_prctl, arch_req_xcomp_perm, xfeature_xtiledata) == 0
+        return ctypes.CDLL(None, use_errno=True).syscall(*TILE_STATE_REQUEST) == 0
     except (OSError, AttributeError):
         return False

@@ -23,7 +23,7 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.runner import local_runner, rpc_runner
 
 from ..errors import HeronError
-from ..hardware.amx import request_amx_tile_state
+from ..hardware.amx import TILE_STATE_REQUEST, request_amx_tile_state
 from .budget import DEFAULT_TIMEOUT_S, BudgetedRunner
 
 
@@ -93,7 +93,15 @@ def _tile_grant_library() -> str:
     @T.prim_func(s_tir=True)
     def grant():
         T.func_attr({"global_symbol": "main"})
-        T.evaluate(T.call_extern("int64", "syscall", T.int64(158), T.int64(0x1023), T.int64(18)))
+        T.evaluate(
+            T.call_extern(
+                "int64",
+                "syscall",
+                T.int64(TILE_STATE_REQUEST[0]),
+                T.int64(TILE_STATE_REQUEST[1]),
+                T.int64(TILE_STATE_REQUEST[2]),
+            )
+        )
 
     path = tempfile.mkstemp(prefix="ms_heron_tile_grant_", suffix=".so")[1]
     tvm.compile(grant, target={"kind": "llvm", "mtriple": "x86_64-linux-gnu"}).export_library(path)
