@@ -47,7 +47,7 @@ from tvm.target import Target
 
 from .. import __version__, workloads
 from ..errors import HeronError
-from ..hardware.targets import is_cpu, target_json
+from ..hardware.targets import target_json
 from ..records import (
     Merged,
     confirmed_seconds,
@@ -65,11 +65,9 @@ from ..relax import TaskTime, bind_params, compile_lowered, extract_tasks, from_
 from ..space import HeronSpace
 from ..workloads import KERNEL, Workload, from_func
 from .api import ModelRound, NoValidRecord, best_schedule, tune_model, tune_workload
-from .budget import Budget, BudgetedRunner, WatchedSearch, budget_timeout
-from .builder import local_builder
+from .budget import Budget, BudgetedRunner, WatchedSearch
 from .confirm import confirm_best
-from .measure import local_runner_for
-from .setup import Search, search_parts
+from .setup import Search, measuring, search_parts
 
 #: The family of a model run (its tasks are the model's fused kernels).
 MODEL = "model"
@@ -521,9 +519,10 @@ class TuningRun:
             lowered = self.lowered  # once per run object: the task table and compile read the same module
             if time_budget_s is not None:  # the budget counts the lowering, as it counts the rest of set-up
                 options["time_budget_s"] = max(0.0, time_budget_s - (time.monotonic() - started))
-            timeout_s = budget_timeout(options["time_budget_s"])
-            options["builder"] = local_builder(timeout_sec=timeout_s)
-            options["runner"] = runner or local_runner_for(cold=is_cpu(self.target), timeout_s=timeout_s)
+            # built here, not in tune_model, so that the confirmation measures with the same ones
+            options["builder"], options["runner"] = measuring(
+                self.target, cold=True, time_budget_s=options["time_budget_s"], runner=runner
+            )
             tasks = 0
 
             def confirm_reserve_s() -> float:  # confirming costs about one measured candidate per task

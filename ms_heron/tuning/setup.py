@@ -72,10 +72,9 @@ def prepare(
     if is_cpu(target):
         num_cores(target)  # raises early with the fix when num-cores is missing
     budget = Budget(None if time_budget_s is None else time.monotonic() + time_budget_s, reserve_s)
-    timeout_s = budget_timeout(time_budget_s)
-    tune_kwargs.setdefault("builder", local_builder(timeout_sec=timeout_s))
+    builder, runner = measuring(target, cold=cold, time_budget_s=time_budget_s, runner=tune_kwargs.get("runner"))
+    tune_kwargs.setdefault("builder", builder)
     tune_kwargs.setdefault("cost_model", xgb_cost_model())
-    runner = tune_kwargs.get("runner") or local_runner_for(cold=cold and is_cpu(target), timeout_s=timeout_s)
     runner = ms.runner.create(runner) if isinstance(runner, str) else runner
     tune_kwargs["runner"] = (runner if isinstance(runner, BudgetedRunner) else BudgetedRunner(runner)).until(budget)
     os.makedirs(work_dir, exist_ok=True)
@@ -88,6 +87,15 @@ def prepare(
     ]
     reset_metaschedule_logger()
     return (strategy if isinstance(strategy, WatchedSearch) else WatchedSearch(strategy)).until(budget)
+
+
+def measuring(target: Target, *, cold: bool, time_budget_s: float | None, runner: Any = None) -> tuple[Any, Any]:
+    """The builder and the runner (``runner`` if given) a tuning call measures with: ms_heron's
+    builder and a local runner, timing cold on the CPU if ``cold``, with timeouts the budget caps."""
+    timeout_s = budget_timeout(time_budget_s)
+    return local_builder(timeout_sec=timeout_s), runner or local_runner_for(
+        cold=cold and is_cpu(target), timeout_s=timeout_s
+    )
 
 
 def reset_metaschedule_logger() -> None:
