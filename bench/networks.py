@@ -137,9 +137,12 @@ def _tune_and_export(
     row = {"per task": {}, "race": {}, "curve": {}}
     kernels = {}
     for arm, arm_run in zip(ARMS, (run, run.baseline())):
+        as_it_stands = retime or (baseline_from is not None and arm_run is not run)
+        if as_it_stands:  # perhaps tuned by an earlier ms_heron, which did not time its best kernels again
+            arm_run.confirm()
         state = (
             arm_run.progress()[-1]
-            if retime or (baseline_from is not None and arm_run is not run)
+            if as_it_stands
             else arm_run.tune(
                 TRIALS,
                 search="heron" if arm_run is run else "metaschedule",
@@ -170,10 +173,12 @@ def _tune_and_export(
         ]
         for point in row["race"][arm]:
             database = (
-                arm_run.database() if point["share"] == 1.0 else first_records(arm_run.work_dir, point["records"])
+                arm_run.chosen_database()
+                if point["share"] == 1.0
+                else first_records(arm_run.work_dir, point["records"])
             )
             run.compile(database).export_library(str(out / f"{name}_{point['label'].replace(' ', '_')}.so"))
-        kernels[arm] = _export_task_kernels(run, arm_run.database(), out, arm)
+        kernels[arm] = _export_task_kernels(run, arm_run.chosen_database(), out, arm)
     return row, kernels
 
 

@@ -14,7 +14,7 @@ import hashlib
 import json
 import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -136,6 +136,11 @@ def best_seconds(database: ms.database.Database, mod) -> float:
     return record_seconds(top[0].run_secs) if top else float("inf")
 
 
+#: A model runs, per task, the fastest of the task's this many fastest records, each timed again when
+#: tuning ends (:mod:`ms_heron.tuning.confirm`): the fastest record alone is the one timed in the
+#: luckiest moment, and a later record timed in a quiet one displaces a kernel faster on average.
+CHOICE_TOP_K = 3
+
 #: Each task's best kernel timed again after model tuning (:mod:`ms_heron.tuning.confirm`), one JSON
 #: line per kernel: ``{"record": record_key(...), "seconds": ...}``; the last line of a key holds.
 CONFIRMED_FILE = "confirmed.jsonl"
@@ -145,6 +150,19 @@ def record_key(record: ms.database.TuningRecord) -> str:
     """Which kernel a record is (its workload and trace), across processes and database copies."""
     trace = hashlib.sha1(str(record.trace).encode()).hexdigest()[:16]
     return f"{record.workload.as_json()[0]}:{trace}"  # the workload's structural hash, as MetaSchedule keeps it
+
+
+def chosen_record(
+    database: ms.database.Database, mod, confirmed: Mapping[str, float]
+) -> tuple[ms.database.TuningRecord | None, float]:
+    """The record of task ``mod`` a compiled model runs, and its time: of the task's
+    :data:`CHOICE_TOP_K` fastest records, the one with the least time, taking a record's
+    ``confirmed`` time (by :func:`record_key`) where it was timed again and its tuning time where not
+    (a record newer than the confirmation). ``(None, inf)`` without a record."""
+    top = database.get_top_k(database.commit_workload(mod), CHOICE_TOP_K) if database.has_workload(mod) else []
+    timed = [(confirmed.get(record_key(r), record_seconds(r.run_secs)), i) for i, r in enumerate(top)]
+    seconds, i = min(timed, default=(float("inf"), -1))
+    return (top[i] if top else None), seconds
 
 
 def confirmed_seconds(work_dir: str | Path) -> dict[str, float]:

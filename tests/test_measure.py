@@ -19,7 +19,16 @@ from tvm.s_tir.meta_schedule.builder import BuilderInput
 
 from ms_heron import workloads
 from ms_heron.hardware.targets import host_target, target_json
-from ms_heron.records import json_lines, measured_seconds
+from ms_heron.records import (
+    CHOICE_TOP_K,
+    add_confirmed,
+    confirmed_seconds,
+    json_lines,
+    measured_seconds,
+    record_key,
+    record_seconds,
+)
+from ms_heron.relax import extract_tasks
 from ms_heron.search.cga import BUILD_TIMEOUT
 from ms_heron.testing import models
 from ms_heron.tuning import run as session
@@ -227,7 +236,7 @@ def test_the_budget_keeps_its_reserve_for_the_work_after_tuning():
     assert not Budget(time.monotonic() + 60, reserve_s=lambda: 30.0).spent()
 
 
-def test_a_model_under_a_tiny_budget_gives_every_task_a_round(tmp_path):
+def test_a_model_under_a_tiny_budget_gives_every_task_a_round_and_chooses_by_times_taken_again(tmp_path):
     model = models.mlp()  # two dense layers: two tasks
     path = tmp_path / "mlp.onnx"
     path.write_bytes(model.proto.SerializeToString())
@@ -236,6 +245,20 @@ def test_a_model_under_a_tiny_budget_gives_every_task_a_round(tmp_path):
     times = run.task_times()
     assert len(times) == 2 and all(t.seconds < float("inf") and t.confirmed for t in times), times
     assert run.state().trials < 400
+
+    # more records; each task's fastest were all timed again, and the model runs the fastest by those times
+    run.tune(16, per_round=4)
+    database, confirmed = run.database(), confirmed_seconds(run.work_dir)
+    times = run.task_times()
+    for task, t in zip(extract_tasks(run.lowered, run.target), times):
+        top = [r for r in database.get_top_k(database.commit_workload(task.dispatched[0]), CHOICE_TOP_K)]
+        valid = [record_key(r) for r in top if record_seconds(r.run_secs) < float("inf")]
+        assert len(valid) >= 2 and set(valid) <= set(confirmed), (task.task_name, valid)
+        assert t.seconds == min(confirmed[k] for k in valid)
+        # the slowest of them timed again as the fastest: the compiled model and the estimate follow
+        add_confirmed(run.work_dir, {valid[-1]: t.seconds / 10})
+        assert str(run.best_schedule(task.task_name).trace) == str(top[len(valid) - 1].trace)
+    assert run.state().best_seconds == pytest.approx(sum(t.calls * t.seconds / 10 for t in times))
 
 
 def test_merge_combines_records_of_one_target_and_skips_foreign_ones(tmp_path):

@@ -12,7 +12,7 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.target import Target
 
 from ..hardware.peak import bound_seconds, share_of_bound
-from ..records import record_key, record_seconds
+from ..records import chosen_record, record_key
 from ..schedule.annotations import is_metaschedule_space
 
 
@@ -28,8 +28,8 @@ class TaskTime:
 
     name: str
     calls: float
-    #: The best record's time, or that kernel's time taken again once tuning ended (``confirmed``);
-    #: inf when the database has no record of it that built and ran.
+    #: The chosen kernel's time: its record's, or its time taken again once tuning ended
+    #: (``confirmed``); inf when the database has no record of it that built and ran.
     seconds: float
     #: The kind of design space the best record comes from: "metaschedule" (one of MetaSchedule's
     #: default spaces HeronSpace added), "heron" (any other) or "" (no record).
@@ -50,32 +50,32 @@ _ALL = 1 << 30
 def task_times(
     database: ms.Database, lowered: IRModule, target: Target, confirmed: Mapping[str, float] | None = None
 ) -> list[TaskTime]:
-    """Every task of a lowered model with its call count and the database's best kernel time, or
-    that kernel's ``confirmed`` time (by :func:`~ms_heron.records.record_key`) where it has one."""
+    """Every task of a lowered model with its call count and the kernel a compiled model runs for it
+    (:func:`~ms_heron.records.chosen_record`: the database's best, or the best of those timed again,
+    by their ``confirmed`` times)."""
+    confirmed = confirmed or {}
     out = []
     for task in extract_tasks(lowered, target):
         mod = task.dispatched[0]
-        records = database.get_top_k(database.commit_workload(mod), _ALL) if database.has_workload(mod) else []
-        again = (confirmed or {}).get(record_key(records[0])) if records else None
-        seconds = again if again is not None else record_seconds(records[0].run_secs) if records else math.inf
+        record, seconds = chosen_record(database, mod, confirmed)
         out.append(
             TaskTime(
                 task.task_name,
                 float(task.weight),
                 seconds,
-                _space_kind(records[:1]),
-                len(records),
+                _space_kind(record),
+                len(database.get_top_k(database.commit_workload(mod), _ALL)) if record is not None else 0,
                 bound_seconds(mod, target),
-                again is not None,
+                record is not None and record_key(record) in confirmed,
             )
         )
     return out
 
 
-def _space_kind(records) -> str:
-    if not records:
+def _space_kind(record) -> str:
+    if record is None:
         return ""
-    return "metaschedule" if is_metaschedule_space(records[0].trace) else "heron"
+    return "metaschedule" if is_metaschedule_space(record.trace) else "heron"
 
 
 def task_table(arms: Mapping[str, list[TaskTime]]) -> list[str]:

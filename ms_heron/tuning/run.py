@@ -49,6 +49,7 @@ from .. import __version__, workloads
 from ..errors import HeronError
 from ..hardware.targets import target_json
 from ..records import (
+    CHOICE_TOP_K,
     Merged,
     confirmed_seconds,
     cut_torn_line,
@@ -66,7 +67,7 @@ from ..space import HeronSpace
 from ..workloads import KERNEL, Workload, from_func
 from .api import ModelRound, NoValidRecord, best_schedule, tune_model, tune_workload
 from .budget import Budget, BudgetedRunner, WatchedSearch
-from .confirm import confirm_best
+from .confirm import chosen_database, confirm_best
 from .setup import Search, measuring, search_parts
 
 #: The family of a model run (its tasks are the model's fused kernels).
@@ -355,8 +356,13 @@ class TuningRun:
         return lower_for_tuning(self.model, None, self.target, exact_math=self.spec.exact_math)
 
     def compile(self, database: ms.Database | None = None):
-        """The model compiled with this run's best kernels (or ``database``'s), from :attr:`lowered`."""
-        return compile_lowered(self.database() if database is None else database, self.lowered, self.target)
+        """The model compiled with this run's chosen kernels (or ``database``'s best), from :attr:`lowered`."""
+        return compile_lowered(self.chosen_database() if database is None else database, self.lowered, self.target)
+
+    def chosen_database(self) -> ms.Database:
+        """Each task's kernel a compiled model runs: the fastest of its best records timed again
+        (:func:`.confirm.chosen_database`)."""
+        return chosen_database(self.database(), self.lowered, self.target, confirmed_seconds(self.work_dir))
 
     def task_times(self) -> list[TaskTime]:
         """A model run's tasks with their call counts and best kernels so far (confirmed times where
@@ -375,7 +381,7 @@ class TuningRun:
                 else f"{self.spec.describe()} has no task {task!r}; its tasks: {', '.join(tasks)}"
             )
         func = tasks[task].dispatched[0]["main"]
-        sch = ms.tir_integration.compile_tir(self.database(), func, self.target)
+        sch = ms.tir_integration.compile_tir(self.chosen_database(), func, self.target)
         if sch is None:
             raise NoValidRecord(f"no valid tuning record for task {task} yet; tune longer (more --trials)")
         return sch
@@ -525,9 +531,9 @@ class TuningRun:
             )
             tasks = 0
 
-            def confirm_reserve_s() -> float:  # confirming costs about one measured candidate per task
+            def confirm_reserve_s() -> float:  # confirming costs a measured candidate per record timed again
                 measured = current.trials - before.trials
-                return tasks * (time.monotonic() - started) / measured if measured else 0.0
+                return tasks * CHOICE_TOP_K * (time.monotonic() - started) / measured if measured else 0.0
 
             def counted_round(r: ModelRound) -> None:
                 nonlocal tasks
@@ -565,12 +571,25 @@ class TuningRun:
             )
         return self.state()
 
+    def confirm(self) -> None:
+        """Time each task's best kernels again, as a model run does when its tuning ends: for a run
+        stopped before its end, or tuned by an ms_heron that did not, so that its kernel choice and
+        estimate are taken as a finished run's are."""
+        if not self.is_model:
+            raise RunError(f"{self.spec.describe()} is a kernel run; only a model run's tasks are timed again")
+        builder, runner = measuring(self.target, cold=True, time_budget_s=None)
+        with _work_dir_lock(self.work_dir):
+            self._confirm(self.database(), self.lowered, builder, runner, lambda _: None)
+
     def _confirm(self, database, lowered, builder, runner, say) -> None:
-        """Time every task's best kernel again (:mod:`.confirm`) with the tuning's builder and runner,
+        """Time each task's best kernels again (:mod:`.confirm`) with the tuning's builder and runner,
         out of the budget's reach (its reserve was kept for this)."""
         if isinstance(runner, BudgetedRunner):
             runner = runner.until(Budget())
-        say("timing each task's best kernel again, for an estimate not biased by the fastest of noisy timings")
+        say(
+            f"timing each task's {CHOICE_TOP_K} best kernels again, to choose and estimate by times "
+            "not biased by the fastest of noisy timings"
+        )
         confirm_best(str(self.work_dir), database, lowered, self.target, builder=builder, runner=runner)
 
 
