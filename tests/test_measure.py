@@ -32,7 +32,7 @@ from ms_heron.relax import extract_tasks
 from ms_heron.search.cga import BUILD_TIMEOUT
 from ms_heron.testing import models
 from ms_heron.tuning import run as session
-from ms_heron.tuning.budget import Budget
+from ms_heron.tuning.budget import Budget, CandidateCost
 from ms_heron.tuning.builder import build_candidate, local_builder
 from ms_heron.tuning.measure import DEFAULT_TIMEOUT_S, MeasureError, Tracker, cold_seconds
 
@@ -234,6 +234,14 @@ def test_a_candidate_that_crashes_its_process_does_not_stop_tuning(tmp_path):
 def test_the_budget_keeps_its_reserve_for_the_work_after_tuning():
     assert Budget(time.monotonic() + 60, reserve_s=lambda: 61.0).spent()
     assert not Budget(time.monotonic() + 60, reserve_s=lambda: 30.0).spent()
+    # the reserve's price of a candidate leaves out the set-up before the first round ended
+    cost = CandidateCost()
+    assert cost.seconds() == 0.0
+    cost.add_round(107.0, 16)  # a ResNet-50's first round: set-up and 16 candidates
+    assert cost.seconds() == 0.0
+    cost.add_round(115.0, 32)
+    cost.add_round(125.0, 48)
+    assert cost.seconds() == pytest.approx(18.0 / 32)
 
 
 def test_a_model_under_a_tiny_budget_gives_every_task_a_round_and_chooses_by_times_taken_again(tmp_path):

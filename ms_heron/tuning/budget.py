@@ -50,6 +50,30 @@ class Budget:
         return time.monotonic() >= self.deadline - (self.reserve_s() if self.reserve_s is not None else 0.0)
 
 
+class CandidateCost:
+    """A measured candidate's wall time in a model's rounds, the price of work after tuning that
+    builds and times candidates again (a :class:`Budget`'s reserve).
+
+    Counted from the end of the first round: set-up (lowering, every task's design spaces and
+    constraint models) comes before it. A ResNet-50's first round of 16 candidates ended 107 s into
+    its run; counting those seconds, a 15-minute run reserved more than it had left after one round.
+    """
+
+    def __init__(self):
+        self.first: tuple[float, int] | None = None  # (elapsed s, trials) when the first round ended
+        self.last: tuple[float, int] | None = None
+
+    def add_round(self, elapsed_s: float, trials: int) -> None:
+        self.last = (elapsed_s, trials)
+        self.first = self.first or self.last
+
+    def seconds(self) -> float:
+        """Seconds per measured candidate since the first round; 0 until a second round measured one."""
+        if self.first is None or self.last[1] <= self.first[1]:
+            return 0.0
+        return (self.last[0] - self.first[0]) / (self.last[1] - self.first[1])
+
+
 def budget_timeout(budget_s: float | None) -> float:
     """A build's or run's timeout under a time budget: a hanging candidate cannot outlast it."""
     return DEFAULT_TIMEOUT_S if budget_s is None else max(MIN_TIMEOUT_S, min(DEFAULT_TIMEOUT_S, budget_s))

@@ -66,7 +66,7 @@ from ..relax import TaskTime, bind_params, compile_lowered, extract_tasks, from_
 from ..space import HeronSpace
 from ..workloads import KERNEL, Workload, from_func
 from .api import ModelRound, NoValidRecord, best_schedule, tune_model, tune_workload
-from .budget import Budget, BudgetedRunner, WatchedSearch
+from .budget import Budget, BudgetedRunner, CandidateCost, WatchedSearch
 from .confirm import chosen_database, confirm_best
 from .setup import Search, measuring, search_parts
 
@@ -529,15 +529,15 @@ class TuningRun:
             options["builder"], options["runner"] = measuring(
                 self.target, cold=True, time_budget_s=options["time_budget_s"], runner=runner
             )
-            tasks = 0
+            tasks, cost = 0, CandidateCost()
 
-            def confirm_reserve_s() -> float:  # confirming costs a measured candidate per record timed again
-                measured = current.trials - before.trials
-                return tasks * CHOICE_TOP_K * (time.monotonic() - started) / measured if measured else 0.0
+            def confirm_reserve_s() -> float:  # a measured candidate's cost per record timed again
+                return tasks * CHOICE_TOP_K * cost.seconds()
 
             def counted_round(r: ModelRound) -> None:
                 nonlocal tasks
                 tasks = len(r.weights)
+                cost.add_round(r.elapsed_s, r.trials)
                 model_round(r)
 
             database = tune_model(
