@@ -269,6 +269,12 @@ def test_a_model_under_a_tiny_budget_gives_every_task_a_round_and_chooses_by_tim
     assert run.state().best_seconds == pytest.approx(sum(t.calls * t.seconds / 10 for t in times))
 
 
+def test_only_a_model_run_times_its_tasks_again(tmp_path):
+    run = _run(tmp_path, "kernel")
+    with pytest.raises(session.RunError, match=r"is a kernel run; only a model run's tasks are timed again"):
+        run.confirm()
+
+
 def test_merge_combines_records_of_one_target_and_skips_foreign_ones(tmp_path):
     other = json.dumps(target_json(host_target(num_cores=1)))
     for tuned in ms_heron_clis(
