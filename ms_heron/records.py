@@ -128,11 +128,15 @@ def record_seconds(run_secs) -> float:
     return sum(secs) / len(secs) if secs and max(secs) < FAILED_RUN_SECS else float("inf")
 
 
+def top_records(database: ms.database.Database, mod, k: int) -> list[ms.database.TuningRecord]:
+    """``database``'s ``k`` fastest records of the task ``mod`` (by tuning time); none without its
+    workload (a JSONDatabase's ``commit_workload`` would append it to the file)."""
+    return list(database.get_top_k(database.commit_workload(mod), k)) if database.has_workload(mod) else []
+
+
 def best_seconds(database: ms.database.Database, mod) -> float:
     """The seconds of ``database``'s fastest record of the task ``mod``; inf without one."""
-    if not database.has_workload(mod):
-        return float("inf")
-    top = database.get_top_k(database.commit_workload(mod), 1)
+    top = top_records(database, mod, 1)
     return record_seconds(top[0].run_secs) if top else float("inf")
 
 
@@ -159,7 +163,7 @@ def chosen_record(
     :data:`CHOICE_TOP_K` fastest records, the one with the least time, taking a record's
     ``confirmed`` time (by :func:`record_key`) where it was timed again and its tuning time where not
     (a record newer than the confirmation). ``(None, inf)`` without a record."""
-    top = database.get_top_k(database.commit_workload(mod), CHOICE_TOP_K) if database.has_workload(mod) else []
+    top = top_records(database, mod, CHOICE_TOP_K)
     timed = [(confirmed.get(record_key(r), record_seconds(r.run_secs)), i) for i, r in enumerate(top)]
     seconds, i = min(timed, default=(float("inf"), -1))
     return (top[i] if top else None), seconds

@@ -12,7 +12,7 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.target import Target
 
 from ..hardware.peak import bound_seconds, share_of_bound
-from ..records import chosen_record, record_key
+from ..records import chosen_record, record_key, top_records
 from ..schedule.annotations import is_metaschedule_space
 
 
@@ -64,7 +64,7 @@ def task_times(
                 float(task.weight),
                 seconds,
                 _space_kind(record),
-                len(database.get_top_k(database.commit_workload(mod), _ALL)) if record is not None else 0,
+                len(top_records(database, mod, _ALL)),
                 bound_seconds(mod, target),
                 record is not None and record_key(record) in confirmed,
             )

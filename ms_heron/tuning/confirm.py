@@ -28,7 +28,15 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.target import Target
 
 from ..hardware.targets import is_cpu
-from ..records import CHOICE_TOP_K, add_confirmed, chosen_record, confirmed_seconds, record_key, record_seconds
+from ..records import (
+    CHOICE_TOP_K,
+    add_confirmed,
+    chosen_record,
+    confirmed_seconds,
+    record_key,
+    record_seconds,
+    top_records,
+)
 from ..relax.tasks import extract_tasks
 
 
@@ -49,9 +57,7 @@ def confirm_best(
     done = confirmed_seconds(work_dir)
     todo = {}  # record key -> the record's candidate (schedule and arguments)
     for task in extract_tasks(lowered, target):
-        mod = task.dispatched[0]
-        top = database.get_top_k(database.commit_workload(mod), CHOICE_TOP_K) if database.has_workload(mod) else []
-        for record in top:
+        for record in top_records(database, task.dispatched[0], CHOICE_TOP_K):
             if record_seconds(record.run_secs) < math.inf and record_key(record) not in done:
                 todo[record_key(record)] = record.as_measure_candidate()
     if not todo:
