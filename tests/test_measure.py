@@ -1,6 +1,7 @@
 """Measurement that survives real use: RPC servers through TVM's tracker (on loopback), budgets that
 hold against hanging candidates, crashing candidates, merged databases."""
 
+import datetime
 import json
 import os
 import re
@@ -216,10 +217,25 @@ def test_hanging_candidates_overrun_the_budget_by_one_timeout_at_most(tmp_path, 
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "MetaSchedule's default design spaces fail on this task and are left out" in proc.stderr
     (last,) = json_lines(work / "progress.jsonl")[-1:]
+    assert last["trials"] == 1 and last["valid"] == 0
     # Build and run timeouts are capped by the budget (8 s here, raised to the 10 s floor): one hanging
     # candidate, then the round is left. Uncapped, that one alone would run for MetaSchedule's 30 s timeout.
-    assert last["elapsed_s"] < DEFAULT_TIMEOUT_S, last
-    assert last["trials"] == 1 and last["valid"] == 0
+    # Timed from the task scheduler's log, round start to round end: the process's set-up before it (import,
+    # probes, spaces) doubles when the suite's other worker is busy and says nothing about the timeouts.
+    sent, updated = _round_span(work / "logs")
+    assert (updated - sent).total_seconds() < DEFAULT_TIMEOUT_S, (sent, updated)
+
+
+def _round_span(logs):
+    """When the first round's candidates went to the builder and when the round's results came back, from
+    MetaSchedule's task-scheduler log (whole seconds)."""
+    (log,) = logs.glob("*task_scheduler.log")
+    stamps = {}
+    for line in log.read_text().splitlines():
+        for event in ("to builder", "[Updated]"):
+            if event in line:
+                stamps.setdefault(event, datetime.datetime.strptime(line[:19], "%Y-%m-%d %H:%M:%S"))
+    return stamps["to builder"], stamps["[Updated]"]
 
 
 def test_a_candidate_that_crashes_its_process_does_not_stop_tuning(tmp_path):
