@@ -15,6 +15,12 @@ from ortools.sat.python import cp_model
 
 from .model import BLOCKING_STAGES, OBJECTIVE_STAGES, Blocking, ConstraintModel, ObjectiveStage, Values
 
+#: CP-SAT's deterministic time (its count of work done, roughly seconds) for one stage of the
+#: analytical choice. A stage's optimum is found within a few hundredths; a larger conv's
+#: ``traffic`` stage then spends any wall-clock limit proving it (1 s per space), which on a
+#: ResNet-50 was 70 of the set-up's 94 s, and a wall-clock cut-off made the choice depend on the load.
+STAGE_WORK = 0.05
+
 
 class Infeasible(RuntimeError):
     """No assignment satisfies the model with the given fixed values."""
@@ -82,27 +88,28 @@ class Solver:
             raise Infeasible(f"no solution keeps {fixed}")
         return got
 
-    def analytical(self, stage_time_limit_s: float = 1.0) -> dict[Blocking, Values]:
+    def analytical(self, stage_work: float = STAGE_WORK) -> dict[Blocking, Values]:
         """The solutions the analytical model picks, one per blocking: the model's objectives
         maximized stage after stage (:data:`~.model.OBJECTIVE_STAGES`, then the blocking's own
-        :data:`~.model.BLOCKING_STAGES`; the best found within the time limit). Empty when the model
+        :data:`~.model.BLOCKING_STAGES`; the best found within ``stage_work``, CP-SAT's deterministic
+        time, so that the choice is the same on a loaded or a quiet machine). Empty when the model
         has no objective. A stage whose cap leaves no solution is skipped; what no stage decides is
         left to CP-SAT's deterministic search."""
         if not self.model.objectives:
             return {}
         cp, shared = self.model.cp.clone(), None
         for stage in OBJECTIVE_STAGES:
-            cp, shared = self._maximize(cp, stage, shared, stage_time_limit_s)
+            cp, shared = self._maximize(cp, stage, shared, stage_work)
         choices = {}
         for blocking, stages in BLOCKING_STAGES.items():
             branch, solution = cp, shared
             for stage in stages:
-                branch, solution = self._maximize(branch, stage, solution, stage_time_limit_s)
+                branch, solution = self._maximize(branch, stage, solution, stage_work)
             if solution is not None:
                 choices[blocking] = solution
         return choices
 
-    def _maximize(self, cp: cp_model.CpModel, stage: ObjectiveStage, solution: Values | None, time_limit_s: float):
+    def _maximize(self, cp: cp_model.CpModel, stage: ObjectiveStage, solution: Values | None, work: float):
         """``cp`` with ``stage``'s objective held at its optimum, and that optimum's solution; ``cp``
         and ``solution`` unchanged when the stage has no terms or no solution within its caps."""
         terms = self.model.objectives.get(stage)
@@ -114,7 +121,7 @@ class Solver:
         trial.Maximize(_linear(trial, terms))
         solver = _cp_solver()
         solver.parameters.num_workers = 1
-        solver.parameters.max_time_in_seconds = time_limit_s
+        solver.parameters.max_deterministic_time = work
         if solver.Solve(trial) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             return cp, solution
         solution = {

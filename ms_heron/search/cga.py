@@ -24,6 +24,7 @@ import random
 import re
 import time
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from tvm.ir.utils import derived_object
@@ -43,6 +44,7 @@ from ..constraints import (
     replay,
     values_from_trace,
 )
+from ..hardware.targets import usable_cores
 from ..records import record_seconds
 from ..schedule.annotations import is_metaschedule_space
 from ..schedule.options import check
@@ -226,13 +228,17 @@ class HeronSearch(PySearchStrategy):
     def _analytical_choices(self) -> dict[int, list[Program]]:
         """Per design space with a micro-kernel model, the programs BLIS's analytical model picks,
         one per blocking (:meth:`Solver.analytical`): each space's first measured programs, so that
-        a task the scheduler gives one round starts from a sound blocking instead of a random one."""
+        a task the scheduler gives one round starts from a sound blocking instead of a random one.
+
+        The spaces are solved on all of the host's cores: this is most of a model's set-up, which
+        comes before any measurement, and CP-SAT leaves Python's lock while it solves."""
+        with self._timed("solver"), ThreadPoolExecutor(usable_cores()) as pool:
+            solved = list(pool.map(Solver.analytical, self.solvers))
         choices = {}
-        with self._timed("solver"):
-            for space, solver in enumerate(self.solvers):
-                programs = unique([Program(space, values) for values in solver.analytical().values()])
-                if programs:
-                    choices[space] = programs
+        for space, picks in enumerate(solved):
+            programs = unique([Program(space, values) for values in picks.values()])
+            if programs:
+                choices[space] = programs
         return choices
 
     def post_tuning(self) -> None:
