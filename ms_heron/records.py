@@ -21,6 +21,7 @@ from pathlib import Path
 from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
+from tvm.target import Target
 
 from .errors import HeronError
 from .intrinsics import ensure_registered
@@ -196,10 +197,11 @@ def cut_torn_line(path: Path) -> None:
             os.fsync(f.fileno())
 
 
-def open_database(work_dir: str | Path) -> ms.database.JSONDatabase:
+def open_database(work_dir: str | Path, target: Target | None = None) -> ms.database.JSONDatabase:
     """The JSONDatabase in ``work_dir``, readable after a killed run (torn last lines are cut,
-    corrupt record lines set aside) and with the intrinsics its records name registered."""
-    ensure_registered()
+    corrupt record lines set aside) and with the intrinsics its records name registered (those of
+    ``target``, when the records are of that target)."""
+    ensure_registered(target)
     for name in DATABASE_FILES:
         cut_torn_line(Path(work_dir) / name)
     set_aside_corrupt_records(Path(work_dir))
@@ -293,11 +295,13 @@ def measured_seconds(work_dir: str | Path) -> list[float]:
     return [record_seconds(line[1][1]) for line in json_lines(Path(work_dir) / DATABASE_FILES[1])]
 
 
-def first_records(work_dir: str | Path, count: int | None = None) -> ms.database.MemoryDatabase:
+def first_records(
+    work_dir: str | Path, count: int | None = None, target: Target | None = None
+) -> ms.database.MemoryDatabase:
     """The work dir's database as it stood after its first ``count`` measured records (all when
     None), read without writing a file: what reports use beside a live run, and how one long run
-    also answers "what had tuning found after ``count`` trials"."""
-    ensure_registered()
+    also answers "what had tuning found after ``count`` trials" (``target``: as in :func:`open_database`)."""
+    ensure_registered(target)
     work_dir = Path(work_dir)
     workloads = [ms.database.Workload.from_json(line) for line in json_lines(work_dir / DATABASE_FILES[0])]
     database = ms.database.MemoryDatabase()

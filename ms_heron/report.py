@@ -48,7 +48,7 @@ def arms(run: TuningRun) -> list[Arm]:
 
 def constraint_summaries(run: TuningRun) -> list[dict]:
     """The constraint model of each of HeronSpace's design spaces for this workload."""
-    ensure_registered()
+    ensure_registered(run.target)
     return [derive(space, run.target).summary() for space in design_spaces(run.workload.func, run.target, run.space())]
 
 

@@ -226,7 +226,7 @@ def tuning_context(func: PrimFunc | IRModule, target: Target, space: SpaceGenera
     """The TuneContext tuning ``func`` on ``target`` with ``space`` (``HeronSpace()`` when None) works
     in, cloned as MetaSchedule's task scheduler clones it: its space generator's rules and postprocs
     are initialized for the target, as in a tuning run."""
-    ensure_registered()
+    ensure_registered(target)
     mod = func if isinstance(func, IRModule) else IRModule({"main": func})
     return ms.TuneContext(mod=mod, target=target, space_generator=space or HeronSpace(), task_name="main").clone()
 

@@ -7,6 +7,9 @@ tensorizing needs it.
 
 import functools
 
+from tvm.target import Target
+
+from ..hardware.targets import is_cuda
 from .amx import MAX_PADDING_WASTE as AMX_MAX_PADDING_WASTE
 from .amx import is_amx, register_all_amx
 from .library import import_tvm_intrinsics
@@ -33,13 +36,25 @@ __all__ = [
 ]
 
 
+def ensure_registered(target: Target | None = None) -> None:
+    """Register ms_heron's intrinsics and repair TVM's VNNI one, once per process, so that replaying
+    a database record finds every intrinsic it names: AMX and VNNI always, WMMA in Heron's three
+    shapes for a CUDA target or when no target is given (its 45 intrinsics are TVMScript that takes
+    ~4 s to parse, which a CPU tuning process would pay for nothing)."""
+    _register_cpu()
+    if target is None or is_cuda(target):
+        _register_wmma()
+
+
 @functools.cache
-def ensure_registered() -> None:
-    """Register ms_heron's intrinsics (AMX, VNNI, WMMA in Heron's three shapes) and repair TVM's
-    VNNI one; runs once per process, so replaying a database record finds every intrinsic it names."""
+def _register_cpu() -> None:
     import_tvm_intrinsics()
     register_vnni()
     register_all_amx()
     override_tvm_vnni()
+
+
+@functools.cache
+def _register_wmma() -> None:
     for in_dtype, out_dtype in WMMA_DTYPES:
         wmma_groups(in_dtype, out_dtype)

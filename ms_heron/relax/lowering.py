@@ -148,7 +148,7 @@ def compile_model(
 
 def compile_lowered(database: ms.Database, lowered: IRModule, target: Target):
     """:func:`compile_model` on a module :func:`lower_for_tuning` already lowered (a tuning run's own)."""
-    ensure_registered()
+    ensure_registered(target)
     missing = untuned_tasks(database, lowered, target)
     if missing:
         warnings.warn(

@@ -37,7 +37,7 @@ def matching_intrinsics(sch: Schedule, block: SBlockRV, target) -> list[str]:
     """The target's intrinsics whose operand dtypes are the block's (u8 x s8 -> s32 for VNNI)."""
     if not intrinsics_for(target):
         return []
-    ensure_registered()
+    ensure_registered(target)
     return [i for i in intrinsics_for(target) if _dtypes(sch, block) == _desc_dtypes(TensorIntrin.get(i).desc)]
 
 
@@ -100,7 +100,7 @@ class Tensorize(HeronRule):
             return [sch]
         candidates = self._candidates()
         if candidates:
-            ensure_registered()
+            ensure_registered(self.target)
         spaces = []
         for _, family in itertools.groupby(candidates, key=is_amx):
             space = next((w for w in (self._tensorized(sch, block, i) for i in family) if w is not None), None)

@@ -292,7 +292,7 @@ def static_shape_tuning_pipeline(
 
 def best_schedule(database: ms.Database, task: Workload | tvm.tirx.PrimFunc, target: Target) -> Schedule:
     """The database's fastest valid schedule for ``task``, rebuilt with stock MetaSchedule."""
-    ensure_registered()
+    ensure_registered(target)
     func, name = (task.func, task.name) if isinstance(task, Workload) else (task, "the kernel")
     sch = ms.tir_integration.compile_tir(database, func, target)
     if sch is None:

@@ -324,7 +324,7 @@ class TuningRun:
     def database(self) -> ms.database.Database:
         """The records, read without writing a file (so reports and ``show`` beside a live run
         leave its database byte-identical)."""
-        return first_records(self.work_dir)
+        return first_records(self.work_dir, target=self.target)
 
     @functools.cached_property
     def model(self) -> IRModule:

@@ -68,7 +68,7 @@ def prepare(
     run timeouts are capped by it, so a hanging candidate overruns it by one timeout at most;
     ``reserve_s`` keeps that many seconds of it for what follows tuning.
     """
-    ensure_registered()
+    ensure_registered(target)
     if is_cpu(target):
         num_cores(target)  # raises early with the fix when num-cores is missing
     budget = Budget(None if time_budget_s is None else time.monotonic() + time_budget_s, reserve_s)
@@ -80,7 +80,7 @@ def prepare(
     os.makedirs(work_dir, exist_ok=True)
     records = None  # the file to check writes landed in: only the work dir's own database
     if "database" not in tune_kwargs:
-        tune_kwargs["database"], records = open_database(work_dir), records_file(work_dir)
+        tune_kwargs["database"], records = open_database(work_dir, target), records_file(work_dir)
     tune_kwargs["measure_callbacks"] = [
         *measure_callbacks(tune_kwargs["database"], records),
         *(callbacks(tune_kwargs["database"]) if callbacks else ()),
