@@ -105,8 +105,13 @@ def test_tune_resume_report_show(tmp_path):
 def test_a_spent_time_budget_measures_only_until_the_first_valid_candidate(tmp_path):
     """Set-up alone outlasts a 1 s budget: the first round is measured until a candidate is valid,
     the rest of it is left unmeasured and not stored as failures."""
+    # 256^3, not the 2 us 64^3 GEMM: TVM's timer sizes its loop from one fast call (~40,000 calls
+    # for 100 ms), and when the suite's other worker holds the cores every call of a 2-thread kernel
+    # waits for its second thread, so timing that one candidate outlasted the budget's 10 s timeout.
     proc = ms_heron_cli(
-        "tune", *SMALL_GEMM, "--trials", "40", "--round-size", "4", "--time-budget", "1s", "--work-dir", str(tmp_path)
+        "tune",
+        *("gemm", "--shape", "M=256", "N=256", "K=256"),
+        *("--trials", "40", "--round-size", "4", "--time-budget", "1s", "--work-dir", str(tmp_path)),
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     seconds = measured_seconds(tmp_path)
