@@ -1,8 +1,8 @@
 """ms_heron: Heron's constraint-aware auto-scheduling as a plug-in for TVM 0.27 MetaSchedule.
 
 Importing the package is cheap: it registers ms_heron's VNNI and AMX intrinsics (so their records
-replay anywhere) and asks the OS for the AMX tile state, while TVM's tensor-intrinsic registry
-(~15 s) is loaded only where tuning or tensorizing needs it
+replay anywhere) and asks the OS for the AMX tile state, while TVM's tensor-intrinsic library (its
+x86 part for a CPU target) is loaded only where tuning or tensorizing needs it
 (:func:`ms_heron.intrinsics.ensure_registered`).
 """
 

@@ -1,7 +1,7 @@
 """Tensor intrinsics: which one serves which (target, dtype), and registration of fixed ones.
 
-Importing this package is cheap. :func:`ensure_registered` pays TVM's ``tvm.s_tir.tensor_intrin``
-import (:mod:`.library` makes it ~2 s instead of ~15 s) once per process, where tuning or
+Importing this package is cheap. :func:`ensure_registered` pays for TVM's ``tvm.s_tir.tensor_intrin``
+(:mod:`.library`: its x86 part alone for a CPU target, ~0.3 s) once per process, where tuning or
 tensorizing needs it.
 """
 
@@ -10,15 +10,17 @@ import functools
 from tvm.target import Target
 
 from ..hardware.targets import is_cuda
-from .amx import MAX_PADDING_WASTE as AMX_MAX_PADDING_WASTE
-from .amx import is_amx, register_all_amx
-from .library import import_tvm_intrinsics
-from .vnni import LANES as VNNI_LANES
-from .vnni import MAX_PADDING_WASTE as VNNI_MAX_PADDING_WASTE
-from .vnni import REDUCTION as VNNI_REDUCTION
-from .vnni import TVM_VNNI_INTRIN, VNNI_INTRIN, override_tvm_vnni, register_vnni
-from .wmma import DTYPES as WMMA_DTYPES
-from .wmma import WmmaGroup, wmma_groups
+from .library import fast_parsing, import_x86_intrinsics
+
+with fast_parsing():  # their modules define TVMScript intrinsics: parsed on import
+    from .amx import MAX_PADDING_WASTE as AMX_MAX_PADDING_WASTE
+    from .amx import is_amx, register_all_amx
+    from .vnni import LANES as VNNI_LANES
+    from .vnni import MAX_PADDING_WASTE as VNNI_MAX_PADDING_WASTE
+    from .vnni import REDUCTION as VNNI_REDUCTION
+    from .vnni import TVM_VNNI_INTRIN, VNNI_INTRIN, override_tvm_vnni, register_vnni
+    from .wmma import DTYPES as WMMA_DTYPES
+    from .wmma import WmmaGroup, wmma_groups
 
 __all__ = [
     "AMX_MAX_PADDING_WASTE",
@@ -38,9 +40,9 @@ __all__ = [
 
 def ensure_registered(target: Target | None = None) -> None:
     """Register ms_heron's intrinsics and repair TVM's VNNI one, once per process, so that replaying
-    a database record finds every intrinsic it names: AMX and VNNI always, WMMA in Heron's three
-    shapes for a CUDA target or when no target is given (its 45 intrinsics are TVMScript that takes
-    ~4 s to parse, which a CPU tuning process would pay for nothing)."""
+    a database record finds every intrinsic it names: AMX, VNNI and TVM's x86 ones always; WMMA in
+    Heron's three shapes and the rest of TVM's library for a CUDA target or when no target is given
+    (TVMScript that takes ~8 s to parse, which a CPU tuning process would pay for nothing)."""
     _register_cpu()
     if target is None or is_cuda(target):
         _register_wmma()
@@ -48,7 +50,7 @@ def ensure_registered(target: Target | None = None) -> None:
 
 @functools.cache
 def _register_cpu() -> None:
-    import_tvm_intrinsics()
+    import_x86_intrinsics()
     register_vnni()
     register_all_amx()
     override_tvm_vnni()

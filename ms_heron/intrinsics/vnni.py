@@ -9,7 +9,7 @@ the implementation reinterprets the operands as ``int8x64``.
 from tvm.s_tir import TensorIntrin
 from tvm.script import tirx as T
 
-from .library import import_tvm_intrinsics
+from .library import import_x86_intrinsics
 
 #: The name ms_heron's rules tensorize with; always registered with the fixed implementation.
 VNNI_INTRIN = "ms_heron_dot_16x4_vnni"
@@ -68,8 +68,8 @@ def register_vnni() -> None:
 def override_tvm_vnni() -> None:
     """Point TVM's own ``dot_16x4_vnni`` at the fixed implementation, so stock rules build.
 
-    TVM registers its broken version when ``tvm.s_tir.tensor_intrin`` is imported (every
-    ``TuneContext`` imports it), so the override must come after that import.
+    TVM registers its broken version when ``tvm.s_tir.tensor_intrin.x86`` is imported (every
+    ``TuneContext`` imports the library), so the override must come after that import.
     """
-    import_tvm_intrinsics()
+    import_x86_intrinsics()
     TensorIntrin.register(TVM_VNNI_INTRIN, _vnni_desc, _vnni_impl, override=True)
