@@ -3,7 +3,8 @@
 Importing the package is cheap: it registers ms_heron's VNNI and AMX intrinsics (so their records
 replay anywhere) and asks the OS for the AMX tile state, while TVM's tensor-intrinsic library (its
 x86 part for a CPU target) is loaded only where tuning or tensorizing needs it
-(:func:`ms_heron.intrinsics.ensure_registered`).
+(:func:`ms_heron.intrinsics.ensure_registered`), and ``HeronSpace`` and ``HeronSearch`` are imported
+when first used (:mod:`ms_heron.lazy`).
 """
 
 import os
@@ -30,8 +31,7 @@ __version__ = "0.1.0"
 from .errors import HeronError  # noqa: E402  (after the thread-pool set-up above)
 from .hardware.amx import request_amx_tile_state  # noqa: E402
 from .intrinsics import register_all_amx, register_vnni  # noqa: E402
-from .search import HeronSearch  # noqa: E402
-from .space import HeronSpace  # noqa: E402
+from .lazy import lazy_attributes  # noqa: E402
 
 # CPU records name ms_heron's VNNI and AMX intrinsics (HeronSpace adds MetaSchedule's spaces, which
 # name TVM's, only where it tensorizes nothing): registered here, cheaply, so stock ``compile_tir``
@@ -43,3 +43,4 @@ register_all_amx()
 request_amx_tile_state()
 
 __all__ = ["HeronError", "HeronSpace", "HeronSearch"]
+__getattr__ = lazy_attributes(__name__, {"HeronSearch": ".search", "HeronSpace": ".space"})

@@ -4,18 +4,7 @@
 CLI, the demo and the bench scripts take, and a model run's best kernels timed again at its end
 (:mod:`.confirm`)."""
 
-from .api import (
-    ModelRound,
-    NoValidRecord,
-    best_schedule,
-    static_shape_tuning_pipeline,
-    tune_func,
-    tune_model,
-    tune_pass,
-    tune_workload,
-)
-from .run import Progress, RunError, RunSpec, TuningRun, merge_runs
-from .setup import Search, reset_metaschedule_logger, search_parts
+from ..lazy import lazy_attributes
 
 __all__ = [
     "ModelRound",
@@ -35,3 +24,23 @@ __all__ = [
     "tune_pass",
     "tune_workload",
 ]
+__getattr__ = lazy_attributes(
+    __name__,
+    {
+        **dict.fromkeys(
+            [
+                "ModelRound",
+                "NoValidRecord",
+                "best_schedule",
+                "static_shape_tuning_pipeline",
+                "tune_func",
+                "tune_model",
+                "tune_pass",
+                "tune_workload",
+            ],
+            ".api",
+        ),
+        **dict.fromkeys(["Progress", "RunError", "RunSpec", "TuningRun", "merge_runs"], ".run"),
+        **dict.fromkeys(["Search", "reset_metaschedule_logger", "search_parts"], ".setup"),
+    },
+)
