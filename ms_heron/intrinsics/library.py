@@ -71,7 +71,11 @@ def _package_held_back():
 @functools.cache
 def import_x86_intrinsics() -> None:
     """Register TVM's x86 intrinsics (its VNNI and AVX-512 dot products), all a CPU target's rules
-    name, without parsing the other targets'; once per process."""
+    name, without parsing the other targets'; once per process.
+
+    Afterwards ``import tvm.s_tir.tensor_intrin`` registers nothing more: a process that then tunes
+    a CUDA target with stock MetaSchedule calls :func:`import_tvm_intrinsics` (or
+    ``ensure_registered(target)``, as every ms_heron entry point does) first."""
     _package_held_back()
     with fast_parsing():
         importlib.import_module(f"{_PACKAGE}.x86")
