@@ -9,11 +9,11 @@ defined in an ``@I.ir_module`` class) and the frames themselves, so during these
 it gets carries source lines for those frames alone. The registered intrinsics are the same.
 
 Most of the library is CUDA's: all of it took a CPU process 3 s here, x86's alone 0.07 s, and a CPU
-target needs no more.
-:func:`import_x86_intrinsics` puts the package in ``sys.modules`` with its ``__init__`` (which
-imports every target's module) held back, so that MetaSchedule's own ``import tvm.s_tir.tensor_intrin``
-(every ``TuneContext`` makes it) finds it there, and :func:`import_tvm_intrinsics` runs that
-``__init__`` when a CUDA target (or no known target) needs the rest.
+target needs no more. :func:`import_x86_intrinsics` puts the package in ``sys.modules`` with its
+``__init__`` (which imports every target's module) held back, so that MetaSchedule's own
+``import tvm.s_tir.tensor_intrin`` (every ``TuneContext`` makes it) finds it there, and
+:func:`import_tvm_intrinsics` runs that ``__init__`` when a CUDA target (or no known target) needs
+the rest.
 """
 
 from __future__ import annotations

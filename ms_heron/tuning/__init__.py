@@ -6,41 +6,23 @@ CLI, the demo and the bench scripts take, and a model run's best kernels timed a
 
 from ..lazy import lazy_attributes
 
-__all__ = [
-    "ModelRound",
-    "NoValidRecord",
-    "Progress",
-    "RunError",
-    "RunSpec",
-    "Search",
-    "TuningRun",
-    "best_schedule",
-    "merge_runs",
-    "reset_metaschedule_logger",
-    "search_parts",
-    "static_shape_tuning_pipeline",
-    "tune_func",
-    "tune_model",
-    "tune_pass",
-    "tune_workload",
-]
-__getattr__ = lazy_attributes(
-    __name__,
-    {
-        **dict.fromkeys(
-            [
-                "ModelRound",
-                "NoValidRecord",
-                "best_schedule",
-                "static_shape_tuning_pipeline",
-                "tune_func",
-                "tune_model",
-                "tune_pass",
-                "tune_workload",
-            ],
-            ".api",
-        ),
-        **dict.fromkeys(["Progress", "RunError", "RunSpec", "TuningRun", "merge_runs"], ".run"),
-        **dict.fromkeys(["Search", "reset_metaschedule_logger", "search_parts"], ".setup"),
-    },
-)
+#: Each public name and the module it is imported from on first use.
+_MODULES = {
+    **dict.fromkeys(
+        [
+            "ModelRound",
+            "NoValidRecord",
+            "best_schedule",
+            "static_shape_tuning_pipeline",
+            "tune_func",
+            "tune_model",
+            "tune_pass",
+            "tune_workload",
+        ],
+        ".api",
+    ),
+    **dict.fromkeys(["Progress", "RunError", "RunSpec", "TuningRun", "merge_runs"], ".run"),
+    **dict.fromkeys(["Search", "reset_metaschedule_logger", "search_parts"], ".setup"),
+}
+__all__ = sorted(_MODULES)
+__getattr__ = lazy_attributes(__name__, _MODULES)
