@@ -19,8 +19,8 @@ with fast_parsing():  # their modules define TVMScript intrinsics: parsed on imp
     from .vnni import MAX_PADDING_WASTE as VNNI_MAX_PADDING_WASTE
     from .vnni import REDUCTION as VNNI_REDUCTION
     from .vnni import TVM_VNNI_INTRIN, VNNI_INTRIN, override_tvm_vnni, register_vnni
-    from .wmma import DTYPES as WMMA_DTYPES
-    from .wmma import WmmaGroup, wmma_groups
+from .wmma import DTYPES as WMMA_DTYPES
+from .wmma import WmmaGroup, wmma_groups
 
 __all__ = [
     "AMX_MAX_PADDING_WASTE",
