@@ -155,9 +155,13 @@ def _run(tmp_path, name, seed=0):
 
 def test_rpc_servers_measure_like_the_local_runner(tmp_path, fleet):
     fleet.add_servers(2)
-    remote = _run(tmp_path, "rpc").tune(8, per_round=4, runner=fleet.address.runner())
+    session_timeout_s = 120  # a server kept busy by a finished candidate's session frees at this timeout
+    started = time.monotonic()
+    remote = _run(tmp_path, "rpc").tune(8, per_round=4, runner=fleet.address.runner(timeout_s=session_timeout_s))
+    remote_s = time.monotonic() - started
     local = _run(tmp_path, "local").tune(8, per_round=4)
     assert (remote.trials, remote.valid) == (local.trials, local.valid) == (8, 8)
+    assert remote_s < session_timeout_s / 2, f"8 candidates on 2 servers took {remote_s:.0f} s"
 
 
 def test_a_killed_rpc_server_leaves_tuning_to_the_other_and_loses_no_record(tmp_path, fleet):
