@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import psutil
 import pytest
 import tvm
@@ -35,7 +36,14 @@ from ms_heron.testing import models
 from ms_heron.tuning import run as session
 from ms_heron.tuning.budget import Budget, CandidateCost
 from ms_heron.tuning.builder import build_candidate, local_builder
-from ms_heron.tuning.measure import DEFAULT_TIMEOUT_S, MeasureError, Tracker, cold_seconds
+from ms_heron.tuning.measure import (
+    DEFAULT_TIMEOUT_S,
+    FLOAT_FILL_RANGE,
+    MeasureError,
+    Tracker,
+    cold_seconds,
+    filled_arguments,
+)
 
 SMALL_GEMM = ("gemm", "--shape", "M=64", "N=64", "K=64")
 
@@ -151,6 +159,17 @@ def fleet():
 def _run(tmp_path, name, seed=0):
     workload = workloads.make("gemm", HOST_DTYPE, M=64, N=64, K=64)
     return session.TuningRun.create(tmp_path / name, session.RunSpec.of(workload, host_target(), seed))
+
+
+def test_a_candidates_float32_arguments_hold_no_undefined_value():
+    """TVM's fill, on two threads, left an odd-sized tensor's last value undefined: a QDQ kernel's
+    one-value scale read as a subnormal and the kernel ran up to 10x slower than on real scales."""
+    low, high = FLOAT_FILL_RANGE
+    args_info = [["TENSOR", "float32", [1]], ["TENSOR", "float32", [7]], ["TENSOR", "uint8", [5]]]
+    for scale, row, zero_points in filled_arguments(tvm.cpu(), args_info, alloc_repeat=20):
+        values = np.concatenate([scale.numpy(), row.numpy()])
+        assert ((values >= low) & (values <= high)).all(), values
+        assert zero_points.numpy().shape == (5,)
 
 
 def test_rpc_servers_measure_like_the_local_runner(tmp_path, fleet):

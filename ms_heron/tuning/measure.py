@@ -1,10 +1,11 @@
 """Where and how candidates are measured: the local or RPC runner, and cold weights.
 
 MetaSchedule measures with a runner (a local worker process, or TVM's RPC tracker handing out remote
-servers). ms_heron adds two things (the time budget is :mod:`.budget`'s, storing is :mod:`ms_heron.records`'):
+servers). ms_heron adds three things (the time budget is :mod:`.budget`'s, storing is :mod:`ms_heron.records`'):
 
 * **Cold weights** (:func:`evaluator_config` with ``cold=True``): in a model a kernel's weights come
   from memory, so model tasks are timed with every argument but the first flushed from the caches.
+* **Defined arguments** (:func:`filled_arguments`): every float32 a candidate reads is a normal number.
 * **RPC** (:class:`Tracker`): ``host:port:key`` is checked before tuning (the tracker answers and has
   servers for the key), and the RPC runner keeps one connection per server.
 """
@@ -22,6 +23,8 @@ from dataclasses import dataclass
 import tvm
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.runner import local_runner, rpc_runner
+from tvm.s_tir.meta_schedule.runner.utils import alloc_argument_common
+from tvm.s_tir.meta_schedule.utils import get_global_func_on_rpc_session
 
 from ..errors import HeronError
 from ..hardware.amx import TILE_STATE_REQUEST, request_amx_tile_state
@@ -45,6 +48,50 @@ def evaluator_config(*, cold: bool, repeat: int = 10) -> ms.runner.EvaluatorConf
     if not cold:
         return None
     return ms.runner.EvaluatorConfig(number=1, repeat=repeat, min_repeat_ms=0, enable_cpu_cache_flush=True)
+
+
+#: The range a float32 argument is drawn from: the values TVM's measuring fill gives when it fills.
+FLOAT_FILL_RANGE = (1.0, 10.0)
+
+
+def _filler(random_fill_for_measure, uniform):
+    """TVM's measuring fill, and a uniform fill in :data:`FLOAT_FILL_RANGE` for float32 tensors
+    (TVM's uniform sampler takes float32 alone)."""
+
+    def fill(tensor) -> None:
+        if str(tensor.dtype) == "float32":
+            uniform(*FLOAT_FILL_RANGE, tensor)
+        else:
+            random_fill_for_measure(tensor)
+
+    return fill
+
+
+def filled_arguments(device, args_info: list, alloc_repeat: int) -> list:
+    """LocalRunner's arguments, every float32 of them drawn from :data:`FLOAT_FILL_RANGE`.
+
+    TVM's ``random_fill_for_measure`` splits a tensor among the runtime's threads and, with two
+    threads (ms_heron's default on 2 cores), leaves the last value of an odd-sized tensor as the
+    memory held: a QDQ kernel's one-value scale then read as a subnormal, zero or 1e38, and the
+    kernel ran up to 10x slower than on real scales (ResNet-50 int8's conv2d14: 211-2445 us by the
+    draw, 237 us on sane values). Its records then ranked candidates by that draw.
+    """
+    fill = _filler(
+        tvm.get_global_func("tvm.contrib.random.random_fill_for_measure"),
+        tvm.get_global_func("tvm.contrib.random.uniform"),
+    )
+    return alloc_argument_common(fill, device, args_info, alloc_repeat)
+
+
+def filled_arguments_rpc(session, device, args_info: list, alloc_repeat: int) -> list:
+    """RPCRunner's arguments, filled on the server as :func:`filled_arguments` fills them."""
+    fill = _filler(
+        *(
+            get_global_func_on_rpc_session(session, name, "the RPC server's TVM needs USE_RANDOM")
+            for name in ("tvm.contrib.random.random_fill_for_measure", "tvm.contrib.random.uniform")
+        )
+    )
+    return alloc_argument_common(fill, device, args_info, alloc_repeat)
 
 
 def undisturbed(costs: Sequence[float]) -> list[float]:
@@ -78,7 +125,7 @@ def cold_seconds(rt_mod, args_info: list, repeat: int = 10) -> float:
     ``args_info`` is the kernel's ``ArgInfo``s as JSON (``[a.as_json() for a in ArgInfo.from_prim_func(f)]``).
     """
     device = tvm.cpu()
-    args = local_runner.default_alloc_argument(device, args_info, alloc_repeat=1)
+    args = filled_arguments(device, args_info, alloc_repeat=1)
     return statistics.mean(cold_call_seconds(rt_mod, device, evaluator_config(cold=True, repeat=repeat), args))
 
 
@@ -136,6 +183,7 @@ def local_runner_for(*, cold: bool = False, timeout_s: float = DEFAULT_TIMEOUT_S
     return ms.runner.LocalRunner(
         timeout_sec=timeout_s,
         evaluator_config=evaluator_config(cold=cold),
+        f_alloc_argument=filled_arguments,
         f_run_evaluator=cold_call_seconds if cold else None,
         initializer=request_amx_tile_state,
     )
@@ -205,6 +253,7 @@ class Tracker:
             max_workers=servers,
             f_create_session=session_after_releasing_the_last,
             f_upload_module=upload_with_tile_grant,
+            f_alloc_argument=filled_arguments_rpc,
             f_run_evaluator=cold_call_seconds_rpc if cold else None,
         )
         return BudgetedRunner(rpc, width=servers)
