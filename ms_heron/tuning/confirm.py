@@ -3,9 +3,7 @@ model estimate without the winner's curse.
 
 A task's best record is the fastest of its many measurements, and every measurement is off by the
 host's noise, so the fastest is biased fast: the search keeps the candidates that were timed in a
-quiet moment. On a shared 2-core Xeon whose speed swings by 1.5x within seconds, BERT-base int8's
-best records summed to 0.62 of the measured model, for MetaSchedule's default search and Heron's
-alike, while the same kernels timed again summed to 0.96-1.10 of it; and a ResNet-50 whose
+quiet moment. On a shared 2-core Xeon whose speed swings by 1.5x within seconds, a ResNet-50 whose
 database measured 44.4 ms after 10 of its 15 minutes measured 49.3 ms at the end, with a lower
 estimate, as records timed in quiet moments displaced kernels faster on average. Timed again
 together after the search chose them, by the run's own builder and runner, the
