@@ -72,6 +72,20 @@ def onnxruntime_model(model, inputs: dict[str, np.ndarray], threads: int) -> tup
     return sess.run(None, inputs), median_seconds(lambda: sess.run(None, inputs))
 
 
+def reference_outputs(model, inputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+    """The outputs ONNX's own reference evaluator computes: numpy, integer arithmetic exact.
+
+    The exact reference for quantized models: ONNX Runtime's u8 x s8 kernels on a CPU without VNNI
+    (AVX2, AVX-512BW) multiply with ``vpmaddubsw``, which saturates each pair of products at int16, so
+    its int8 results differ from the model's arithmetic (by 2.9% of the output range on a small MLP
+    on Zen 3). Slow (plain numpy, one thread): for test-sized models and single checks.
+    """
+    _onnx_modules()  # the error naming the extra when onnx is missing
+    from onnx.reference import ReferenceEvaluator  # pylint: disable=import-outside-toplevel
+
+    return list(ReferenceEvaluator(model).run(None, dict(inputs)))
+
+
 def onnxruntime_matmul_integer_seconds(M: int, N: int, K: int, threads: int) -> float:
     """Latency of ONNX Runtime's ``MatMulInteger`` (u8 [M, K] x s8 [K, N] -> s32), the int8 GEMM users reach for."""
     return median_seconds(onnxruntime_matmul_integer(M, N, K, threads))
