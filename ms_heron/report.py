@@ -9,6 +9,7 @@ from pathlib import Path
 from .constraints import derive
 from .intrinsics import ensure_registered
 from .relax import task_table
+from .relax.passes import skipped_passes
 from .space import design_spaces
 from .tuning.run import Progress, TuningRun, summary_rows
 
@@ -75,6 +76,10 @@ def write(run: TuningRun, peak: tuple[str, float] | None = None) -> tuple[Path, 
             "",
         ]
         lines += task_table({a.label.split(" (")[0]: a.run.task_times() for a in found})
+        skipped = skipped_passes(run.lowered)
+        if skipped:
+            lines += ["", "## Rewrites skipped", "", "The model runs without them (TVM's own lowering there):", ""]
+            lines += [f"- {line}" for line in skipped]
     else:
         lines += ["## Constraint model of each design space", ""]
         lines += [

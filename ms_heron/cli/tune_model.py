@@ -93,6 +93,7 @@ def run(args: argparse.Namespace) -> int:
 
     from ..baselines import BaselineUnavailable, onnxruntime_model
     from ..relax import run_model, task_table, time_model
+    from ..relax.passes import skipped_passes
 
     started = time.monotonic()  # the budget counts the model's import and lowering too
     path = Path(args.model)
@@ -113,6 +114,8 @@ def run(args: argparse.Namespace) -> int:
         f"ms-heron tune-model: {path.name}, {len(tasks)} tasks, {args.trials} trials on {cpu_name(run.target)}; "
         f"records in {work_dir}"
     )
+    for line in skipped_passes(run.lowered):
+        print(f"note: {line}; the model runs without that rewrite")
     quiet_metaschedule(args.verbose)
     left_s = None if budget_s is None else max(0.0, budget_s - (time.monotonic() - started))
     with Interrupts(work_dir) as interrupts:

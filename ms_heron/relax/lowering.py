@@ -23,11 +23,16 @@ from ..errors import HeronError
 from ..intrinsics import ensure_registered
 from .passes import (
     chain_stacked_reductions,
+    channel_window_as_slices,
     channels_last_convolutions,
     channels_last_epilogues,
+    drop_inference_noops,
+    failure_reason,
+    fold_explicit_pads,
     fold_scale_shift,
     integer_qdq,
     keep_int8_matmuls,
+    never_failing,
     quantization_parameters_as_tensors,
     winograd_convolutions,
 )
@@ -81,7 +86,9 @@ def lower_for_tuning(
 ) -> IRModule:
     """Bind weights, legalize and fuse: the fused TIR functions are the tuning tasks.
 
-    First what ONNX Runtime's graph optimizer does before it runs a model (:mod:`.passes`):
+    First what ONNX Runtime's graph optimizer does before it runs a model (:mod:`.passes`): ops
+    that do nothing at inference (Dropout) go, LRN's channel window becomes element-wise ops, zero
+    pads in front of convolutions join their padding,
     BatchNorms and constant per-channel scales are folded into the weights and bias of the
     convolution or matmul before them, and n-ary sums are chained adds, so that a ResNet's
     residual add and ReLU fuse into the convolution's kernel.
@@ -95,34 +102,53 @@ def lower_for_tuning(
     kernels use: on the CPU the exact ones are scalar libm calls whose time depends on the data
     (GELU's erf made BERT's FFN kernel 2-3x slower on real activations than on the tuner's inputs),
     while the approximations vectorize and cost the same on any input.
+
+    Every rewrite above is an optimization: one that fails on a graph it does not know (TVM's
+    ``ConvertLayout`` raises InternalErrors on some ops) is skipped for that model, with a warning,
+    and named in the lowered module (:func:`.passes.skipped_passes`, which a run's report shows);
+    the model still lowers with TVM's own passes. What TVM cannot lower at all is one
+    :class:`ModelError` line naming the pass.
     """
     mod = bind_params(mod, params)
     require_static_shapes(mod)
+    rewrites = [
+        *map(never_failing, relax_pipeline.library_dispatch_passes(target)),
+        integer_qdq,  # both before constant folding widens the s8 weights
+        keep_int8_matmuls,
+        never_failing(relax.transform.FoldConstant()),  # a bias reshaped by the importer becomes a constant
+        drop_inference_noops,
+        channel_window_as_slices,
+        fold_explicit_pads,
+        chain_stacked_reductions,
+        fold_scale_shift,
+        never_failing(relax.transform.DeadCodeElimination()),
+        never_failing(relax.transform.DecomposeOpsForInference()),
+        *([] if exact_math else [never_failing(relax.transform.FastMathTransform())]),
+        never_failing(relax.transform.CanonicalizeBindings()),
+        channels_last_convolutions,
+        winograd_convolutions,
+        channels_last_epilogues,
+        quantization_parameters_as_tensors,
+    ]
+    required = [
+        relax.transform.LegalizeOps(),
+        relax.transform.AnnotateTIROpPattern(),
+        relax.transform.FoldConstant(),
+        relax.transform.FuseOps(),
+        relax.transform.FuseTIR(),
+        relax.transform.AttachAttrLayoutFreeBuffers(),
+    ]
     with target:
-        return tvm.transform.Sequential(
-            [
-                *relax_pipeline.library_dispatch_passes(target),
-                integer_qdq,  # both before constant folding widens the s8 weights
-                keep_int8_matmuls,
-                relax.transform.FoldConstant(),  # a bias reshaped by the importer becomes a constant
-                chain_stacked_reductions,
-                fold_scale_shift,
-                relax.transform.DeadCodeElimination(),
-                relax.transform.DecomposeOpsForInference(),
-                *([] if exact_math else [relax.transform.FastMathTransform()]),
-                relax.transform.CanonicalizeBindings(),
-                channels_last_convolutions,
-                winograd_convolutions,
-                channels_last_epilogues,
-                quantization_parameters_as_tensors,
-                relax.transform.LegalizeOps(),
-                relax.transform.AnnotateTIROpPattern(),
-                relax.transform.FoldConstant(),
-                relax.transform.FuseOps(),
-                relax.transform.FuseTIR(),
-                relax.transform.AttachAttrLayoutFreeBuffers(),
-            ]
-        )(mod)
+        mod = tvm.transform.Sequential(rewrites)(mod)
+        for step in required:
+            try:
+                mod = step(mod)
+            except Exception as err:  # pylint: disable=broad-exception-caught  # one line, not a C++ trace
+                raise ModelError(
+                    f"Relax's {step.info.name} cannot lower this model: {failure_reason(err)}; "
+                    "replace the operator it names in the model, or report the model to ms_heron"
+                ) from err
+    return mod
 
 
 def _lowering_passes(target: Target) -> list:

@@ -1,6 +1,11 @@
 """Relax graph rewrites ms_heron's lowering runs before tasks are extracted; each is a pass a user
-can add to a stock Relax pipeline (weights bound as constants first, before ``LegalizeOps``).
+can add to a stock Relax pipeline (weights bound as constants first, before ``LegalizeOps``). Each
+leaves what it does not recognize as it was; one that fails leaves the whole module as it was and
+says so (:mod:`.guard`).
 
+* :func:`drop_inference_noops`: Dropout (and casts and reshapes that change nothing) removed;
+* :func:`channel_window_as_slices`: LRN's window over channels as slices that fuse into one kernel;
+* :func:`fold_explicit_pads`: a zero ``Pad`` node in front of a convolution into its padding;
 * :func:`fold_scale_shift`: inference BatchNorm and constant per-channel scales and shifts folded
   into the convolution's or matmul's weight and bias;
 * :func:`chain_stacked_reductions`: ONNX's n-ary ``Sum``/``Mean``/``Max``/``Min`` as chained binary
@@ -16,17 +21,28 @@ can add to a stock Relax pipeline (weights bound as constants first, before ``Le
 
 from .channels_last import channels_last_convolutions
 from .fold_scale_shift import fold_scale_shift
+from .guard import SKIPPED_PASSES_ATTR, failure_reason, never_failing, skipped_passes
+from .inference import drop_inference_noops
+from .lrn import channel_window_as_slices
 from .nary import chain_stacked_reductions
+from .pads import fold_explicit_pads
 from .quantized import channels_last_epilogues, integer_qdq, keep_int8_matmuls, quantization_parameters_as_tensors
 from .winograd import winograd_convolutions
 
 __all__ = [
+    "SKIPPED_PASSES_ATTR",
     "chain_stacked_reductions",
+    "channel_window_as_slices",
     "channels_last_convolutions",
     "channels_last_epilogues",
+    "drop_inference_noops",
+    "failure_reason",
+    "fold_explicit_pads",
     "fold_scale_shift",
     "integer_qdq",
     "keep_int8_matmuls",
+    "never_failing",
     "quantization_parameters_as_tensors",
+    "skipped_passes",
     "winograd_convolutions",
 ]

@@ -13,26 +13,71 @@ time. Quantized convolutions already run channels-last (:mod:`.quantized`) and a
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Callable
+
 import tvm
-from tvm import relax
+from tvm import IRModule, relax
+
+from .guard import failure_reason, never_failing, with_skipped
 
 #: The layouts ``ConvertLayout`` gives a converted convolution: data, weight (and output, as data).
 CHANNELS_LAST = ["NHWC", "HWIO"]
 
 
-def _desired_layouts(call: relax.Call) -> dict[str, list[str]]:
-    """Convert a 2-D NCHW convolution whose operands are floating point; leave every other op to
-    follow its inputs' layout."""
-    op = getattr(call.op, "name", "")
-    if op != "relax.nn.conv2d" or call.attrs.data_layout != "NCHW":
-        return {}
-    if not all(str(arg.ty.dtype).startswith(("float", "bfloat")) for arg in call.args):
-        return {}
-    return {op: CHANNELS_LAST}
+def _converts(call: relax.Call) -> bool:
+    """A 2-D NCHW convolution whose operands are floating point."""
+    if getattr(call.op, "name", "") != "relax.nn.conv2d" or call.attrs.data_layout != "NCHW":
+        return False
+    return all(str(arg.ty.dtype).startswith(("float", "bfloat")) for arg in call.args)
 
 
-channels_last_convolutions = tvm.transform.Sequential(
-    [relax.transform.ConvertLayout({}, _desired_layouts), relax.transform.FoldConstant()],
-    name="ChannelsLastConvolutions",
+def _convolutions(mod: IRModule) -> int:
+    """How many convolutions :func:`_converts` in ``mod``'s Relax functions."""
+    return sum(
+        isinstance(binding.value, relax.Call) and _converts(binding.value)
+        for func in mod.functions.values()
+        if isinstance(func, relax.Function) and isinstance(func.body, relax.SeqExpr)
+        for block in func.body.blocks
+        for binding in block.bindings
+    )
+
+
+def _convert(mod: IRModule, chosen: Callable[[int], bool]) -> IRModule:
+    """``ConvertLayout`` of the convolutions whose index (in binding order, the order in which
+    ConvertLayout asks) is ``chosen``; every other op follows its inputs' layout."""
+    index = itertools.count()
+
+    def desired(call: relax.Call) -> dict[str, list[str]]:
+        return {call.op.name: CHANNELS_LAST} if _converts(call) and chosen(next(index)) else {}
+
+    return relax.transform.ConvertLayout({}, desired)(mod)
+
+
+@tvm.transform.module_pass(opt_level=0, name="ChannelsLastConvolutions")
+def _channels_last(mod: IRModule, _ctx) -> IRModule:
+    """Every convolution at once; when ConvertLayout raises (an op after some convolution it cannot
+    carry a layout through), each convolution in turn, keeping those it converts without raising."""
+    try:
+        return _convert(mod, lambda _: True)
+    except Exception as err:  # pylint: disable=broad-exception-caught  # fall back to those it can convert
+        reason = failure_reason(err)
+    total, kept = _convolutions(mod), set()
+    for index in range(total):
+        try:
+            _convert(mod, lambda i, trial=index: i in kept or i == trial)
+        except Exception:  # pylint: disable=broad-exception-caught  # this one stays NCHW
+            continue
+        kept.add(index)
+    converted = _convert(mod, kept.__contains__) if kept else mod
+    line = f"ChannelsLastConvolutions left {total - len(kept)} of {total} convolutions NCHW: {reason}"
+    return with_skipped(converted, line)
+
+
+channels_last_convolutions = never_failing(
+    tvm.transform.Sequential([_channels_last, relax.transform.FoldConstant()], name="ChannelsLastConvolutions")
 )
-channels_last_convolutions.__doc__ = "Run every floating-point NCHW convolution in NHWC (weights HWIO, folded)."
+channels_last_convolutions.__doc__ = (
+    "Run every floating-point NCHW convolution in NHWC (weights HWIO, folded); those ConvertLayout "
+    "cannot carry a layout from stay NCHW, named in the module's skipped rewrites."
+)

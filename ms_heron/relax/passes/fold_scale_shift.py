@@ -17,6 +17,7 @@ import numpy as np
 from tvm import IRModule, relax
 from tvm.relax.dpl import TupleGetItemPattern, is_const, is_op, wildcard
 
+from .guard import never_failing
 from .sinking import constant_value, rewrite_until_fixed, static_shape
 
 
@@ -139,6 +140,7 @@ def _shifted(expr) -> tuple[relax.Expr, np.ndarray] | None:
     return None
 
 
+@never_failing
 @relax.transform.function_pass(opt_level=0, name="FoldScaleShift")
 def fold_scale_shift(func: relax.Function, _mod: IRModule, _ctx) -> relax.Function:
     """Fold inference BatchNorms and constant per-channel scales into the preceding convolution's or

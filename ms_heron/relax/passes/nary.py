@@ -15,6 +15,7 @@ import functools
 from tvm import IRModule, relax
 from tvm.relax.dpl import is_op, rewrite_call, wildcard
 
+from .guard import never_failing
 from .sinking import static_shape
 
 #: The reduction over the stacked axis -> the binary op that chains it.
@@ -47,6 +48,7 @@ def _chain(expr, matches, stacked, reduce_op: str):
     return result
 
 
+@never_failing
 @relax.transform.function_pass(opt_level=0, name="ChainStackedReductions")
 def chain_stacked_reductions(func: relax.Function, _mod: IRModule, _ctx) -> relax.Function:
     """Rewrite ``sum/mean/max/min(stack(tensors), axis=k)`` into chained ``add/maximum/minimum``."""

@@ -30,6 +30,7 @@ import numpy as np
 from tvm import IRModule, relax
 from tvm.relax.dpl import is_const, is_op, rewrite_call, wildcard
 
+from .guard import never_failing
 from .sinking import BINARY, LayoutChange, constant_value, sink, static_shape
 
 
@@ -87,6 +88,7 @@ def _widened_matmul():
     return pattern, rewrite
 
 
+@never_failing
 @relax.transform.function_pass(opt_level=0, name="KeepInt8Matmuls")
 def keep_int8_matmuls(func: relax.Function, _mod: IRModule, _ctx) -> relax.Function:
     """Rewrite every widened u8 x s8 matmul with a constant 2-D weight into a u8 x s8 -> s32 one
@@ -154,6 +156,7 @@ def _qdq_rules() -> list:
     return [(conv, rewrite_conv), (matmul, rewrite_matmul)]
 
 
+@never_failing
 @relax.transform.function_pass(opt_level=0, name="IntegerQDQ")
 def integer_qdq(func: relax.Function, _mod: IRModule, _ctx) -> relax.Function:
     """Rewrite every Conv and MatMul whose operands are DequantizeLinears of a u8 activation and a
@@ -252,6 +255,7 @@ def _as_tensor(expr):
     return relax.const(value.reshape(1)) if value is not None and value.ndim == 0 else expr
 
 
+@never_failing
 @relax.transform.function_pass(opt_level=0, name="QuantizationParametersAsTensors")
 def quantization_parameters_as_tensors(func: relax.Function, _mod: IRModule, _ctx) -> relax.Function:
     """Give every quantize and dequantize its scalar constant scale and zero point as one-element
@@ -357,6 +361,7 @@ def _layout_rules() -> list:
     ]
 
 
+@never_failing
 @relax.transform.function_pass(opt_level=0, name="ChannelsLastEpilogues")
 def channels_last_epilogues(func: relax.Function, _mod: IRModule, _ctx) -> relax.Function:
     """Move transposes past element-wise ops and pads, and cancel transposes that undo each other."""

@@ -26,6 +26,7 @@ import tvm
 from tvm import IRModule, relax, te, tirx
 
 from ...hardware.targets import is_cpu, vector_registers
+from .guard import never_failing
 from .sinking import constant_value, static_shape
 
 #: Output tile side (F(2x2, 3x3)): the input tile is TILE + 2 on a side.
@@ -176,6 +177,7 @@ class _Rewriter(relax.PyExprMutator):
         )
 
 
+@never_failing
 @tvm.transform.module_pass(opt_level=0, name="WinogradConvolutions")
 def winograd_convolutions(mod: IRModule, _ctx) -> IRModule:
     """Rewrite every float32 NHWC 3x3 stride-1 convolution with constant weights as Winograd F(2x2, 3x3)."""
