@@ -72,18 +72,31 @@ def onnxruntime_model(model, inputs: dict[str, np.ndarray], threads: int) -> tup
     return sess.run(None, inputs), median_seconds(lambda: sess.run(None, inputs))
 
 
+#: ONNX operators ONNX Runtime runs on u8 x s8 kernels that saturate on CPUs without VNNI, whatever
+#: its graph optimization level.
+INTEGER_OPS = frozenset({"MatMulInteger", "ConvInteger", "QLinearMatMul", "QLinearConv"})
+
+
 def reference_outputs(model, inputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:
-    """The outputs ONNX's own reference evaluator computes: numpy, integer arithmetic exact.
+    """The model's outputs computed as its graph says, exactly: the reference for quantized models.
 
-    The exact reference for quantized models: ONNX Runtime's u8 x s8 kernels on a CPU without VNNI
-    (AVX2, AVX-512BW) multiply with ``vpmaddubsw``, which saturates each pair of products at int16, so
-    its int8 results differ from the model's arithmetic (by 2.9% of the output range on a small MLP
-    on Zen 3). Slow (plain numpy, one thread): for test-sized models and single checks.
+    ONNX Runtime's u8 x s8 kernels on a CPU without VNNI (AVX2, AVX-512BW) multiply with
+    ``vpmaddubsw``, which saturates each pair of products at int16, so its int8 results differ from
+    the model's arithmetic (2.9% of the output range on a small MLP on Zen 3). Graphs with integer
+    operators run on ONNX's own reference evaluator (numpy, exact integer arithmetic, slow); others,
+    QDQ graphs among them, on ONNX Runtime with its graph optimizations off, so that each
+    ``DequantizeLinear`` -> float op -> ``QuantizeLinear`` runs as written instead of being fused
+    into an integer kernel.
     """
-    _onnx_modules()  # the error naming the extra when onnx is missing
-    from onnx.reference import ReferenceEvaluator  # pylint: disable=import-outside-toplevel
+    _, ort = _onnx_modules()
+    if INTEGER_OPS & {node.op_type for node in model.graph.node}:
+        from onnx.reference import ReferenceEvaluator  # pylint: disable=import-outside-toplevel
 
-    return list(ReferenceEvaluator(model).run(None, dict(inputs)))
+        return list(ReferenceEvaluator(model).run(None, dict(inputs)))
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return session.run(None, dict(inputs))
 
 
 def onnxruntime_matmul_integer_seconds(M: int, N: int, K: int, threads: int) -> float:

@@ -91,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
     import numpy as np
     from tvm.s_tir import meta_schedule as ms
 
-    from ..baselines import BaselineUnavailable, onnxruntime_model
+    from ..baselines import BaselineUnavailable, onnxruntime_model, reference_outputs
     from ..relax import run_model, task_table, time_model
     from ..relax.passes import skipped_passes
 
@@ -145,14 +145,20 @@ def run(args: argparse.Namespace) -> int:
     print(f"report with plots: ms-heron report {work_dir}; a task's best schedule: ms-heron show {work_dir} TASK")
     print(f"{'ms_heron (tuned)':28s}{tuned_s * 1e3:10.3f} ms")
     try:
-        ort_outputs, ort_s = onnxruntime_model(
-            run.onnx_model, dict(zip(_onnx_input_names(run.onnx_model), inputs.values())), threads=num_cores(run.target)
-        )
+        ort_inputs = dict(zip(_onnx_input_names(run.onnx_model), inputs.values()))
+        ort_outputs, ort_s = onnxruntime_model(run.onnx_model, ort_inputs, threads=num_cores(run.target))
     except BaselineUnavailable as err:
         print(f"note: {err}; checking against the untuned model instead")
         _check_outputs(outputs, run_model(run.compile(ms.database.MemoryDatabase()), inputs), "the untuned model")
         return 0
-    _check_outputs(outputs, ort_outputs, "ONNX Runtime")
+    if _saturates(run.onnx_model):
+        print(
+            "ONNX Runtime's int8 kernels saturate pairs of products on this CPU (no VNNI): checking against "
+            "the model's exact arithmetic instead"
+        )
+        _check_outputs(outputs, reference_outputs(run.onnx_model, ort_inputs), "the exact reference")
+    else:
+        _check_outputs(outputs, ort_outputs, "ONNX Runtime")
     diff = max(float(np.abs(a - b).max()) for a, b in zip(outputs, ort_outputs))
     print(f"{'ONNX Runtime':28s}{ort_s * 1e3:10.3f} ms")
     print(f"speed-up over ONNX Runtime: {ort_s / tuned_s:.2f}x; max abs difference of the outputs: {diff:.3g}")
@@ -175,6 +181,17 @@ def _check_outputs(outputs, expected, reference: str) -> None:
                 f"output {index} of the tuned model differs from {reference}'s by {err:.3g} (more than {bound:.3g})"
             )
     print(f"outputs checked against {reference} on a random input: correct")
+
+
+def _saturates(model) -> bool:
+    """Whether ONNX Runtime runs ``model`` on u8 x s8 kernels that saturate here: a quantized model on a
+    host without VNNI (its AVX2 and AVX-512BW kernels use ``vpmaddubsw``)."""
+    from ..baselines import INTEGER_OPS  # pylint: disable=import-outside-toplevel
+    from ..hardware.targets import has_avx_vnni, has_vnni, host_target  # pylint: disable=import-outside-toplevel
+
+    quantized = INTEGER_OPS | {"QuantizeLinear", "DynamicQuantizeLinear"}
+    host = host_target()
+    return bool(quantized & {n.op_type for n in model.graph.node}) and not (has_vnni(host) or has_avx_vnni(host))
 
 
 def _random_input(rng, param):

@@ -154,6 +154,12 @@ def has_vnni(target: Target) -> bool:
     return is_cpu(target) and bool(codegen.target_has_features("avx512vnni", target))
 
 
+def has_avx_vnni(target: Target) -> bool:
+    """Whether the target's CPU has AVX-VNNI (the 256-bit VEX ``vpdpbusd`` of Alder Lake and later
+    client parts, Zen 5 too), from LLVM's feature set."""
+    return is_cpu(target) and bool(codegen.target_has_features("avxvnni", target))
+
+
 def has_amx(target: Target) -> bool:
     """Whether AMX-INT8 tile code (``tdpbusd``) can run for ``target`` here: the target is this
     machine, LLVM lists ``amx-int8`` for its CPU, and the OS granted this process the tile state.
