@@ -105,7 +105,9 @@ def distilbert(size: Size = "test") -> OnnxModel:
 def gpt2(size: Size = "test") -> OnnxModel:
     """GPT-2 (``GPT2Model``, causal attention): small is 12 layers, 768 wide, sequence 128."""
     layers, hidden, heads, seq = (2, 64, 2, 16) if size == "test" else (12, 768, 12, 128)
-    model = _built("GPT2Config", "GPT2Model", **_NO_CACHE, n_embd=hidden, n_layer=layers, n_head=heads, vocab_size=_vocab(size))
+    model = _built(
+        "GPT2Config", "GPT2Model", **_NO_CACHE, n_embd=hidden, n_layer=layers, n_head=heads, vocab_size=_vocab(size)
+    )
     return _export(f"gpt2_{size}", model, {"input_ids": _ids(seq, _vocab(size))})
 
 
