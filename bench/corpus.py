@@ -205,6 +205,7 @@ def main() -> None:
     from ms_heron.cli.common import parse_duration  # pylint: disable=import-outside-toplevel
 
     work_root = pathlib.Path(args.work_root or tempfile.mkdtemp(prefix="ms_heron_corpus_"))
+    work_root.mkdir(parents=True, exist_ok=True)
     stem = f"corpus_{args.budget}"
     results = pathlib.Path(args.out) / f"{stem}.json"
     data = json.loads(results.read_text())["data"] if results.exists() else {}
