@@ -72,43 +72,37 @@ def _built(config_class: str, model_class: str, **config):
     return getattr(transformers, model_class)(getattr(transformers, config_class)(**config)).eval()
 
 
+#: A text encoder's config keys for its layers, width, heads and feed-forward width.
+_TEXT_KEYS = {
+    "BertConfig": ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size"),
+    "DistilBertConfig": ("n_layers", "dim", "n_heads", "hidden_dim"),
+    "GPT2Config": ("n_layer", "n_embd", "n_head", "n_inner"),
+}
+
+
+def _text(name: str, size: Size, model_class: str, base: tuple[int, int, int, int], **config) -> OnnxModel:
+    """A transformer over token ids: 2 layers of 64 (2 heads, sequence 16) at test size, else
+    ``base`` (layers, width, heads, sequence); the feed-forward 4x the width."""
+    layers, hidden, heads, seq = (2, 64, 2, 16) if size == "test" else base
+    config_class = model_class.replace("Model", "Config")
+    dims = dict(zip(_TEXT_KEYS[config_class], (layers, hidden, heads, 4 * hidden)))
+    model = _built(config_class, model_class, **dims, vocab_size=_vocab(size), **config)
+    return _export(f"{name}_{size}", model, {"input_ids": _ids(seq, _vocab(size))})
+
+
 def bert(size: Size = "test") -> OnnxModel:
     """BERT (``BertModel``): base is 12 layers, 768 wide, sequence 128."""
-    layers, hidden, heads, seq = (2, 64, 2, 16) if size == "test" else (12, 768, 12, 128)
-    model = _built(
-        "BertConfig",
-        "BertModel",
-        hidden_size=hidden,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
-        intermediate_size=4 * hidden,
-        vocab_size=_vocab(size),
-    )
-    return _export(f"bert_{size}", model, {"input_ids": _ids(seq, _vocab(size))})
+    return _text("bert", size, "BertModel", (12, 768, 12, 128))
 
 
 def distilbert(size: Size = "test") -> OnnxModel:
     """DistilBERT (``DistilBertModel``): base is 6 layers, 768 wide, sequence 128."""
-    layers, hidden, heads, seq = (2, 64, 2, 16) if size == "test" else (6, 768, 12, 128)
-    model = _built(
-        "DistilBertConfig",
-        "DistilBertModel",
-        dim=hidden,
-        n_layers=layers,
-        n_heads=heads,
-        hidden_dim=4 * hidden,
-        vocab_size=_vocab(size),
-    )
-    return _export(f"distilbert_{size}", model, {"input_ids": _ids(seq, _vocab(size))})
+    return _text("distilbert", size, "DistilBertModel", (6, 768, 12, 128))
 
 
 def gpt2(size: Size = "test") -> OnnxModel:
     """GPT-2 (``GPT2Model``, causal attention): small is 12 layers, 768 wide, sequence 128."""
-    layers, hidden, heads, seq = (2, 64, 2, 16) if size == "test" else (12, 768, 12, 128)
-    model = _built(
-        "GPT2Config", "GPT2Model", **_NO_CACHE, n_embd=hidden, n_layer=layers, n_head=heads, vocab_size=_vocab(size)
-    )
-    return _export(f"gpt2_{size}", model, {"input_ids": _ids(seq, _vocab(size))})
+    return _text("gpt2", size, "GPT2Model", (12, 768, 12, 128), **_NO_CACHE)
 
 
 def llama(size: Size = "test") -> OnnxModel:
