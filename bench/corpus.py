@@ -56,11 +56,11 @@ EXPORTED = (
 )
 #: name -> how to get the graph: ("export", name), ("classic", name), or (quantizer, name of a graph above).
 CORPUS = {
-    **{name: ("export", name) for name in EXPORTED},
+    **{f"torch-{name}": ("export", name) for name in EXPORTED},
     **{f"classic-{name}": ("classic", name) for name in classics.CLASSICS},
-    "resnet-qdq": ("static", "resnet"),
+    "torch-resnet-qdq": ("static", "torch-resnet"),
     "classic-squeezenet-qdq": ("static", "classic-squeezenet"),
-    "bert-dynamic": ("dynamic", "bert"),
+    "torch-bert-dynamic": ("dynamic", "torch-bert"),
 }
 PER_ROUND = 16
 TRIALS = 1_000_000  # the budget ends tuning

@@ -11,6 +11,7 @@ calls, summed over tasks) against the measured latency. Usage (repository root, 
     .venv/bin/python bench/networks.py resnet50 --budget 15m
     .venv/bin/python bench/networks.py mobilenetv2 --budget 15m --baseline-budget 15m
     .venv/bin/python bench/networks.py mobilenetv2 --work-root runs --retime   # time finished runs again
+    .venv/bin/python bench/networks.py torch-vit --exports /tmp/exports --budget 15m  # a corpus graph (bench/corpus.py)
 
 Adds the network to bench/results/networks_<budget>.json and rewrites networks_<budget>.md from it.
 """
@@ -28,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 
+import corpus
 import models_vs_default
 import numpy as np
 import onnx
@@ -116,6 +118,7 @@ def _tune_and_export(
     seed: int,
     retime: bool,
     baseline_from: pathlib.Path | None = None,
+    exports: pathlib.Path | None = None,
 ) -> tuple[dict, dict]:
     """Both arms tuned (or, ``retime``, as they stand; the baseline copied from ``baseline_from``'s
     finished run), their models at the race points compiled and exported to ``out``; the result row
@@ -124,7 +127,7 @@ def _tune_and_export(
     from ms_heron.records import first_records
     from ms_heron.tuning.run import RunSpec, TuningRun
 
-    model = models.ZOO[name]()
+    model = models.ZOO[name]() if name in models.ZOO else corpus.graph(name, exports)
     work_root.mkdir(parents=True, exist_ok=True)
     onnx.save(model.proto, work_root / f"{name}.onnx")
     onnx.save(model.proto, out / f"{name}.onnx")
@@ -288,7 +291,8 @@ def _markdown(data: dict, budget: str) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("network", choices=NETWORKS)
+    parser.add_argument("network", choices=[*NETWORKS, *corpus.CORPUS], help="a zoo network or a corpus graph")
+    parser.add_argument("--exports", default="exports", help="where bench/corpus.py --export wrote the exports")
     parser.add_argument("--budget", default="15m", help="ms_heron's wall-clock tuning budget (default 15m)")
     parser.add_argument("--baseline-budget", help="MetaSchedule default's budget (default: the same)")
     parser.add_argument("--seed", type=int, default=0)
@@ -327,7 +331,14 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="ms_heron_networks_") as tmp:
         baseline_from = pathlib.Path(args.baseline_from) if args.baseline_from else None
         row, kernels = _tune_and_export(
-            args.network, budgets, pathlib.Path(tmp), work_root, args.seed, args.retime, baseline_from
+            args.network,
+            budgets,
+            pathlib.Path(tmp),
+            work_root,
+            args.seed,
+            args.retime,
+            baseline_from,
+            pathlib.Path(args.exports),
         )
         (pathlib.Path(tmp) / "labels.json").write_text(
             json.dumps([p["label"] for ps in row["race"].values() for p in ps])
