@@ -80,6 +80,16 @@ def alexnet(size: int = 224, width: int = 64, hidden: int = 4096, classes: int =
     return _model(g, f"alexnet_w{width}_{size}", size, _dense(g, y, hidden, classes, relu=False), classes)
 
 
+def alexnet_head(size: int = 6, width: int = 8, hidden: int = 16, classes: int = 4, seed: int = 0) -> OnnxModel:
+    """AlexNet's forms on one convolution: LRN, max pool, Reshape-flatten, Gemm with ReLU and
+    Dropout, Gemm, Softmax; the smallest classic graph (a handful of tuning tasks)."""
+    g = _Graph(seed)
+    y = _max_pool(g, _lrn(g, _conv(g, "x", 3, width, 3, pad=1)))
+    features = width * _pooled(size) ** 2
+    y = _dense(g, _flatten(g, y, features), features, hidden, relu=True)
+    return _model(g, f"alexnet_head_w{width}_{size}", size, _dense(g, y, hidden, classes, relu=False), classes)
+
+
 def _pooled(side: int, k: int = 3, stride: int = 2) -> int:
     return (side - k) // stride + 1
 
