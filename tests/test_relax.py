@@ -16,6 +16,7 @@ from tvm.relax.frontend import nn
 from tvm.s_tir import meta_schedule as ms
 
 from ms_heron.baselines import onnxruntime_model, reference_outputs
+from ms_heron.hardware.targets import has_avx_vnni, has_vnni, host_target
 from ms_heron.records import confirmed_seconds, open_database, record_seconds
 from ms_heron.relax import ModelError, bind_params, compile_model, extract_tasks, from_onnx, lower_for_tuning, run_model
 from ms_heron.relax.passes.winograd import padded_rows
@@ -391,6 +392,22 @@ def test_a_dynamically_quantized_model_runs_u8_x_s8_matmuls_and_matches_the_exac
     (got,) = run_model(_untuned(model, cpu_target), model.inputs)
     (expected,) = reference_outputs(model.proto, model.inputs)
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_tune_model_checks_an_int8_model_against_the_exact_reference_where_onnxruntime_saturates(tmp_path):
+    """On a CPU without VNNI ONNX Runtime's int8 MatMulInteger saturates pairs of products, so
+    ``tune-model`` checks the tuned model against the model's exact arithmetic there (and against
+    ONNX Runtime, exact too, where the CPU has VNNI or AVX-VNNI)."""
+    model = models.quantized_dynamic(models.mlp())
+    path = tmp_path / "mlp_dynamic.onnx"
+    onnx.save(model.proto, path)
+    proc = ms_heron_cli("tune-model", path, "--trials", 6, "--round-size", 2, "--work-dir", tmp_path / "wd")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    host = host_target()
+    saturates = not (has_vnni(host) or has_avx_vnni(host))
+    reference = "the exact reference" if saturates else "ONNX Runtime"
+    assert f"outputs checked against {reference} on a random input: correct" in proc.stdout, proc.stdout
+    assert ("ONNX Runtime's int8 kernels saturate" in proc.stdout) == saturates, proc.stdout
 
 
 def test_dynamically_quantized_layers_of_one_shape_are_one_task_whatever_their_weight_scales(cpu_target):
