@@ -12,7 +12,8 @@ Exporting needs torch and transformers (the ``corpus`` extra), which the tuning 
 reads them from ``--exports DIR``. Each graph is tuned with ``TuningRun.tune`` (as ``ms-heron
 tune-model --time-budget`` does), its output checked (fp32: within 1e-4 of ONNX Runtime's, relative
 to the output's range; int8: within one quantization step of the exact reference,
-``ms_heron.baselines.reference_outputs``), and the compiled model and ONNX Runtime are timed in turn
+``ms_heron.baselines.reference_outputs``, or for dynamically quantized graphs no further from it than
+ONNX Runtime's outputs), and the compiled model and ONNX Runtime are timed in turn
 in one fresh process. Usage (repository root, nothing else running):
 
     /path/to/corpus-venv/bin/python bench/corpus.py --export exports
@@ -98,12 +99,17 @@ def _int8(model: OnnxModel) -> bool:
     return any(n.op_type in ("QuantizeLinear", "DynamicQuantizeLinear") for n in model.proto.graph.node)
 
 
-def _output_bound(model: OnnxModel, expected: list[np.ndarray]) -> float:
+def _output_bound(model: OnnxModel, expected: list[np.ndarray], onnxruntime: list[np.ndarray]) -> float:
     """How far the outputs may be from the reference: fp32 1e-4 of their range; int8 one quantization
-    step of the last ``DequantizeLinear`` (QDQ), or 1e-3 of the range (dynamic, float outputs)."""
+    step of the graph's last ``DequantizeLinear`` (QDQ), and for dynamically quantized graphs (float
+    outputs, activations quantized at run time) no further than ONNX Runtime's own outputs are: one
+    activation rounded the other way in an early layer moves a deep network's output (BERT-base's
+    12 layers: 1.8% of the output range for ONNX Runtime on Zen 3)."""
     scale = max(1.0, *(float(np.abs(e).max()) for e in expected))
     if not _int8(model):
         return 1e-4 * scale
+    if any(n.op_type == "DynamicQuantizeLinear" for n in model.proto.graph.node):
+        return max(1e-3 * scale, *(float(np.abs(o - e).max()) for o, e in zip(onnxruntime, expected)))
     inits = {i.name: onnx.numpy_helper.to_array(i) for i in model.proto.graph.initializer}
     dequant = [n for n in model.proto.graph.node if n.op_type == "DequantizeLinear" and n.input[1] in inits]
     return float(inits[dequant[-1].input[1]].max()) if dequant else 1e-3 * scale
@@ -112,7 +118,7 @@ def _output_bound(model: OnnxModel, expected: list[np.ndarray]) -> float:
 def tune_one(name: str, exports: pathlib.Path, budget_s: float, work_root: pathlib.Path, out: pathlib.Path) -> dict:
     """Tune ``name`` for ``budget_s``, check its outputs, export the compiled model for timing."""
     # pylint: disable=import-outside-toplevel
-    from ms_heron.baselines import reference_outputs
+    from ms_heron.baselines import onnxruntime_model, reference_outputs
     from ms_heron.relax import run_model
     from ms_heron.relax.passes import skipped_passes
     from ms_heron.tuning.run import RunSpec, TuningRun
@@ -129,7 +135,7 @@ def tune_one(name: str, exports: pathlib.Path, budget_s: float, work_root: pathl
     got = run_model(executable, model.inputs)
     expected = reference_outputs(model.proto, model.inputs)
     diff = max(float(np.abs(g - e).max()) for g, e in zip(got, expected))
-    bound = _output_bound(model, expected)
+    bound = _output_bound(model, expected, onnxruntime_model(model.proto, model.inputs, threads=1)[0])
     row = {
         "opset": model.proto.opset_import[0].version,
         "form": "int8" if _int8(model) else "fp32",
