@@ -12,8 +12,7 @@ Exporting needs torch and transformers (the ``corpus`` extra), which the tuning 
 reads them from ``--exports DIR``. Each graph is tuned with ``TuningRun.tune`` (as ``ms-heron
 tune-model --time-budget`` does), its output checked (fp32: within 1e-4 of ONNX Runtime's, relative
 to the output's range; int8: within one quantization step of the exact reference,
-``ms_heron.baselines.reference_outputs``, or for dynamically quantized graphs no further from it than
-ONNX Runtime's outputs), and the compiled model and ONNX Runtime are timed in turn
+``ms_heron.baselines.reference_outputs``, or no further from it than ONNX Runtime's outputs), and the compiled model and ONNX Runtime are timed in turn
 in one fresh process. Usage (repository root, nothing else running):
 
     /path/to/corpus-venv/bin/python bench/corpus.py --export exports
@@ -101,18 +100,19 @@ def _int8(model: OnnxModel) -> bool:
 
 def _output_bound(model: OnnxModel, expected: list[np.ndarray], onnxruntime: list[np.ndarray]) -> float:
     """How far the outputs may be from the reference: fp32 1e-4 of their range; int8 one quantization
-    step of the graph's last ``DequantizeLinear`` (QDQ), and for dynamically quantized graphs (float
-    outputs, activations quantized at run time) no further than ONNX Runtime's own outputs are: one
-    activation rounded the other way in an early layer moves a deep network's output (BERT-base's
-    12 layers: 1.8% of the output range for ONNX Runtime on Zen 3)."""
+    step of the graph's last ``DequantizeLinear`` (1e-3 of the range for dynamically quantized graphs,
+    whose outputs are float), or as far as ONNX Runtime's own outputs are, if further. A deep int8
+    network moves that far when one activation rounds the other way in an early layer: on Zen 3 ONNX
+    Runtime's fused kernels are 10.6 (about 11 steps, 1.0 on average) from the unfused QDQ ResNet-50
+    export, and 1.8% of the output range from dynamically quantized BERT-base."""
     scale = max(1.0, *(float(np.abs(e).max()) for e in expected))
     if not _int8(model):
         return 1e-4 * scale
-    if any(n.op_type == "DynamicQuantizeLinear" for n in model.proto.graph.node):
-        return max(1e-3 * scale, *(float(np.abs(o - e).max()) for o, e in zip(onnxruntime, expected)))
     inits = {i.name: onnx.numpy_helper.to_array(i) for i in model.proto.graph.initializer}
     dequant = [n for n in model.proto.graph.node if n.op_type == "DequantizeLinear" and n.input[1] in inits]
-    return float(inits[dequant[-1].input[1]].max()) if dequant else 1e-3 * scale
+    dynamic = any(n.op_type == "DynamicQuantizeLinear" for n in model.proto.graph.node)
+    step = float(inits[dequant[-1].input[1]].max()) if dequant and not dynamic else 1e-3 * scale
+    return max(step, *(float(np.abs(o - e).max()) for o, e in zip(onnxruntime, expected)))
 
 
 def tune_one(name: str, exports: pathlib.Path, budget_s: float, work_root: pathlib.Path, out: pathlib.Path) -> dict:
