@@ -12,8 +12,8 @@ Exporting needs torch and transformers (the ``corpus`` extra), which the tuning 
 reads them from ``--exports DIR``. Each graph is tuned with ``TuningRun.tune`` (as ``ms-heron
 tune-model --time-budget`` does), its output checked (fp32: within 1e-4 of ONNX Runtime's, relative
 to the output's range; int8: within one quantization step of the exact reference,
-``ms_heron.baselines.reference_outputs``, or no further from it than ONNX Runtime's outputs), and the compiled model and ONNX Runtime are timed in turn
-in one fresh process. Usage (repository root, nothing else running):
+``ms_heron.baselines.reference_outputs``, or no further from it than ONNX Runtime's outputs), and the
+compiled model and ONNX Runtime are timed in turn in one fresh process. Usage (repository root, nothing else running):
 
     /path/to/corpus-venv/bin/python bench/corpus.py --export exports
     /path/to/corpus-venv/bin/python bench/corpus.py --export tests/data/exports --size test  # the fixtures
