@@ -160,19 +160,21 @@ def _markdown(data: dict, budget: str) -> list[str]:
         f"# The corpus: graphs users bring, {budget} of tuning each",
         "",
         "Each graph imported as its exporter wrote it, tuned by ms_heron under a wall-clock budget (set-up "
-        "included), its output checked against the reference (fp32: ONNX Runtime, within 1e-4 of the output's "
-        "range; int8: the exact reference, within one quantization step), then the compiled model and ONNX "
+        "included; the tuned s column is the time it took), its output checked against the reference (fp32: ONNX "
+        "Runtime, within 1e-4 of the output's range; int8: the exact reference, within one quantization step or "
+        "as far as ONNX Runtime's fused kernels are from it), then the compiled model and ONNX "
         f"Runtime (all graph optimizations, same file) timed in turn in one fresh process ({TIMING_ROUNDS} "
         "rounds, medians). Ratios > 1 mean ms_heron is faster. Each row names the CPU and commit it ran on.",
         "",
-        "| graph | form | opset | CPU | commit | tasks | records | ms_heron ms | ONNX Runtime ms | vs ORT "
+        "| graph | form | opset | CPU | commit | tasks | tuned s | records | ms_heron ms | ONNX Runtime ms | vs ORT "
         "| max abs diff (allowed) | transpose kernels | rewrites skipped |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, r in data.items():
         ours, ort = r["ms_heron ms"], r["ONNX Runtime ms"]
         lines.append(
-            f"| {name} | {r['form']} | {r['opset']} | {r['cpu']} | {r['commit']} | {r['tasks']} | {r['records']} "
+            f"| {name} | {r['form']} | {r['opset']} | {r['cpu']} | {r['commit']} | {r['tasks']} | {r['tuning s']:.0f} "
+            f"| {r['records']} "
             f"| {ours:.2f} | {ort:.2f} | **{ort / ours:.2f}x** "
             f"| {r['max abs diff vs reference']:.2g} ({r['allowed']:.2g}{'*' if 'allowed note' in r else ''})"
             f"{'' if r['correct'] else ' WRONG'} "
