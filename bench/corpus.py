@@ -37,6 +37,7 @@ import numpy as np
 import onnx
 import results_io
 
+from ms_heron.baselines import quantized
 from ms_heron.hardware.targets import host_cpu_model, host_target
 from ms_heron.testing import classics, models
 from ms_heron.testing.models import OnnxModel
@@ -94,10 +95,6 @@ def graph(name: str, exports: pathlib.Path) -> OnnxModel:
     return quantize(graph(source, exports))
 
 
-def _int8(model: OnnxModel) -> bool:
-    return any(n.op_type in ("QuantizeLinear", "DynamicQuantizeLinear") for n in model.proto.graph.node)
-
-
 def _output_bound(model: OnnxModel, expected: list[np.ndarray], onnxruntime: list[np.ndarray]) -> float:
     """How far the outputs may be from the reference: fp32 1e-4 of their range; int8 one quantization
     step of the graph's last ``DequantizeLinear`` (1e-3 of the range for dynamically quantized graphs,
@@ -106,7 +103,7 @@ def _output_bound(model: OnnxModel, expected: list[np.ndarray], onnxruntime: lis
     Runtime's fused kernels are 10.6 (about 11 steps, 1.0 on average) from the unfused QDQ ResNet-50
     export, and 1.8% of the output range from dynamically quantized BERT-base."""
     scale = max(1.0, *(float(np.abs(e).max()) for e in expected))
-    if not _int8(model):
+    if not quantized(model.proto):
         return 1e-4 * scale
     inits = {i.name: onnx.numpy_helper.to_array(i) for i in model.proto.graph.initializer}
     dequant = [n for n in model.proto.graph.node if n.op_type == "DequantizeLinear" and n.input[1] in inits]
@@ -118,7 +115,7 @@ def _output_bound(model: OnnxModel, expected: list[np.ndarray], onnxruntime: lis
 def tune_one(name: str, exports: pathlib.Path, budget_s: float, work_root: pathlib.Path, out: pathlib.Path) -> dict:
     """Tune ``name`` for ``budget_s``, check its outputs, export the compiled model for timing."""
     # pylint: disable=import-outside-toplevel
-    from ms_heron.baselines import onnxruntime_model, reference_outputs
+    from ms_heron.baselines import onnxruntime_session, reference_outputs
     from ms_heron.relax import run_model
     from ms_heron.relax.passes import skipped_passes
     from ms_heron.tuning.run import RunSpec, TuningRun
@@ -135,10 +132,10 @@ def tune_one(name: str, exports: pathlib.Path, budget_s: float, work_root: pathl
     got = run_model(executable, model.inputs)
     expected = reference_outputs(model.proto, model.inputs)
     diff = max(float(np.abs(g - e).max()) for g, e in zip(got, expected))
-    bound = _output_bound(model, expected, onnxruntime_model(model.proto, model.inputs, threads=1)[0])
+    bound = _output_bound(model, expected, onnxruntime_session(model.proto, threads=1).run(None, model.inputs))
     row = {
         "opset": model.proto.opset_import[0].version,
-        "form": "int8" if _int8(model) else "fp32",
+        "form": "int8" if quantized(model.proto) else "fp32",
         "nodes": len(model.proto.graph.node),
         "tasks": len(run.task_times()),
         "records": state.trials,

@@ -77,6 +77,12 @@ def onnxruntime_model(model, inputs: dict[str, np.ndarray], threads: int) -> tup
 INTEGER_OPS = frozenset({"MatMulInteger", "ConvInteger", "QLinearMatMul", "QLinearConv"})
 
 
+def quantized(model) -> bool:
+    """Whether the ONNX graph computes in int8: integer operators, or activations quantized (QDQ,
+    ``quantize_dynamic``)."""
+    return bool((INTEGER_OPS | {"QuantizeLinear", "DynamicQuantizeLinear"}) & {n.op_type for n in model.graph.node})
+
+
 def reference_outputs(model, inputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:
     """The model's outputs computed as its graph says, exactly: the reference for quantized models.
 

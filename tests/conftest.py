@@ -2,11 +2,13 @@
 
 import subprocess
 import sys
+import warnings
 
 import pytest
 from tvm.s_tir import meta_schedule as ms
 
 from ms_heron.hardware.targets import cpu_name, has_amx, has_vnni, host_target, native_dtype
+from ms_heron.relax import compile_model, from_onnx
 
 #: Small shapes of every family that still exercise their index arithmetic (stride, pad, dilation).
 SMALL_SHAPES = {
@@ -49,6 +51,13 @@ def amx_target(vnni_target):
     if not has_amx(vnni_target):
         pytest.skip(f"the host CPU ({cpu_name(vnni_target)}) runs no AMX tile code here")
     return vnni_target
+
+
+def untuned(model, target):
+    """An ONNX model compiled with no tuning records (every kernel TVM's default schedule)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # every task runs untuned here
+        return compile_model(ms.database.MemoryDatabase(), from_onnx(model), None, target)
 
 
 def timing_out_runner():

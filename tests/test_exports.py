@@ -11,13 +11,13 @@ import onnx
 import pytest
 import tvm
 import tvm_ffi
+from conftest import untuned
 from onnx import TensorProto, helper
 from tvm import relax
-from tvm.s_tir import meta_schedule as ms
 
 from ms_heron import report
 from ms_heron.baselines import onnxruntime_model
-from ms_heron.relax import ModelError, compile_model, extract_tasks, from_onnx, lower_for_tuning, run_model
+from ms_heron.relax import ModelError, extract_tasks, from_onnx, lower_for_tuning, run_model
 from ms_heron.relax import passes as heron_passes
 from ms_heron.relax.passes import skipped_passes
 from ms_heron.testing import classics, corpus
@@ -74,10 +74,7 @@ def test_torch_exports_of_transformers_models_match_onnxruntime(name, cpu_target
     compute what ONNX Runtime computes on the same file."""
     model = _export(name)
     assert model.proto.opset_import[0].version >= 18
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # untuned kernels
-        executable = compile_model(ms.database.MemoryDatabase(), from_onnx(model.proto), None, cpu_target)
-    got = run_model(executable, model.inputs)
+    got = run_model(untuned(model.proto, cpu_target), model.inputs)
     expected, _ = onnxruntime_model(model.proto, model.inputs, threads=1)
     for g, e in zip(got, expected):
         np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(e).max())))
@@ -101,10 +98,7 @@ def test_caffe_era_classics_at_opset_9_lower_without_layout_round_trips_and_matc
         assert len(lrn) == sum(n.op_type == "LRN" for n in model.proto.graph.node) and all("divide" in k for k in lrn)
     copies = [k for k in kernels if re.fullmatch(r"(fused_)?(transpose\d*_?)+(reshape\d*)?", k)]
     assert len(copies) == 2, kernels
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # untuned kernels
-        executable = compile_model(ms.database.MemoryDatabase(), from_onnx(model.proto), None, cpu_target)
-    (got,) = run_model(executable, model.inputs)
+    (got,) = run_model(untuned(model.proto, cpu_target), model.inputs)
     (expected,), _ = onnxruntime_model(model.proto, model.inputs, threads=1)
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
 
@@ -146,9 +140,7 @@ def test_lrn_is_one_kernel_and_computes_the_onnx_specification(size, cpu_target)
     model = _lrn_model(size, x)
     lowered = lower_for_tuning(from_onnx(model), None, cpu_target)
     assert len(extract_tasks(lowered, cpu_target)) == 1
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # untuned
-        (got,) = run_model(compile_model(ms.database.MemoryDatabase(), from_onnx(model), None, cpu_target), {"x": x})
+    (got,) = run_model(untuned(model, cpu_target), {"x": x})
     window = np.zeros_like(x)
     for c in range(7):
         window[:, c] = (x[:, max(0, c - (size - 1) // 2) : c + size // 2 + 1] ** 2).sum(axis=1)

@@ -9,7 +9,7 @@ import numpy as np
 import onnx
 import pytest
 import tvm
-from conftest import ms_heron_cli, timing_out_runner
+from conftest import ms_heron_cli, timing_out_runner, untuned
 from onnx import TensorProto, helper
 from rule_helpers import finished, schedule_steps
 from tvm.relax.frontend import nn
@@ -389,7 +389,7 @@ def test_a_dynamically_quantized_model_runs_u8_x_s8_matmuls_and_matches_the_exac
     assert "DynamicQuantizeLinear" in {n.op_type for n in model.proto.graph.node}
     lowered = lower_for_tuning(from_onnx(model.proto), None, cpu_target)
     assert _operand_dtypes(lowered, "matmul") == [["uint8", "int8"]] * 2
-    (got,) = run_model(_untuned(model, cpu_target), model.inputs)
+    (got,) = run_model(untuned(model.proto, cpu_target), model.inputs)
     (expected,) = reference_outputs(model.proto, model.inputs)
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
 
@@ -574,16 +574,9 @@ def test_a_relax_module_is_a_run_with_resume_report_and_show(tmp_path, cpu_targe
 # -- what ONNX Runtime's graph optimizer does, at import --------------------------------------------
 
 
-def _untuned(model, cpu_target):
-    """The model compiled without tuning records."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # every task runs untuned here
-        return compile_model(ms.database.MemoryDatabase(), from_onnx(model.proto), None, cpu_target)
-
-
 def _untuned_against_onnxruntime(model, cpu_target, atol=1e-4):
     """The model compiled without tuning records: its output against ONNX Runtime's on the same file."""
-    (got,) = run_model(_untuned(model, cpu_target), model.inputs)
+    (got,) = run_model(untuned(model.proto, cpu_target), model.inputs)
     (expected,), _ = onnxruntime_model(model.proto, model.inputs, threads=1)
     np.testing.assert_allclose(got, expected, rtol=atol, atol=atol)
 

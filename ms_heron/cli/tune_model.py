@@ -186,12 +186,11 @@ def _check_outputs(outputs, expected, reference: str) -> None:
 def _saturates(model) -> bool:
     """Whether ONNX Runtime runs ``model`` on u8 x s8 kernels that saturate here: a quantized model on a
     host without VNNI (its AVX2 and AVX-512BW kernels use ``vpmaddubsw``)."""
-    from ..baselines import INTEGER_OPS  # pylint: disable=import-outside-toplevel
+    from ..baselines import quantized  # pylint: disable=import-outside-toplevel
     from ..hardware.targets import has_avx_vnni, has_vnni, host_target  # pylint: disable=import-outside-toplevel
 
-    quantized = INTEGER_OPS | {"QuantizeLinear", "DynamicQuantizeLinear"}
     host = host_target()
-    return bool(quantized & {n.op_type for n in model.graph.node}) and not (has_vnni(host) or has_avx_vnni(host))
+    return quantized(model) and not (has_vnni(host) or has_avx_vnni(host))
 
 
 def _random_input(rng, param):
