@@ -27,7 +27,7 @@ from tuning_vs_default import TIMING_ROUNDS
 
 from ms_heron import workloads
 from ms_heron.baselines import medians_in_turn
-from ms_heron.hardware.peak import fma_peak_gops, vnni_peak_gops
+from ms_heron.hardware.peak import dot_peak_gops, fma_peak_gops
 from ms_heron.hardware.targets import host_target
 from ms_heron.records import open_database
 from ms_heron.tuning.api import best_schedule
@@ -96,14 +96,14 @@ def _time(runs: dict, args, commits: list[str], target) -> list[dict]:
         for (d, case, seed, commit), work_dir in runs.items():
             if d != dtype:
                 continue
-            workload = cases.setdefault(case, workloads.case(case, dtype))
+            workload = cases.setdefault(case, workloads.case(case, dtype, target=target))
             lib = build(best_schedule(open_database(work_dir), workload, target).mod, target)
             run_and_check(lib, workload)
             libs[case, seed, commit] = lib
         samplers = {
             key: (lambda lib=lib, w=cases[key[0]]: time_lib(lib, w, repeat=3).seconds) for key, lib in libs.items()
         }
-        peak = (vnni_peak_gops if dtype == "int8" else fma_peak_gops).__wrapped__  # measured anew each round
+        peak = (dot_peak_gops if dtype == "int8" else fma_peak_gops).__wrapped__  # measured anew each round
         samplers["peak"] = lambda: 1 / peak(target)
         seconds = medians_in_turn(samplers, TIMING_ROUNDS)
         peak_gops = 1 / seconds.pop("peak")

@@ -80,7 +80,7 @@ def default_samples(workload, target, n, rng):
 
 def sampler_uniformity(target, draws: int = 300) -> dict:
     """How close CP-SAT's hinted sampling comes to uniform, on a space small enough to enumerate."""
-    workload = workloads.gemm(M=64, N=64, K=64)
+    workload = workloads.make("gemm", "int8", target=target, M=64, N=64, K=64)
     space = design_spaces(workload.func, target, HeronSpace())[0]
     model = derive(space, target)
     feasible = count_solutions(model)
@@ -105,7 +105,7 @@ def main() -> None:
     rng = random.Random(0)
     rows = []
     for name in args.cases:
-        workload = workloads.case(name, "int8")
+        workload = workloads.case(name, "int8", target=target)
         heron, throughput, summaries = heron_samples(workload, target, args.samples, rng)
         default = default_samples(workload, target, args.samples, rng)
         row = {

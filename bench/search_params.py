@@ -31,7 +31,7 @@ def main() -> None:
     target = host_target()
     rows = []
     for name in args.cases:
-        workload = workloads.case(name, args.dtype)
+        workload = workloads.case(name, args.dtype, target=target)
         for population, generations, epsilon in CONFIGS:
             strategy = HeronSearch(population=population, generations=generations, epsilon=epsilon)
             got = _tune(workload, target, args.trials, "heron", strategy)

@@ -119,7 +119,7 @@ def main() -> None:
     rows = []
     for trials in args.trials:
         for name in args.cases:
-            workload = workloads.case(name, args.dtype)
+            workload = workloads.case(name, args.dtype, target=target)
             row = {"case": name, "dtype": args.dtype, "trials": trials, "peak_gops": peak, "peak_unit": peak_unit}
             heron_strategy = None if args.search == "heron" else "evolutionary"
             row["default"], default_lib = _tune(workload, target, trials, "metaschedule")

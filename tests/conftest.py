@@ -7,7 +7,9 @@ import warnings
 import pytest
 from tvm.s_tir import meta_schedule as ms
 
-from ms_heron.hardware.targets import cpu_name, has_amx, has_vnni, host_target, native_dtype
+from ms_heron import workloads
+from ms_heron.hardware.dot_products import dot_product, native_dtype
+from ms_heron.hardware.targets import cpu_name, has_amx, has_vnni, host_target
 from ms_heron.relax import compile_model, from_onnx
 
 #: Small shapes of every family that still exercise their index arithmetic (stride, pad, dilation).
@@ -24,15 +26,31 @@ SMALL_SHAPES = {
 }
 
 
-#: The suite form this machine tunes by default: int8 where it has AVX-512 VNNI, else fp32. Tests
-#: whose subject is not VNNI (resume, budgets, RPC, merging) use it, so they run on any x86 host.
+#: The suite form this machine tunes by default: int8 where it has an x86 dot product (AVX2 on),
+#: else fp32. Tests whose subject is not int8 (resume, budgets, RPC, merging) use it.
 HOST_DTYPE = native_dtype(host_target())
+#: This machine's int8 dot product (None: no AVX2).
+HOST_DOT = dot_product(host_target())
+
+
+def suite(family: str, dtype: str = HOST_DTYPE, **shape):
+    """A suite workload as this machine tunes it: an int8 weight packed for its dot product."""
+    return workloads.make(family, dtype, target=host_target(), **shape)
 
 
 @pytest.fixture(scope="session")
 def cpu_target():
     """This machine."""
     return host_target()
+
+
+@pytest.fixture(scope="session")
+def int8_target(cpu_target):
+    """This machine, for tests that run int8 kernels on its dot product (AVX2 and up); skipped, and
+    reported so, on a CPU without one."""
+    if HOST_DOT is None:
+        pytest.skip(f"the host CPU ({cpu_name(cpu_target)}) has no x86 dot product (AVX2 or later)")
+    return cpu_target
 
 
 @pytest.fixture(scope="session")

@@ -10,9 +10,10 @@ from tvm.s_tir.schedule.transform import tile_with_tensor_intrin
 from tvm.target import Target
 
 from ms_heron import workloads
-from ms_heron.hardware.peak import amx_peak_gops, int8_peak, vnni_peak_gops
+from ms_heron.hardware.dot_products import VNNI
+from ms_heron.hardware.peak import amx_peak_gops, dot_peak_gops, int8_peak
 from ms_heron.hardware.targets import TargetError, has_amx
-from ms_heron.intrinsics import VNNI_INTRIN, ensure_registered, is_amx
+from ms_heron.intrinsics import ensure_registered, is_amx
 from ms_heron.intrinsics.amx import intrinsic_name
 from ms_heron.rules import Tensorize
 from ms_heron.schedule.annotations import AUTO_TENSORIZE
@@ -58,13 +59,13 @@ def test_on_an_amx_host_an_int8_gemm_gets_a_tile_space_beside_the_vnni_one(amx_t
     """The deepest reduction that divides K without padding it: 768 = 12 x 64 (a 15-deep tile
     would pad 768 to 960, within the row-padding allowance but all wasted multiply-adds)."""
     spaces = stock_design_spaces(workloads.gemm(M=32, N=32, K=768).func, [Tensorize()], amx_target)
-    assert sorted(_intrinsics(spaces)) == sorted([intrinsic_name(12), VNNI_INTRIN])
+    assert sorted(_intrinsics(spaces)) == sorted([intrinsic_name(12), VNNI.name])
 
 
 def test_rows_that_would_be_mostly_padding_stay_with_vnni(amx_target):
     """8 rows padded to AMX's 32 would quadruple the work: only the VNNI space is made."""
     spaces = stock_design_spaces(workloads.gemm(M=8, N=32, K=64).func, [Tensorize()], amx_target)
-    assert _intrinsics(spaces) == [VNNI_INTRIN]
+    assert _intrinsics(spaces) == [VNNI.name]
 
 
 def test_a_cpu_that_is_not_this_host_gets_vnni_only(cpu_target):
@@ -72,7 +73,7 @@ def test_a_cpu_that_is_not_this_host_gets_vnni_only(cpu_target):
     for and not run) never gets AMX, whatever this host has; no skip, it holds on every host."""
     assert not has_amx(OTHER_CPU)
     spaces = stock_design_spaces(workloads.gemm(M=32, N=32, K=64).func, [Tensorize()], OTHER_CPU)
-    assert _intrinsics(spaces) == [VNNI_INTRIN]
+    assert _intrinsics(spaces) == [VNNI.name]
     assert not any(is_amx(name) for name in _intrinsics(spaces))
 
 
@@ -86,7 +87,7 @@ def test_int8_bounds_use_the_amx_peak_where_tiles_run(amx_target):
     fraction of the tile units' rate, and the budget split would stop tuning it."""
     unit, peak = int8_peak(amx_target)
     assert unit == "AMX"
-    assert peak > 2 * vnni_peak_gops(amx_target)
+    assert peak > 2 * dot_peak_gops(amx_target, VNNI)
 
 
 def test_tuning_measures_tile_kernels_in_the_runner_workers(amx_target, tmp_path):

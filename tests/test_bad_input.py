@@ -4,7 +4,7 @@ import pytest
 from tvm.target import Target
 
 from ms_heron import workloads
-from ms_heron.hardware.targets import TargetError, parse_target, require_vnni
+from ms_heron.hardware.targets import TargetError, parse_target
 from ms_heron.tuning import tune_workload
 from ms_heron.workloads import WorkloadError, from_func
 
@@ -34,11 +34,19 @@ def test_unknown_names_list_valid_ones():
         workloads.make("gemm", "bf16", M=16, N=16, K=16)
 
 
-def test_int8_on_cpu_without_vnni_names_the_cpu(tmp_path):
+def test_int8_on_a_cpu_without_avx2_names_the_cpu(tmp_path):
+    generic = Target({"kind": "llvm", "mcpu": "x86-64", "num-cores": 2})
+    with pytest.raises(TargetError, match="int8 kernels need an x86 CPU with AVX2 at least, but .*'x86-64' has none"):
+        tune_workload(workloads.gemm(M=16, N=16, K=16), generic, str(tmp_path), 2)
+
+
+def test_an_int8_workload_packed_for_another_cpu_names_the_tile_to_build_it_with(tmp_path):
     haswell = Target({"kind": "llvm", "mcpu": "haswell", "num-cores": 2})
-    with pytest.raises(TargetError, match="'haswell' has none"):
-        require_vnni(haswell)
-    with pytest.raises(TargetError, match="VNNI"):
+    with pytest.raises(
+        WorkloadError,
+        match=r"packed in 16 x 4 tiles, but .* \(AVX2\) reads 8 x 2; build it for the target: "
+        r"workloads.make\(\.\.\., target=target\)",
+    ):
         tune_workload(workloads.gemm(M=16, N=16, K=16), haswell, str(tmp_path), 2)
 
 

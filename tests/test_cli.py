@@ -12,7 +12,7 @@ import time
 
 import pytest
 import tvm
-from conftest import HOST_DTYPE, ms_heron_cli
+from conftest import HOST_DOT, HOST_DTYPE, ms_heron_cli
 
 import ms_heron
 from ms_heron import workloads
@@ -28,17 +28,17 @@ def test_demo_rejects_old_target_string():
     assert len(proc.stderr.strip().splitlines()) == 1
 
 
-def test_demo_rejects_cpu_without_vnni():
-    target = json.dumps({"kind": "llvm", "mcpu": "haswell", "num-cores": 2})
+def test_demo_rejects_int8_on_a_cpu_without_avx2():
+    target = json.dumps({"kind": "llvm", "mcpu": "x86-64", "num-cores": 2})
     proc = ms_heron_cli("demo", "--target", target, "--trials", "2", "--dtype", "int8")
     assert proc.returncode == 2
-    assert "'haswell' has none" in proc.stderr and "Traceback" not in proc.stderr
+    assert "'x86-64' has none; use an mcpu such as 'haswell'" in proc.stderr and "Traceback" not in proc.stderr
 
 
-def test_demo_rejects_shape_vnni_cannot_take():
+def test_demo_rejects_a_shape_the_dot_product_cannot_take():
     proc = ms_heron_cli("demo", "--shape", "64", "1", "2", "--dtype", "int8")
     assert proc.returncode == 2
-    assert "nearest that is: N=16" in proc.stderr
+    assert f"nearest that is: N={HOST_DOT.lanes}" in proc.stderr
 
 
 # -- ms-heron tune / report / show -------------------------------------------------------------
@@ -98,7 +98,7 @@ def test_tune_resume_report_show(tmp_path):
     show = ms_heron_cli("show", str(work))
     assert show.returncode == 0, show.stderr[-3000:]
     assert "sch.sample_perfect_tile" in show.stdout
-    int8_instruction = re.search(r"T\.call_llvm_pure_intrin|llvm\.x86\.tdpbusd", show.stdout)  # VNNI or AMX tiles
+    int8_instruction = re.search(r"T\.call_llvm_pure_intrin|llvm\.x86\.tdpbusd", show.stdout)  # dot product or AMX
     assert HOST_DTYPE != "int8" or int8_instruction
 
 
@@ -230,7 +230,7 @@ def test_corrupt_middle_record_is_skipped_with_a_warning_naming_its_line(tmp_pat
     "args,message",
     [
         (("tune", "gemx.G1"), "unknown case 'gemx.G1'"),
-        (("tune", "gemm", "--shape", "M=64", "N=1", "K=2", "--dtype", "int8"), "nearest that is: N=16"),
+        (("tune", "gemm", "--shape", "M=64", "N=1", "K=2", "--dtype", "int8"), f"nearest that is: N={HOST_DOT.lanes}"),
         (("tune", "gemm.G1", "--target", "llvm -mcpu=znver4"), "old CLI form"),
         (("tune", "gemm", "--shape", "M64"), "NAME=INT"),
         (("tune", "gemm.G1", "--time-budget", "soon"), "duration such as 90s"),

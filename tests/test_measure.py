@@ -15,7 +15,7 @@ import numpy as np
 import psutil
 import pytest
 import tvm
-from conftest import HOST_DTYPE, ms_heron_cli, ms_heron_clis
+from conftest import HOST_DTYPE, ms_heron_cli, ms_heron_clis, suite
 from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from tvm.s_tir.meta_schedule.builder import BuilderInput
 
@@ -157,7 +157,7 @@ def fleet():
 
 
 def _run(tmp_path, name, seed=0):
-    workload = workloads.make("gemm", HOST_DTYPE, M=64, N=64, K=64)
+    workload = suite("gemm", HOST_DTYPE, M=64, N=64, K=64)
     return session.TuningRun.create(tmp_path / name, session.RunSpec.of(workload, host_target(), seed))
 
 

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 import tvm
-from conftest import SMALL_SHAPES
+from conftest import HOST_DOT, SMALL_SHAPES, suite
 from rule_helpers import allocations, block_names, check_random_samples, finished, schedule_steps, stock_design_spaces
 from tvm import te
 from tvm.target import Target
@@ -137,19 +137,19 @@ def test_a_transpose_feeding_a_gemm_is_placed_not_inlined(cpu_target):
     check_random_samples(space, workload, cpu_target, samples=2)
 
 
-def test_tensorize_fires_on_int8_with_vnni_only(vnni_target):
-    int8 = workloads.make("gemm", "int8", **SMALL_SHAPES["gemm"])
-    (space,) = stock_design_spaces(int8.func, [Tensorize()], vnni_target)
+def test_tensorize_fires_on_int8_with_the_cpus_dot_product_only(int8_target):
+    int8 = suite("gemm", "int8", **SMALL_SHAPES["gemm"])
+    (space,) = stock_design_spaces(int8.func, [Tensorize()], int8_target)
     outer = space.get(space.get_sblock("C_o"))
-    assert outer.annotations[AUTO_TENSORIZE] == "ms_heron_dot_16x4_vnni"
-    check_random_samples(space, int8, vnni_target, samples=1)
-    assert "vpdpbusd" in build(finished(space, int8.func).mod, vnni_target).mod.inspect_source("asm")
+    assert outer.annotations[AUTO_TENSORIZE] == HOST_DOT.name
+    check_random_samples(space, int8, int8_target, samples=1)
+    assert HOST_DOT.mnemonic in build(finished(space, int8.func).mod, int8_target).mod.inspect_source("asm")
 
     fp32 = workloads.make("gemm", "fp32", **SMALL_SHAPES["gemm"])
-    (space,) = stock_design_spaces(fp32.func, [Tensorize()], vnni_target)
+    (space,) = stock_design_spaces(fp32.func, [Tensorize()], int8_target)
     assert block_names(space) == ["C"] and not schedule_steps(space)
-    haswell = Target({"kind": "llvm", "mcpu": "haswell", "num-cores": 2})
-    (space,) = stock_design_spaces(int8.func, [Tensorize()], haswell)
+    generic = Target({"kind": "llvm", "mcpu": "x86-64", "num-cores": 2})  # no AVX2: no dot product
+    (space,) = stock_design_spaces(int8.func, [Tensorize()], generic)
     assert not schedule_steps(space)
 
 
@@ -167,11 +167,11 @@ def test_multi_level_tiling_fires_on_data_reuse(family, cpu_target):
     check_random_samples(space, workload, cpu_target)
 
 
-def test_multi_level_tiling_tiles_the_outer_block_of_tensorized_code(vnni_target):
-    workload = workloads.make("c2d", "int8", **SMALL_SHAPES["c2d"])
-    (space,) = stock_design_spaces(workload.func, [Tensorize(), MultiLevelTiling()], vnni_target)
+def test_multi_level_tiling_tiles_the_outer_block_of_tensorized_code(int8_target):
+    workload = suite("c2d", "int8", **SMALL_SHAPES["c2d"])
+    (space,) = stock_design_spaces(workload.func, [Tensorize(), MultiLevelTiling()], int8_target)
     assert TILING_STRUCTURE in space.get(space.get_sblock("C_o")).annotations
-    check_random_samples(space, workload, vnni_target)
+    check_random_samples(space, workload, int8_target)
 
 
 def test_add_cache_stage_writes_back_at_each_level(cpu_target):
@@ -278,7 +278,7 @@ def test_pack_operand_packs_the_streamed_input_into_panels_when_sampled(cpu_targ
     free = dataclasses.replace(workload, func=workload.func.with_attr("layout_free_buffers", [1]))
     (space,) = stock_design_spaces(free.func, rules, cpu_target)
     assert PACK_PANELS not in space.mod.script()
-    int8 = workloads.make("gemm", "int8", **SMALL_SHAPES["gemm"])
+    int8 = suite("gemm", "int8", **SMALL_SHAPES["gemm"])
     (space,) = stock_design_spaces(int8.func, [Tensorize(), *rules], cpu_target)
     assert PACK_PANELS not in space.mod.script()
 
@@ -289,14 +289,14 @@ def test_add_cache_stage_needs_a_tiled_block(cpu_target):
     assert not schedule_steps(space)
 
 
-def test_multi_level_spm_adds_tile_buffers_as_a_second_space(vnni_target):
-    workload = workloads.make("gemm", "int8", **SMALL_SHAPES["gemm"])
+def test_multi_level_spm_adds_tile_buffers_as_a_second_space(int8_target):
+    workload = suite("gemm", "int8", **SMALL_SHAPES["gemm"])
     rules = [Tensorize(), MultiLevelTiling(), MultiLevelSPM()]
-    plain, packed = sorted(stock_design_spaces(workload.func, rules, vnni_target), key=lambda s: len(block_names(s)))
+    plain, packed = sorted(stock_design_spaces(workload.func, rules, int8_target), key=lambda s: len(block_names(s)))
     assert block_names(plain) == ["C_o"]
     copies = [n for n in block_names(packed) if SPM_LEVEL in packed.get(packed.get_sblock(n)).annotations]
     assert sorted(copies) == ["A_global", "W_global"]
-    check_random_samples(packed, workload, vnni_target)
+    check_random_samples(packed, workload, int8_target)
 
 
 def test_multi_scope_spm_only_on_targets_with_scratchpads(cpu_target):
@@ -319,11 +319,11 @@ def test_parallel_vectorize_unroll(cpu_target):
     check_random_samples(space, workload, cpu_target)
 
 
-def test_parallel_vectorize_unroll_never_vectorizes_around_tensorized_code(vnni_target):
-    int8 = workloads.make("gemm", "int8", **SMALL_SHAPES["gemm"])
-    (space,) = stock_design_spaces(int8.func, [Tensorize(), MultiLevelTiling(), ParallelVectorizeUnroll()], vnni_target)
+def test_parallel_vectorize_unroll_never_vectorizes_around_tensorized_code(int8_target):
+    int8 = suite("gemm", "int8", **SMALL_SHAPES["gemm"])
+    (space,) = stock_design_spaces(int8.func, [Tensorize(), MultiLevelTiling(), ParallelVectorizeUnroll()], int8_target)
     assert "T.vectorized" not in space.mod.script()  # never around tensorized code
-    check_random_samples(space, int8, vnni_target)
+    check_random_samples(space, int8, int8_target)
 
 
 def _row_centering() -> Workload:
@@ -486,51 +486,51 @@ def test_padding_pads_only_awkward_extents_within_the_waste_bound(shape, expecte
 @pytest.mark.parametrize(
     "family,shape",
     [
-        ("gemm", dict(M=127, N=1000, K=771)),  # VNNI's 16 lanes divide neither N nor, in fours, K
+        ("gemm", dict(M=127, N=1000, K=771)),  # no dot product's reduction (2 or 4) divides K
         ("c2d", dict(N=1, H=8, W=8, CI=3, CO=16, KH=3, KW=3, pad=1)),  # an RGB input's 3 channels
     ],
 )
-def test_int8_shapes_vnni_tiles_do_not_divide_are_tensorized_through_padding(family, shape, vnni_target):
-    """The Tensorize rule pads the block to whole VNNI tiles (zero-filled input copies, the result
-    copied back): random samples are bit-exact, the assembly has ``vpdpbusd``, and the padded work
-    stays within ``max_waste`` in the lowered TIR."""
-    workload = workloads.make(family, "int8", **shape)
-    (space,) = stock_design_spaces(workload.func, [Tensorize(), MultiLevelTiling()], vnni_target)
-    assert space.get(space.get_sblock("C_o")).annotations[AUTO_TENSORIZE] == "ms_heron_dot_16x4_vnni"
-    check_random_samples(space, workload, vnni_target, samples=1)
+def test_int8_shapes_dot_product_tiles_do_not_divide_are_tensorized_through_padding(family, shape, int8_target):
+    """The Tensorize rule pads the block to whole tiles of the CPU's dot product (zero-filled input
+    copies, the result copied back): random samples are bit-exact, the assembly has the dot product's
+    instruction, and the padded work stays within ``max_waste`` in the lowered TIR."""
+    workload = suite(family, "int8", **shape)
+    (space,) = stock_design_spaces(workload.func, [Tensorize(), MultiLevelTiling()], int8_target)
+    assert space.get(space.get_sblock("C_o")).annotations[AUTO_TENSORIZE] == HOST_DOT.name
+    check_random_samples(space, workload, int8_target, samples=1)
     mod = finished(space, workload.func).mod
-    assert "vpdpbusd" in build(mod, vnni_target).mod.inspect_source("asm")
-    padded_weight = allocations(mod)["W_pad"]  # zero-filled and packed in VNNI's layout by one pass
+    assert HOST_DOT.mnemonic in build(mod, int8_target).mod.inspect_source("asm")
+    padded_weight = allocations(mod)["W_pad"]  # zero-filled and packed in the dot product's layout by one pass
     true_weight = workload.random_inputs()[1].size
     assert true_weight < padded_weight <= (1 + Tensorize().max_waste) * true_weight
 
 
-def test_a_stage_left_at_the_root_runs_on_every_core(vnni_target):
+def test_a_stage_left_at_the_root_runs_on_every_core(int8_target):
     """A padded int8 weight's pad-and-pack copy stays at the root when no rule places it: the root's
     parallel annotation lets MetaSchedule's postproc run it on every core (serial, it took longer
     than the GEMM reading it), and the result copied back with it; the tiled GEMM keeps its own
     parallel loop."""
-    workload = workloads.make("gemm", "int8", M=16, N=40, K=64)
+    workload = suite("gemm", "int8", M=16, N=36, K=64)  # 36 output lanes: padded for 8 or 16
     rules = [Tensorize(), MultiLevelTiling(), ParallelVectorizeUnroll()]
-    (space,) = stock_design_spaces(workload.func, rules, vnni_target)
+    (space,) = stock_design_spaces(workload.func, rules, int8_target)
     sch = finished(space, workload.func)
     kinds = tvm.tirx.ForKind
     assert sch.get(sch.get_loops(sch.get_sblock("W_pad"))[0]).kind == kinds.PARALLEL
     assert sch.mod.script().count("T.parallel(") == 3  # the copy, the GEMM's outer tiles, the result copied back
-    check_random_samples(space, workload, vnni_target, samples=1)
+    check_random_samples(space, workload, int8_target, samples=1)
 
 
-def test_a_padded_weight_is_packed_tile_by_tile_where_the_search_places_it(vnni_target):
+def test_a_padded_weight_is_packed_tile_by_tile_where_the_search_places_it(int8_target):
     """In HeronSpace the pad-and-pack copy of a padded int8 weight walks the packed layout with each
-    16 x 4 tile unrolled (so LLVM vectorizes it; byte by byte it took longer than the GEMM), and its
+    tile (16 x 4 for AVX-512 VNNI) unrolled (so LLVM vectorizes it; byte by byte it took longer than the GEMM), and its
     place is a sampled decision whose candidates leave out inlining into the tensorized GEMM:
     samples placed inside the GEMM's tiles pack per panel, as MLAS does, and are bit-exact."""
     from ms_heron.constraints import Solver, derive, replay  # pylint: disable=import-outside-toplevel
     from ms_heron.space import HeronSpace, design_spaces  # pylint: disable=import-outside-toplevel
 
-    workload = workloads.make("gemm", "int8", M=16, N=40, K=64)
-    space = design_spaces(workload.func, vnni_target, HeronSpace(include_default_spaces=False))[0]
-    model = derive(space, vnni_target)
+    workload = suite("gemm", "int8", M=16, N=36, K=64)
+    space = design_spaces(workload.func, int8_target, HeronSpace(include_default_spaces=False))[0]
+    model = derive(space, int8_target)
     (location,) = [d for d in model.decisions if d.kind == "location"]
     assert -2 not in location.candidates and len(location.candidates) > 2  # the root, and loops of the GEMM
     places = set()
@@ -539,11 +539,11 @@ def test_a_padded_weight_is_packed_tile_by_tile_where_the_search_places_it(vnni_
         assert all(p.apply(sch) for p in default_postprocs())
         loops = [sch.get(loop) for loop in sch.get_loops(sch.get_sblock("W_pad"))]
         assert [(int(lp.extent), lp.kind) for lp in loops[-2:]] == [
-            (16, tvm.tirx.ForKind.UNROLLED),
-            (4, tvm.tirx.ForKind.UNROLLED),
+            (HOST_DOT.lanes, tvm.tirx.ForKind.UNROLLED),
+            (HOST_DOT.reduction, tvm.tirx.ForKind.UNROLLED),
         ]
         if len(loops) not in places:  # each place once: bit-exact
-            run_and_check(build(sch.mod, vnni_target), workload)
+            run_and_check(build(sch.mod, int8_target), workload)
             places.add(len(loops))
     assert len(places) > 1  # at the root and inside the GEMM's tiles
 

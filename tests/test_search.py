@@ -4,7 +4,7 @@ import pathlib
 
 import pytest
 import tvm_ffi
-from conftest import HOST_DTYPE, SMALL_SHAPES, timing_out_runner
+from conftest import HOST_DOT, HOST_DTYPE, SMALL_SHAPES, suite, timing_out_runner
 from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.postproc import PyPostproc
@@ -21,7 +21,7 @@ from ms_heron.workloads.evaluate import build, run_and_check, time_lib
 
 @pytest.mark.parametrize("family", sorted(SMALL_SHAPES))
 def test_tunes_every_family_and_best_record_is_correct(family, cpu_target, tmp_path):
-    workload = workloads.make(family, HOST_DTYPE, **SMALL_SHAPES[family])
+    workload = suite(family, HOST_DTYPE, **SMALL_SHAPES[family])
     db = tune_workload(
         workload,
         cpu_target,
@@ -239,7 +239,7 @@ def test_fresh_samples_follow_the_spaces_that_measured_fastest(cpu_target):
 
 def test_survives_candidates_that_time_out(cpu_target, tmp_path):
     """A runner whose time limit every candidate exceeds: all are recorded as failed, tuning finishes."""
-    workload = workloads.make("gemm", HOST_DTYPE, M=256, N=256, K=256)
+    workload = suite("gemm", HOST_DTYPE, M=256, N=256, K=256)
     runner = timing_out_runner()
     db = tune_workload(
         workload,
@@ -390,11 +390,11 @@ def test_stock_tune_tir_whose_builds_all_time_out_stops_after_the_first_round_na
 def test_stock_tune_tir_with_heron_tunes_correctly(dtype, request, tmp_path):
     """``ms.tune_tir(mod, target, work_dir, max_trials_global=N, space=HeronSpace(), strategy=HeronSearch())``
     with ms_heron's builder: every record valid, and stock ``compile_tir`` rebuilds the best (int8:
-    on VNNI)."""
+    on the CPU's dot product)."""
     from ms_heron.tuning.builder import local_builder  # pylint: disable=import-outside-toplevel
 
-    target = request.getfixturevalue("vnni_target" if dtype == "int8" else "cpu_target")
-    workload = workloads.make("gemm", dtype, **SMALL_SHAPES["gemm"])
+    target = request.getfixturevalue("int8_target" if dtype == "int8" else "cpu_target")
+    workload = suite("gemm", dtype, **SMALL_SHAPES["gemm"])
     reset_metaschedule_logger()  # as above
     db = ms.tune_tir(
         workload.func,
@@ -409,7 +409,7 @@ def test_stock_tune_tir_with_heron_tunes_correctly(dtype, request, tmp_path):
     assert len(db) == 8 and all(min(float(s) for s in r.run_secs) < 1e9 for r in db.get_all_tuning_records())
     best = build(ms.tir_integration.compile_tir(db, workload.func, target).mod, target)
     run_and_check(best, workload)
-    assert dtype == "fp32" or "vpdpbusd" in best.mod.inspect_source("asm")
+    assert dtype == "fp32" or HOST_DOT.mnemonic in best.mod.inspect_source("asm")
 
 
 def _heron_annotated(record) -> bool:

@@ -1,14 +1,14 @@
 """HeronSpace as a drop-in space generator for MetaSchedule's stock evolutionary search."""
 
 import pytest
-from conftest import SMALL_SHAPES
+from conftest import HOST_DOT, SMALL_SHAPES, suite
 from tvm import IRModule
 from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.schedule.analysis import has_block
+from tvm.target import Target
 
 from ms_heron import HeronSpace, workloads
-from ms_heron.intrinsics import VNNI_INTRIN
 from ms_heron.rules.base import HeronRule
 from ms_heron.space import design_spaces
 from ms_heron.tuning import run as session
@@ -21,11 +21,11 @@ from ms_heron.workloads.evaluate import WrongResult, build, run_and_check
 )
 def test_stock_evolutionary_search_tunes_heron_spaces(family, dtype, cpu_target, tmp_path, request):
     """A GEMM, a strided and a transposed convolution, a scan with its computed operand, and the
-    VNNI-tensorized int8 GEMM (every family's spaces are sampled, replayed and built in
-    test_constraints, and tuned by HeronSearch in test_search)."""
+    int8 GEMM tensorized with the CPU's dot product (every family's spaces are sampled, replayed and
+    built in test_constraints, and tuned by HeronSearch in test_search)."""
     if dtype == "int8":
-        request.getfixturevalue("vnni_target")  # skips on a CPU without VNNI
-    workload = workloads.make(family, dtype, **SMALL_SHAPES[family])
+        request.getfixturevalue("int8_target")  # skips on a CPU without AVX2
+    workload = suite(family, dtype, **SMALL_SHAPES[family])
     db = tune_workload(workload, cpu_target, str(tmp_path), 8, num_trials_per_iter=8, space=HeronSpace(), seed=0)
     sch = ms.tir_integration.compile_tir(db, workload.func, cpu_target)  # stock MetaSchedule rebuilds it
     assert sch is not None
@@ -33,7 +33,7 @@ def test_stock_evolutionary_search_tunes_heron_spaces(family, dtype, cpu_target,
     run_and_check(lib, workload)
     if dtype == "int8":  # HeronSpace's int8 spaces tensorize (on a loaded machine an untensorized one may time best)
         traces = [str(record.trace) for record in db.get_all_tuning_records() if record.run_secs]
-        assert "vpdpbusd" in lib.mod.inspect_source("asm") or any(VNNI_INTRIN in t for t in traces)
+        assert HOST_DOT.mnemonic in lib.mod.inspect_source("asm") or any(HOST_DOT.name in t for t in traces)
 
 
 @derived_object
@@ -87,11 +87,11 @@ class AccumulateInInt8(HeronRule):
         return [sch]
 
 
-def test_a_wrong_kernel_is_reported_as_wrong(vnni_target, tmp_path):
+def test_a_wrong_kernel_is_reported_as_wrong(int8_target, tmp_path):
     """``ms-heron tune`` checks the best kernel before reporting it (``TuningRun.check_best``): a
     kernel that runs fast but computes the wrong thing is caught there, not trusted for its time."""
-    workload = workloads.make("gemm", "int8", M=16, N=16, K=64)
-    run = session.TuningRun.create(tmp_path, session.RunSpec.of(workload, vnni_target, seed=0))
+    workload = suite("gemm", "int8", M=16, N=16, K=64)
+    run = session.TuningRun.create(tmp_path, session.RunSpec.of(workload, int8_target, seed=0))
     state = run.tune(2, per_round=2, space=HeronSpace(rules=[AccumulateInInt8()], include_default_spaces=False))
     assert state.valid >= 1  # it built and ran: only the check can tell
     with pytest.raises(WrongResult, match=r"gemm.*int outputs differ from numpy"):
@@ -120,13 +120,14 @@ def test_seed_zero_is_a_seed(cpu_target):
     assert all(traces() == first for _ in range(3))
 
 
-def test_the_seed_changes_decisions_never_the_spaces_structure(vnni_target):
+def test_the_seed_changes_decisions_never_the_spaces_structure():
     """A padded int8 GEMM's pad-and-pack copy has a sampled place; the spaces hold it at the root
     whatever the seed. A random first decision once inlined it into the tensorized GEMM in some
     runs, which hid it from the constraint model and let the search sample programs that could not
-    be tensorized."""
+    be tensorized. (Spaces for an AVX-512 VNNI CPU, whose 16 lanes pad N=40; nothing runs.)"""
     workload = workloads.make("gemm", "int8", M=16, N=40, K=64)
+    vnni = Target({"kind": "llvm", "mcpu": "znver4", "num-cores": 2})
 
     for seed in range(4):  # seed 0 once inlined it in the first two spaces
-        spaces = _seeded_spaces(workload, vnni_target, seed)
+        spaces = _seeded_spaces(workload, vnni, seed)
         assert len(spaces) > 1 and all(has_block(space, "W_pad") for space in spaces)

@@ -33,10 +33,10 @@ def test_int8_inputs_use_full_range():
     assert weight.dtype == np.int8 and weight.min() < -120 and weight.max() > 120
 
 
-def test_pack_vnni_layout():
+def test_pack_int8_layout():
     """Packed element [o//16, i//4, o%16, i%4] is logical element [o, i]."""
     w = np.arange(32 * 8).reshape(32, 8)
-    packed = workloads.pack_vnni(w)
+    packed = workloads.pack_int8(w)
     assert packed.shape == (2, 2, 16, 4)
     for o, i in [(0, 0), (17, 5), (31, 7), (5, 3)]:
         assert packed[o // 16, i // 4, o % 16, i % 4] == w[o, i]

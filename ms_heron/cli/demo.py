@@ -9,7 +9,8 @@ import tempfile
 import time
 
 from .. import workloads
-from ..hardware.targets import cpu_name, native_dtype, num_cores, parse_target
+from ..hardware.dot_products import native_dtype, require_dot_product
+from ..hardware.targets import cpu_name, num_cores, parse_target
 from .common import Interrupts, quiet_metaschedule, tune_arm
 
 
@@ -36,14 +37,12 @@ def run(args: argparse.Namespace) -> int:
     target = parse_target(args.target)
     dtype = args.dtype or native_dtype(target)
     M, N, K = args.shape
-    workload = workloads.gemm(M=M, N=N, K=K, dtype=dtype)
-    cores = num_cores(target)
     int8 = dtype == "int8"
-    form = "int8 GEMM {}x{}x{} (u8 x s8 -> s32)" if int8 else "fp32 GEMM {}x{}x{}"
-    print(
-        f"ms-heron demo: {form.format(M, N, K)} on {cpu_name(target)}, {cores} cores"
-        + ("" if int8 or args.dtype else " (no AVX-512 VNNI on this CPU: the fp32 form)")
-    )
+    dot = require_dot_product(target) if int8 else None
+    workload = workloads.make("gemm", dtype, target=target, M=M, N=N, K=K)
+    cores = num_cores(target)
+    form = f"int8 GEMM {{}}x{{}}x{{}} (u8 x s8 -> s32, {dot.isa})" if dot else "fp32 GEMM {}x{}x{}"
+    print(f"ms-heron demo: {form.format(M, N, K)} on {cpu_name(target)}, {cores} cores")
     print("search: HeronSpace + HeronSearch (constrained genetic search over CP-SAT solutions)")
     quiet_metaschedule(args.verbose)
     with tempfile.TemporaryDirectory(prefix="ms_heron_demo_") as tmp:

@@ -10,7 +10,8 @@ import sys
 import time
 
 from .. import workloads
-from ..hardware.targets import cpu_name, host_target, is_cpu, native_dtype, parse_target, require_vnni
+from ..hardware.dot_products import native_dtype, require_dot_product
+from ..hardware.targets import cpu_name, host_target, is_cpu, parse_target
 from ..tuning.run import TRIALS_PER_ROUND, RunSpec, TuningRun, summary_rows
 from ..tuning.setup import Search
 from ..workloads import Workload, load_kernel
@@ -64,8 +65,9 @@ def add_parser(sub, shared: argparse.ArgumentParser) -> None:
     tune.set_defaults(run=run)
 
 
-def _workload(args: argparse.Namespace, dtype: str) -> Workload:
-    """A case name (``gemm.G1``), a family with ``--shape NAME=INT ...``, or ``kernel.py[:name]``."""
+def _workload(args: argparse.Namespace, dtype: str, target) -> Workload:
+    """A case name (``gemm.G1``), a family with ``--shape NAME=INT ...``, or ``kernel.py[:name]``;
+    an int8 one with its weight packed for the target's dot product."""
     if re.fullmatch(r".+\.py(:\w+)?", args.workload):
         if args.shape:
             raise UsageError(f"{args.workload} is a kernel with its own shapes; drop --shape")
@@ -73,7 +75,7 @@ def _workload(args: argparse.Namespace, dtype: str) -> Workload:
     if "." in args.workload:
         if args.shape:
             raise UsageError(f"{args.workload} is a named case with a fixed shape; drop --shape or name a family")
-        return workloads.case(args.workload, dtype)
+        return workloads.case(args.workload, dtype, target=target)
     shape = {}
     for item in args.shape or []:
         match = re.fullmatch(r"(\w+)=(\d+)", item)
@@ -85,7 +87,7 @@ def _workload(args: argparse.Namespace, dtype: str) -> Workload:
         raise UsageError(
             f"{args.workload} needs --shape (e.g. M=1024 N=1024 K=1024) or a named case such as {cases[0]}"
         )
-    return workloads.make(args.workload, dtype, **shape)
+    return workloads.make(args.workload, dtype, target=target, **shape)
 
 
 class _ProgressLine:
@@ -147,9 +149,9 @@ def _tune(
 
 def run(args: argparse.Namespace) -> int:
     target = parse_target(args.target)
-    workload = _workload(args, args.dtype or native_dtype(target))
+    workload = _workload(args, args.dtype or native_dtype(target), target)
     if workload.dtype == "int8":
-        require_vnni(target)
+        require_dot_product(target)  # a kernel file's int8 too
     if args.trials < 1 or args.round_size < 1:
         raise UsageError("--trials and --round-size must be at least 1")
     budget_s = parse_duration(args.time_budget) if args.time_budget else None

@@ -1,9 +1,9 @@
-"""Measured facts of the machine: int8 AMX and VNNI and fp32 FMA throughput, memory bandwidth, FMA
-latency.
+"""Measured facts of the machine: int8 (AMX, or the CPU's dot product) and fp32 FMA throughput,
+memory bandwidth, FMA latency.
 
 They give "% of peak" figures and each model task's bound (what the budget split holds its best
 kernel against). The numbers come from the probe kernels of :mod:`ms_heron.hardware.probes`
-(independent accumulator chains of AMX tile products, ``vpdpbusd`` or vector FMAs on every core; a load stream
+(independent accumulator chains of AMX tile products, dot products or vector FMAs on every core; a load stream
 larger than the caches), so they need no C compiler, follow the Target's vector width and reflect
 the clock the machine runs at right now. Each is measured once per process.
 """
@@ -19,19 +19,10 @@ from tvm.s_tir.analysis import estimate_tir_flops
 from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from tvm.target import Target
 
-from .probes import FMA_COEF, PEAK_CHAINS, amx_kernel, best_seconds, fma_kernel, read_kernel, vnni_kernel
-from .targets import (
-    TargetError,
-    has_amx,
-    has_vnni,
-    is_host,
-    largest_cache_bytes,
-    num_cores,
-    require_vnni,
-    vector_bytes,
-)
+from .dot_products import DotProduct, dot_product, require_dot_product
+from .probes import FMA_COEF, PEAK_CHAINS, amx_kernel, best_seconds, dot_kernel, fma_kernel, read_kernel
+from .targets import TargetError, has_amx, is_host, largest_cache_bytes, num_cores, vector_bytes
 
-_OPS_PER_INSTR = 2 * 64  # 64 u8*s8 multiply-adds per 512-bit vpdpbusd
 _OPS_PER_TILE_PRODUCT = 2 * 16 * 16 * 64  # one tdpbusd: a 16 x 16 int32 tile over 64 steps
 _AMX_TILE_PRODUCTS = 4  # per iteration of the AMX probe
 #: What :func:`fma_chains` answers for a CPU that is not this host (a 4-cycle FMA on 2 ports).
@@ -39,12 +30,15 @@ _DEFAULT_FMA_CHAINS = 8
 
 
 @functools.cache
-def vnni_peak_gops(target: Target, iters: int = 2_000_000) -> float:
-    """Peak u8 x s8 -> s32 GOPS over all of the target's cores, measured now (about 0.1 s)."""
-    require_vnni(target)
+def dot_peak_gops(target: Target, dot: DotProduct | None = None, iters: int = 2_000_000) -> float:
+    """Peak u8 x s8 -> s32 GOPS of the dot product ``dot`` (None: the target's best) over all of
+    the target's cores, measured now (about 0.1 s)."""
+    dot = dot or require_dot_product(target)
     cores = num_cores(target)
-    best = best_seconds(vnni_kernel(cores, iters), target, np.array([0x01010101, 0x01010101], "int32"), (cores, 16))
-    return cores * iters * PEAK_CHAINS * _OPS_PER_INSTR / best / 1e9
+    best = best_seconds(
+        dot_kernel(dot, cores, iters), target, np.array([0x01010101, 0x01010101], "int32"), (cores, dot.lanes)
+    )
+    return cores * iters * PEAK_CHAINS * dot.ops_per_instruction / best / 1e9
 
 
 @functools.cache
@@ -59,8 +53,10 @@ def amx_peak_gops(target: Target, iters: int = 200_000) -> float:
 
 def int8_peak(target: Target) -> tuple[str, float]:
     """The int8 unit the kernels use on ``target`` and its measured peak GOPS: AMX where this host
-    runs tile code, else VNNI."""
-    return ("AMX", amx_peak_gops(target)) if has_amx(target) else ("VNNI", vnni_peak_gops(target))
+    runs tile code, else the CPU's best dot product ("AVX-512 VNNI" ... "AVX2")."""
+    if has_amx(target):
+        return "AMX", amx_peak_gops(target)
+    return require_dot_product(target).isa, dot_peak_gops(target)
 
 
 @functools.cache
@@ -95,14 +91,14 @@ def memory_bandwidth_gbps(target: Target) -> float:
 
 def bound_seconds(mod: IRModule, target: Target) -> float:
     """The least time the kernel ``mod["main"]`` can take on the host: its flops at the FMA peak (the
-    :func:`int8_peak` for a kernel of 8-bit integers on a VNNI CPU), or its arguments' bytes once through
+    :func:`int8_peak` for a kernel of 8-bit integers on an x86 CPU), or its arguments' bytes once through
     memory at the measured bandwidth, whichever is longer. 0 for a target that is not this machine
     (nothing to measure there)."""
     if not is_host(target):
         return 0.0
     args = ArgInfo.from_prim_func(mod["main"])
     moved = sum(math.prod(int(d) for d in a.shape) * DataType(a.dtype).itemsize for a in args)
-    int8 = any(str(a.dtype) in ("int8", "uint8") for a in args) and has_vnni(target)
+    int8 = any(str(a.dtype) in ("int8", "uint8") for a in args) and dot_product(target) is not None
     ops_per_s = (int8_peak(target)[1] if int8 else fma_peak_gops(target)) * 1e9
     return float(max(estimate_tir_flops(mod) / ops_per_s, moved / (memory_bandwidth_gbps(target) * 1e9)))
 

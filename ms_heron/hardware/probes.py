@@ -1,7 +1,8 @@
 """Micro-benchmarks of the host CPU: what its vector units do per cycle, measured, not assumed.
 
-The kernels are TVM-built loops of independent accumulator chains (``vpdpbusd`` or vector FMAs)
-with loop-invariant operands read from memory, so the loop holds nothing else and nothing folds.
+The kernels are TVM-built loops of independent accumulator chains (an x86 dot product, AMX tile
+products or vector FMAs) with loop-invariant operands read from memory, so the loop holds nothing
+else and nothing folds.
 :mod:`.peak` measures with them: the peaks for "% of peak" figures and bounds, and how many
 independent accumulators a micro-kernel needs to keep the FMA units busy.
 """
@@ -17,6 +18,7 @@ from tvm.script import tirx as T
 from tvm.target import Target
 
 from .amx import load_tile_config, tile_instruction
+from .dot_products import DotProduct
 
 #: Accumulator chains per core in the peak kernels: more than any core here needs (8 on Zen 4/5
 #: and Sapphire/Emerald Rapids: a 4-cycle FMA on 2 ports).
@@ -49,28 +51,28 @@ def best_seconds(
     return fastest
 
 
-def vnni_kernel(cores: int, iters: int, chains: int = PEAK_CHAINS) -> tvm.tirx.PrimFunc:
-    """``chains`` independent ``vpdpbusd`` accumulators per core, ``iters`` times."""
+def dot_kernel(dot: DotProduct, cores: int, iters: int, chains: int = PEAK_CHAINS) -> tvm.tirx.PrimFunc:
+    """``chains`` independent accumulators of the x86 dot product ``dot`` per core, ``iters`` times:
+    the instruction and, where it does not accumulate itself, its ``vpaddd``."""
+    lanes = dot.lanes
 
     @T.prim_func(s_tir=True)
-    def probe(coef: T.Buffer((2,), "int32"), out: T.Buffer((cores, 16), "int32")):
+    def probe(coef: T.Buffer((2,), "int32"), out: T.Buffer((cores, lanes), "int32")):
         T.func_attr({"global_symbol": "main", "tirx.noalias": True})
         for c in T.parallel(cores):
             with T.sblock("core"):
                 vc = T.axis.spatial(cores, c)
-                acc = T.sblock_alloc_buffer((chains * 16,), "int32", scope="local")
+                acc = T.sblock_alloc_buffer((chains * lanes,), "int32", scope="local")
                 for a in T.unroll(chains):
-                    acc[T.ramp(a * 16, 1, 16)] = T.broadcast(a, 16)
+                    acc[T.ramp(a * lanes, 1, lanes)] = T.broadcast(a, lanes)
                 for _t in range(iters):
                     for a in T.unroll(chains):
-                        acc[T.ramp(a * 16, 1, 16)] = T.call_llvm_pure_intrin(
-                            T.llvm_lookup_intrinsic_id("llvm.x86.avx512.vpdpbusd.512"),
-                            acc[T.ramp(a * 16, 1, 16)],
-                            T.reinterpret(T.broadcast(coef[0], 16), dtype="int8x64"),
-                            T.reinterpret(T.broadcast(coef[1], 16), dtype="int8x64"),
-                            dtype="int32x16",
+                        acc[T.ramp(a * lanes, 1, lanes)] = dot.step(
+                            acc[T.ramp(a * lanes, 1, lanes)],
+                            T.reinterpret(acc[T.ramp(a * lanes, 1, lanes)], dtype=dot.operand_type),
+                            dot.broadcast(coef[1]),
                         )
-                out[vc, T.ramp(0, 1, 16)] = acc[T.ramp(0, 1, 16)]
+                out[vc, T.ramp(0, 1, lanes)] = acc[T.ramp(0, 1, lanes)]
 
     return probe
 

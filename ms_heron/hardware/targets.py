@@ -170,23 +170,6 @@ def has_amx(target: Target) -> bool:
     return is_host(target) and bool(codegen.target_has_features("amx-int8", target)) and request_amx_tile_state()
 
 
-def require_vnni(target: Target) -> None:
-    """Raise a :class:`TargetError` naming the CPU when int8 VNNI code cannot run on ``target``."""
-    if not has_vnni(target):
-        raise TargetError(
-            f"int8 VNNI needs a CPU with AVX-512 VNNI, but target {target.kind.name} with CPU "
-            f"'{cpu_name(target)}' has none; use an mcpu such as 'znver4', 'cascadelake' or "
-            "'sapphirerapids' (or ms_heron.hardware.targets.host_target() on such a machine), or the fp32 form"
-        )
-
-
-def native_dtype(target: Target) -> str:
-    """The operator suite's form this CPU has a dot-product instruction for: ``int8`` with AVX-512
-    VNNI (``vpdpbusd``), else ``fp32`` (FMA). The default of ``ms-heron tune`` and ``demo``, so that
-    they run on every x86 host (Zen 3 has AVX2 and no VNNI)."""
-    return "int8" if has_vnni(target) else "fp32"
-
-
 def vector_bytes(target: Target) -> int:
     """Width of the widest vector register of the target's CPU, in bytes, from its LLVM features.
 
@@ -308,8 +291,6 @@ __all__ = [
     "cpu_name",
     "num_cores",
     "has_vnni",
-    "native_dtype",
-    "require_vnni",
     "vector_bytes",
     "vector_registers",
     "cpu_cache_bytes",

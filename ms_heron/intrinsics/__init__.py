@@ -15,10 +15,8 @@ from .library import fast_parsing, import_x86_intrinsics
 with fast_parsing():  # their modules define TVMScript intrinsics: parsed on import
     from .amx import MAX_PADDING_WASTE as AMX_MAX_PADDING_WASTE
     from .amx import is_amx, register_all_amx
-    from .vnni import LANES as VNNI_LANES
-    from .vnni import MAX_PADDING_WASTE as VNNI_MAX_PADDING_WASTE
-    from .vnni import REDUCTION as VNNI_REDUCTION
-    from .vnni import TVM_VNNI_INTRIN, VNNI_INTRIN, override_tvm_vnni, register_vnni
+    from .x86_dot import MAX_PADDING_WASTE as DOT_MAX_PADDING_WASTE
+    from .x86_dot import TVM_VNNI_INTRIN, override_tvm_vnni, register_dot_products
 from .wmma import DTYPES as WMMA_DTYPES
 from .wmma import WmmaGroup, wmma_groups
 
@@ -26,22 +24,19 @@ __all__ = [
     "AMX_MAX_PADDING_WASTE",
     "is_amx",
     "register_all_amx",
-    "VNNI_INTRIN",
     "TVM_VNNI_INTRIN",
-    "VNNI_LANES",
-    "VNNI_REDUCTION",
-    "VNNI_MAX_PADDING_WASTE",
+    "DOT_MAX_PADDING_WASTE",
     "WmmaGroup",
     "wmma_groups",
     "ensure_registered",
-    "register_vnni",
+    "register_dot_products",
 ]
 
 
 def ensure_registered(target: Target | None = None) -> None:
     """Register ms_heron's intrinsics and repair TVM's VNNI one, once per process, so that replaying
-    a database record finds every intrinsic it names: AMX, VNNI and TVM's x86 ones always; WMMA in
-    Heron's three shapes and the rest of TVM's library for a CUDA target or when no target is given
+    a database record finds every intrinsic it names: AMX, the x86 dot products and TVM's x86 ones
+    always; WMMA in Heron's three shapes and the rest of TVM's library for a CUDA target or when no target is given
     (TVMScript that takes ~5 s to parse, which a CPU tuning process would pay for nothing)."""
     _register_cpu()
     if target is None or is_cuda(target):
@@ -51,7 +46,7 @@ def ensure_registered(target: Target | None = None) -> None:
 @functools.cache
 def _register_cpu() -> None:
     import_x86_intrinsics()
-    register_vnni()
+    register_dot_products()
     register_all_amx()
     override_tvm_vnni()
 

@@ -1,4 +1,4 @@
-"""Heron's Tensorize rule (AMX and VNNI on CPU here; WMMA joins with the GPU path)."""
+"""Heron's Tensorize rule (AMX and the x86 dot products on CPU; WMMA has its own rule)."""
 
 import itertools
 
@@ -9,11 +9,11 @@ from tvm.s_tir.schedule import SBlockRV, ScheduleError
 from tvm.s_tir.schedule.analysis import get_tensorize_loop_mapping
 from tvm.s_tir.schedule.transform import tile_with_tensor_intrin
 
-from ..hardware.targets import has_amx, has_vnni
+from ..hardware.dot_products import VNNI, dot_product
+from ..hardware.targets import has_amx
 from ..intrinsics import (
     AMX_MAX_PADDING_WASTE,
-    VNNI_INTRIN,
-    VNNI_MAX_PADDING_WASTE,
+    DOT_MAX_PADDING_WASTE,
     ensure_registered,
     is_amx,
     register_all_amx,
@@ -27,14 +27,16 @@ from .base import HeronRule
 
 def intrinsics_for(target) -> list[str]:
     """Tensor intrinsics this target can execute, best first: AMX's (deepest reduction first) where
-    this host runs tile code, then VNNI's."""
-    if target is None or not has_vnni(target):
+    this host runs tile code, then the best x86 dot product the CPU has (AVX-512 VNNI, AVX-VNNI,
+    AVX-512BW, AVX2: :mod:`ms_heron.hardware.dot_products`)."""
+    dot = dot_product(target) if target is not None else None
+    if dot is None:
         return []
-    return [*(register_all_amx() if has_amx(target) else []), VNNI_INTRIN]
+    return [*(register_all_amx() if has_amx(target) else []), dot.name]
 
 
 def matching_intrinsics(sch: Schedule, block: SBlockRV, target) -> list[str]:
-    """The target's intrinsics whose operand dtypes are the block's (u8 x s8 -> s32 for VNNI)."""
+    """The target's intrinsics whose operand dtypes are the block's (u8 x s8 -> s32 on x86)."""
     if not intrinsics_for(target):
         return []
     ensure_registered(target)
@@ -55,8 +57,9 @@ def _desc_dtypes(desc) -> set[str]:
 class Tensorize(HeronRule):
     """Condition: the block (a reduction not yet tiled) matches a tensor intrinsic the target
     executes -- TVM's loop-mapping analysis finds its description inside the block, dtypes included
-    (u8 x s8 -> s32 16x4 for VNNI) -- and each operand either holds the intrinsic's tile in place or
-    can be packed (:mod:`.operand_layout`): a layout-free weight, or a padded copy.
+    (u8 x s8 -> s32 16x4 for AVX-512 VNNI, 8x2 for AVX2) -- and each operand either holds the
+    intrinsic's tile in place or can be packed (:mod:`.operand_layout`): a layout-free weight, or a
+    padded copy.
 
     Application: where an extent the intrinsic covers is not a multiple of its tile (1000 output
     channels for VNNI's 16 lanes, 3 input channels for its 4-deep reduction), ``pad_einsum`` pads
@@ -66,8 +69,8 @@ class Tensorize(HeronRule):
     (MetaSchedule's RewriteTensorize postproc does the final ``tensorize``). Later rules tile and
     cache the outer ``<name>_o`` block.
 
-    The intrinsics come in families (AMX tiles of every reduction depth, VNNI): the first of each
-    family that fits makes a design space of its own, so that on an AMX host the search measures a
+    The intrinsics come in families (AMX tiles of every reduction depth, a dot product): the first of
+    each family that fits makes a design space of its own, so that on an AMX host the search measures a
     tile kernel against a VNNI one instead of the rule guessing which is faster for this shape.
 
     Parameters
@@ -79,11 +82,11 @@ class Tensorize(HeronRule):
         Whether awkward extents are padded to the intrinsic's tile (off: such blocks stay scalar).
     max_waste
         The largest share of extra work padding may add (1.0: at most twice the multiply-adds; one
-        VNNI instruction does four per lane, so even that beats the scalar kernel).
+        dot-product instruction does two or four per lane, so even that beats the scalar kernel).
     """
 
     def __init__(
-        self, *, intrinsics: list[str] | None = None, pad: bool = True, max_waste: float = VNNI_MAX_PADDING_WASTE
+        self, *, intrinsics: list[str] | None = None, pad: bool = True, max_waste: float = DOT_MAX_PADDING_WASTE
     ):
         check(
             max_waste >= 0.0, f"Tensorize(max_waste={max_waste!r}): give the extra share of work padding may add, >= 0"
@@ -123,7 +126,7 @@ class Tensorize(HeronRule):
             pad_reduction=not amx,
         )
         # AMX reads VNNI's packed operands (see ms_heron.intrinsics.amx): VNNI's tile matches them.
-        layout = TensorIntrin.get(VNNI_INTRIN).desc if amx else desc
+        layout = TensorIntrin.get(VNNI.name).desc if amx else desc
         mapping = get_tensorize_loop_mapping(work, block, layout) if work is not None else None
         operands = match_operands(work, block, layout, mapping) if mapping is not None else None
         if operands is None or not prepare_operands(work, block, operands, panels_in_tile_order=amx):

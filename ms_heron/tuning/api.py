@@ -21,12 +21,13 @@ from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 from tvm.target import Target
 
 from ..errors import HeronError
-from ..hardware.targets import require_vnni
+from ..hardware.dot_products import require_dot_product
+from ..hardware.targets import cpu_name
 from ..intrinsics import ensure_registered
 from ..records import best_seconds, disk_errors_surface, record_seconds, was_run
 from ..relax import bind_params, lower_for_tuning
 from ..search.task_scheduler import ExpectedGain
-from ..workloads import Workload
+from ..workloads import Workload, WorkloadError
 from .setup import Search, prepare, search_parts
 
 
@@ -41,9 +42,17 @@ def tune_workload(
     max_trials: int,
     **tune_kwargs: Any,
 ) -> ms.Database:
-    """:func:`tune_func` on a suite workload, refusing int8 on a target without VNNI first."""
+    """:func:`tune_func` on a suite workload, refusing first an int8 one the target has no dot product
+    for, or whose weight is packed for another CPU's."""
     if workload.dtype == "int8":
-        require_vnni(target)
+        dot = require_dot_product(target)
+        if workload.tile not in (None, dot.tile):
+            lanes, red = workload.tile
+            raise WorkloadError(
+                f"{workload.name}: its weight is packed in {lanes} x {red} tiles, but {cpu_name(target)}'s "
+                f"int8 dot product ({dot.isa}) reads {dot.lanes} x {dot.reduction}; build it for the target: "
+                "workloads.make(..., target=target) or workloads.case(..., target=target)"
+            )
     return tune_func(workload.func, target, work_dir, max_trials, **tune_kwargs)
 
 

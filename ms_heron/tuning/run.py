@@ -174,7 +174,7 @@ class RunSpec:
     def workload(self) -> Workload:
         if self.kernel:
             return from_func(tvm.script.from_source(self.kernel), self.label)
-        return workloads.make(self.family, self.dtype, **self.shape)
+        return workloads.make(self.family, self.dtype, target=Target(self.target), **self.shape)
 
     def same_task(self, other: RunSpec) -> bool:
         def key(spec: RunSpec) -> tuple:

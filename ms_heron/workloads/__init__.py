@@ -15,13 +15,13 @@ from .suite import (
     dil,
     gemm,
     gemv,
+    int8_padding,
     layernorm,
     make,
-    pack_vnni,
+    pack_int8,
     scan,
     softmax,
     t2d,
-    vnni_padding,
 )
 from .workload import KERNEL, Workload, WorkloadError, from_func, load_kernel, random_array
 
@@ -45,10 +45,10 @@ __all__ = [
     "layernorm",
     "load_kernel",
     "make",
-    "pack_vnni",
+    "pack_int8",
     "random_array",
     "scan",
     "softmax",
     "t2d",
-    "vnni_padding",
+    "int8_padding",
 ]

@@ -53,10 +53,11 @@ def build(mod: tvm.IRModule | tvm.tirx.PrimFunc, target: Target) -> tvm.runtime.
     return tvm.compile(mod, target=target)
 
 
-def run_and_check(lib, workload: Workload, seed: int = 0) -> None:
-    """Run the compiled ``lib`` once on random inputs and compare with the reference."""
+def run_and_check(lib, workload: Workload, seed: int = 0, *, inputs: list[np.ndarray] | None = None) -> None:
+    """Run the compiled ``lib`` once on ``inputs`` (default: the workload's random inputs for
+    ``seed``) and compare with the reference."""
     dev = tvm.cpu()
-    inputs = workload.random_inputs(seed)
+    inputs = workload.random_inputs(seed) if inputs is None else inputs
     out = tvm.runtime.tensor(np.zeros(workload.output_shape, workload.output_dtype), dev)
     lib["main"](*_tensors(inputs, dev), out)
     check_output(workload, out.numpy(), workload.reference(inputs))

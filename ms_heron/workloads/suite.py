@@ -3,10 +3,11 @@
 Families: gemm, bmm, gemv, c1d, c2d, c3d, dil (dilated c2d), t2d (transposed c2d), scan (prefix sum
 as a matmul with a lower-triangular ones matrix). Every one of these comes in three forms:
 
-* ``int8``: u8 activations, s8 weights in the packed layout VNNI reads
-  (``[o // 16, *kernel, i // 4, o % 16, i % 4]``), s32 accumulation; checked bit-exactly. Where
-  VNNI's tiles do not divide ``o`` and ``i`` (1000 classes, 3 input channels), the weight is stored
-  as fp32's and the Tensorize rule pads the block to whole tiles.
+* ``int8``: u8 activations, s8 weights in the packed layout the target CPU's dot product reads
+  (``[o // lanes, *kernel, i // reduction, o % lanes, i % reduction]``; ``make(..., target=...)``,
+  AVX-512 VNNI's 16 x 4 without one: :mod:`ms_heron.hardware.dot_products`), s32 accumulation;
+  checked bit-exactly. Where the tiles do not divide ``o`` and ``i`` (1000 classes, 3 input
+  channels), the weight is stored as fp32's and the Tensorize rule pads the block to whole tiles.
 * ``fp32``: everything fp32 (CPU); weights as ``[*kernel, i, o]``.
 * ``fp16``: fp16 inputs, fp32 accumulation and output (GPU tensor cores); weights as fp32's.
 
@@ -25,8 +26,10 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 from tvm import te, tirx, topi
+from tvm.target import Target
 
-from ..intrinsics import VNNI_LANES, VNNI_MAX_PADDING_WASTE, VNNI_REDUCTION
+from ..hardware.dot_products import VNNI, require_dot_product
+from ..intrinsics import DOT_MAX_PADDING_WASTE
 from .workload import Workload, WorkloadError, random_array
 
 DTYPES = ("int8", "fp32", "fp16")
@@ -39,24 +42,28 @@ _TYPES = {
 }
 
 
-def _workload(family, dtype, shape, tensors, ops, inputs, reference) -> Workload:
+def _workload(family, dtype, shape, tensors, ops, inputs, reference, tile=VNNI.tile) -> Workload:
     """Package TE ``tensors`` (inputs..., output) as a :class:`Workload`."""
     out = tensors[-1]
     output = (tuple(int(d) for d in out.shape), str(out.dtype))
     func = te.create_prim_func(list(tensors))
-    workload = Workload(family, dtype, dict(shape), func, int(ops), inputs, reference, output)
-    return _check_vnni_shape(workload) if dtype == "int8" else workload
+    if dtype != "int8":
+        return Workload(family, dtype, dict(shape), func, int(ops), inputs, reference, output)
+    workload = Workload(family, dtype, dict(shape), func, int(ops), inputs, reference, output, tile=tuple(tile))
+    return _check_int8_shape(workload, tile)
 
 
 # ----------------------------------------------------------------------------------------------
 # Weight layouts
 
 
-def pack_vnni(weight: np.ndarray, batch_dims: int = 0) -> np.ndarray:
-    """``[*batch, o, *kernel, i]`` -> ``[*batch, o//16, *kernel, i//4, o%16, i%4]`` (what VNNI reads)."""
+def pack_int8(weight: np.ndarray, tile: tuple[int, int] = VNNI.tile, batch_dims: int = 0) -> np.ndarray:
+    """``[*batch, o, *kernel, i]`` -> ``[*batch, o//lanes, *kernel, i//red, o%lanes, i%red]``: the
+    layout a dot product of ``tile = (lanes, red)`` reads."""
+    lanes, red = tile
     shp = weight.shape
     batch, o, kernel, i = shp[:batch_dims], shp[batch_dims], shp[batch_dims + 1 : -1], shp[-1]
-    w = weight.reshape(*batch, o // VNNI_LANES, VNNI_LANES, *kernel, i // VNNI_REDUCTION, VNNI_REDUCTION)
+    w = weight.reshape(*batch, o // lanes, lanes, *kernel, i // red, red)
     nb, nk = len(batch), len(kernel)
     b = list(range(nb))
     o_blk, o_lane = nb, nb + 1
@@ -75,29 +82,28 @@ def _fp_layout(weight: np.ndarray, batch_dims: int = 0) -> np.ndarray:
 class _Operand:
     """How the TE compute reads the weight operand, and how numpy lays it out, for one dtype form."""
 
-    def __init__(self, dtype: str, batch: Sequence[int], o: int, kernel: Sequence[int], i: int):
-        #: The VNNI layout, where its tiles divide the weight; else fp32's, padded when tensorized.
-        self.packed = dtype == "int8" and o % VNNI_LANES == 0 and i % VNNI_REDUCTION == 0
+    def __init__(self, dtype: str, batch: Sequence[int], o: int, kernel: Sequence[int], i: int, tile: tuple[int, int]):
+        lanes, red = self.tile = tile
+        #: The dot product's layout, where its tiles divide the weight; else fp32's, padded when tensorized.
+        self.packed = dtype == "int8" and o % lanes == 0 and i % red == 0
         self.batch, self.o, self.kernel, self.i = tuple(batch), o, tuple(kernel), i
         self.dtype = wdtype = _TYPES[dtype][1]
-        if self.packed:
-            shape = (*batch, o // VNNI_LANES, *kernel, i // VNNI_REDUCTION, VNNI_LANES, VNNI_REDUCTION)
-        else:
-            shape = (*batch, *kernel, i, o)
+        shape = (*batch, o // lanes, *kernel, i // red, lanes, red) if self.packed else (*batch, *kernel, i, o)
         self.placeholder = te.placeholder(shape, wdtype, name="W")
 
     def __call__(self, b: Sequence, o, k: Sequence, i):
         if self.packed:
-            return self.placeholder[(*b, o // VNNI_LANES, *k, i // VNNI_REDUCTION, o % VNNI_LANES, i % VNNI_REDUCTION)]
+            lanes, red = self.tile
+            return self.placeholder[(*b, o // lanes, *k, i // red, o % lanes, i % red)]
         return self.placeholder[(*b, *k, i, o)]
 
     def layout(self, logical: np.ndarray) -> np.ndarray:
         nb = len(self.batch)
-        return pack_vnni(logical, nb) if self.packed else _fp_layout(logical, nb)
+        return pack_int8(logical, self.tile, nb) if self.packed else _fp_layout(logical, nb)
 
 
-#: Per family, the weight dims VNNI's tiles split: (output lanes, reduction).
-_VNNI_DIMS = {
+#: Per family, the weight dims a dot product's tiles split: (output lanes, reduction).
+_TILED_DIMS = {
     "gemm": ("N", "K"),
     "bmm": ("N", "K"),
     "gemv": ("M", "K"),
@@ -106,12 +112,12 @@ _VNNI_DIMS = {
 }
 
 
-def vnni_padding(workload: Workload) -> tuple[float, str]:
-    """How much work padding an int8 workload to VNNI's tiles adds (1.0: none), and a sentence
-    naming the dims that need it with the nearest shape that needs none."""
-    lanes_name, red_name = _VNNI_DIMS[workload.family]
+def int8_padding(workload: Workload, tile: tuple[int, int] = VNNI.tile) -> tuple[float, str]:
+    """How much work padding an int8 workload to a dot product's ``tile`` adds (1.0: none), and a
+    sentence naming the dims that need it with the nearest shape that needs none."""
+    lanes_name, red_name = _TILED_DIMS[workload.family]
     ratio, parts = 1.0, []
-    for name, mult, what in ((lanes_name, VNNI_LANES, "output lanes"), (red_name, VNNI_REDUCTION, "reduction")):
+    for name, mult, what in ((lanes_name, tile[0], "output lanes"), (red_name, tile[1], "reduction")):
         value = int(workload.shape[name])
         if value % mult:
             lower = value // mult * mult
@@ -121,12 +127,12 @@ def vnni_padding(workload: Workload) -> tuple[float, str]:
     return ratio, "; ".join(parts)
 
 
-def _check_vnni_shape(workload: Workload) -> Workload:
-    ratio, why = vnni_padding(workload)
-    if ratio > 1 + VNNI_MAX_PADDING_WASTE:
+def _check_int8_shape(workload: Workload, tile: tuple[int, int]) -> Workload:
+    ratio, why = int8_padding(workload, tile)
+    if ratio > 1 + DOT_MAX_PADDING_WASTE:
         raise WorkloadError(
-            f"{workload.family} int8: {why}; padding it to VNNI's tiles would do {ratio:.1f}x the work, more "
-            f"than the {1 + VNNI_MAX_PADDING_WASTE:.0f}x limit"
+            f"{workload.family} int8: {why}; padding it to the dot product's {tile[0]} x {tile[1]} tiles would "
+            f"do {ratio:.1f}x the work, more than the {1 + DOT_MAX_PADDING_WASTE:.0f}x limit"
         )
     return workload
 
@@ -156,13 +162,13 @@ def _positive(**dims: int) -> None:
 
 
 def _batched_matmul(
-    family: str, dtype: str, shape: dict, batch: tuple[int, ...], m: int | None, n: int, k: int
+    family: str, dtype: str, shape: dict, batch: tuple[int, ...], m: int | None, n: int, k: int, tile: tuple[int, int]
 ) -> Workload:
     """``C[*b, (m,) n] = sum_k A[*b, (m,) k] * W(*b, n, k)`` -- gemm, bmm and gemv in one definition."""
     adt, _, odt = _check_dtype(dtype)
     rows = () if m is None else (m,)
     a = te.placeholder((*batch, *rows, k), adt, name="A")
-    w = _Operand(dtype, batch, n, (), k)
+    w = _Operand(dtype, batch, n, (), k, tile)
     r = te.reduce_axis((0, k), name="k")
 
     def body(*idx):
@@ -180,7 +186,7 @@ def _batched_matmul(
         return out.astype(odt)
 
     ops = 2 * int(np.prod(batch, dtype=np.int64)) * (m or 1) * n * k
-    return _workload(family, dtype, shape, [a, w.placeholder, c], ops, inputs, reference)
+    return _workload(family, dtype, shape, [a, w.placeholder, c], ops, inputs, reference, tile)
 
 
 def _unlayout(operand: _Operand, stored: np.ndarray) -> np.ndarray:
@@ -196,33 +202,34 @@ def _unlayout(operand: _Operand, stored: np.ndarray) -> np.ndarray:
     return x.transpose(*range(nb), nb + nk + 1, *range(nb, nb + nk), nb + nk)
 
 
-def gemm(M: int, N: int, K: int, dtype: str = "int8") -> Workload:
+def gemm(M: int, N: int, K: int, dtype: str = "int8", *, tile: tuple[int, int] = VNNI.tile) -> Workload:
     """``C[M, N] = A[M, K] · W[N, K]ᵀ``."""
     _positive(M=M, N=N, K=K)
-    return _batched_matmul("gemm", dtype, dict(M=M, N=N, K=K), (), M, N, K)
+    return _batched_matmul("gemm", dtype, dict(M=M, N=N, K=K), (), M, N, K, tile)
 
 
-def bmm(B: int, M: int, N: int, K: int, dtype: str = "int8") -> Workload:
+def bmm(B: int, M: int, N: int, K: int, dtype: str = "int8", *, tile: tuple[int, int] = VNNI.tile) -> Workload:
     """``C[B, M, N] = A[B, M, K] · W[B, N, K]ᵀ`` (both operands batched, as in attention)."""
     _positive(B=B, M=M, N=N, K=K)
-    return _batched_matmul("bmm", dtype, dict(B=B, M=M, N=N, K=K), (B,), M, N, K)
+    return _batched_matmul("bmm", dtype, dict(B=B, M=M, N=N, K=K), (B,), M, N, K, tile)
 
 
-def gemv(M: int, K: int, dtype: str = "int8") -> Workload:
+def gemv(M: int, K: int, dtype: str = "int8", *, tile: tuple[int, int] = VNNI.tile) -> Workload:
     """``y[M] = W[M, K] · x[K]``."""
     _positive(M=M, K=K)
-    return _batched_matmul("gemv", dtype, dict(M=M, K=K), (), None, M, K)
+    return _batched_matmul("gemv", dtype, dict(M=M, K=K), (), None, M, K, tile)
 
 
-def scan(B: int, M: int, N: int, dtype: str = "int8") -> Workload:
+def scan(B: int, M: int, N: int, dtype: str = "int8", *, tile: tuple[int, int] = VNNI.tile) -> Workload:
     """Prefix sum along M of ``x[B, M, N]``, computed as ``Tri[M, M] · x`` (Heron's formulation).
 
     The 0/1 lower-triangular matrix is a stage of the PrimFunc (the activation operand); ``x`` is the
-    weight-like operand, so in the int8 form it is s8 in the VNNI layout ``[B, N//16, M//4, 16, 4]``.
+    weight-like operand, so in the int8 form it is s8 in the dot product's layout (AVX-512 VNNI's:
+    ``[B, N//16, M//4, 16, 4]``).
     """
     _positive(B=B, M=M, N=N)
     adt, _, odt = _check_dtype(dtype)
-    x = _Operand(dtype, (B,), N, (), M)
+    x = _Operand(dtype, (B,), N, (), M, tile)
     tri = te.compute((M, M), lambda i, k: tirx.Select(k <= i, tirx.const(1, adt), tirx.const(0, adt)), name="Tri")
     r = te.reduce_axis((0, M), name="k")
     out = te.compute((B, M, N), lambda b, i, n: te.sum(_mac(tri[i, r], x((b,), n, (), r), odt), axis=r), name="C")
@@ -234,7 +241,8 @@ def scan(B: int, M: int, N: int, dtype: str = "int8") -> Workload:
         logical = _unlayout(x, stored)  # [B, N, M]
         return np.cumsum(logical, axis=2).transpose(0, 2, 1).astype(odt)
 
-    return _workload("scan", dtype, dict(B=B, M=M, N=N), [x.placeholder, out], 2 * B * M * M * N, inputs, reference)
+    ops = 2 * B * M * M * N
+    return _workload("scan", dtype, dict(B=B, M=M, N=N), [x.placeholder, out], ops, inputs, reference, tile)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -257,6 +265,7 @@ def _conv(
     stride: int,
     pad: int,
     dilation: int,
+    tile: tuple[int, int],
 ) -> Workload:
     adt, _, odt = _check_dtype(dtype)
     _positive(N=n, CI=ci, CO=co, stride=stride, dilation=dilation, **{f"S{d}": s for d, s in enumerate(spatial)})
@@ -267,7 +276,7 @@ def _conv(
         raise WorkloadError(f"{family}: kernel {kernel} with dilation {dilation} does not fit input {spatial}")
     nd = len(spatial)
     data = te.placeholder((n, *spatial, ci), adt, name="X")
-    w = _Operand(dtype, (), co, kernel, ci)
+    w = _Operand(dtype, (), co, kernel, ci, tile)
     if pad:
         padded = tuple(s + 2 * pad for s in spatial)
 
@@ -304,15 +313,25 @@ def _conv(
         return acc.astype(odt)
 
     ops = 2 * n * int(np.prod(out_sp)) * co * ci * int(np.prod(kernel))
-    return _workload(family, dtype, shape, [data, w.placeholder, out], ops, inputs, reference)
+    return _workload(family, dtype, shape, [data, w.placeholder, out], ops, inputs, reference, tile)
 
 
 def c1d(
-    N: int, W: int, CI: int, CO: int, KW: int, stride: int = 1, pad: int = 0, dilation: int = 1, dtype: str = "int8"
+    N: int,
+    W: int,
+    CI: int,
+    CO: int,
+    KW: int,
+    stride: int = 1,
+    pad: int = 0,
+    dilation: int = 1,
+    dtype: str = "int8",
+    *,
+    tile: tuple[int, int] = VNNI.tile,
 ) -> Workload:
     """1-D convolution, NWC."""
     shape = dict(N=N, W=W, CI=CI, CO=CO, KW=KW, stride=stride, pad=pad, dilation=dilation)
-    return _conv("c1d", dtype, shape, N, (W,), CI, CO, (KW,), stride, pad, dilation)
+    return _conv("c1d", dtype, shape, N, (W,), CI, CO, (KW,), stride, pad, dilation, tile)
 
 
 def c2d(
@@ -327,10 +346,12 @@ def c2d(
     pad: int = 0,
     dilation: int = 1,
     dtype: str = "int8",
+    *,
+    tile: tuple[int, int] = VNNI.tile,
 ) -> Workload:
     """2-D convolution, NHWC."""
     shape = dict(N=N, H=H, W=W, CI=CI, CO=CO, KH=KH, KW=KW, stride=stride, pad=pad, dilation=dilation)
-    return _conv("c2d", dtype, shape, N, (H, W), CI, CO, (KH, KW), stride, pad, dilation)
+    return _conv("c2d", dtype, shape, N, (H, W), CI, CO, (KH, KW), stride, pad, dilation, tile)
 
 
 def dil(
@@ -345,10 +366,12 @@ def dil(
     pad: int = 2,
     dilation: int = 2,
     dtype: str = "int8",
+    *,
+    tile: tuple[int, int] = VNNI.tile,
 ) -> Workload:
     """Dilated 2-D convolution, NHWC (Heron's ``dil``: c2d with dilation 2)."""
     shape = dict(N=N, H=H, W=W, CI=CI, CO=CO, KH=KH, KW=KW, stride=stride, pad=pad, dilation=dilation)
-    return _conv("dil", dtype, shape, N, (H, W), CI, CO, (KH, KW), stride, pad, dilation)
+    return _conv("dil", dtype, shape, N, (H, W), CI, CO, (KH, KW), stride, pad, dilation, tile)
 
 
 def c3d(
@@ -365,14 +388,27 @@ def c3d(
     pad: int = 0,
     dilation: int = 1,
     dtype: str = "int8",
+    *,
+    tile: tuple[int, int] = VNNI.tile,
 ) -> Workload:
     """3-D convolution, NDHWC."""
     shape = dict(N=N, D=D, H=H, W=W, CI=CI, CO=CO, KD=KD, KH=KH, KW=KW, stride=stride, pad=pad, dilation=dilation)
-    return _conv("c3d", dtype, shape, N, (D, H, W), CI, CO, (KD, KH, KW), stride, pad, dilation)
+    return _conv("c3d", dtype, shape, N, (D, H, W), CI, CO, (KD, KH, KW), stride, pad, dilation, tile)
 
 
 def t2d(
-    N: int, H: int, W: int, CI: int, CO: int, KH: int, KW: int, stride: int = 1, pad: int = 0, dtype: str = "int8"
+    N: int,
+    H: int,
+    W: int,
+    CI: int,
+    CO: int,
+    KH: int,
+    KW: int,
+    stride: int = 1,
+    pad: int = 0,
+    dtype: str = "int8",
+    *,
+    tile: tuple[int, int] = VNNI.tile,
 ) -> Workload:
     """Transposed 2-D convolution, NHWC: ``out[hi*s - p + kh] += x[hi] · W[kh]``.
 
@@ -388,7 +424,7 @@ def t2d(
     out_sp = tuple((s - 1) * stride - 2 * pad + k for s, k in zip(sizes, kernel))
     edge = tuple(k - 1 - pad for k in kernel)
     data = te.placeholder((N, H, W, CI), adt, name="X")
-    w = _Operand(dtype, (), CO, kernel, CI)
+    w = _Operand(dtype, (), CO, kernel, CI, tile)
     grown = tuple(o + k - 1 for o, k in zip(out_sp, kernel))
 
     def dilate_body(b, h, ww, c):
@@ -423,7 +459,7 @@ def t2d(
 
     shape = dict(N=N, H=H, W=W, CI=CI, CO=CO, KH=KH, KW=KW, stride=stride, pad=pad)
     ops = 2 * N * H * W * CI * CO * KH * KW
-    return _workload("t2d", dtype, shape, [data, w.placeholder, out], ops, inputs, reference)
+    return _workload("t2d", dtype, shape, [data, w.placeholder, out], ops, inputs, reference, tile)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -560,20 +596,24 @@ CASES: dict[str, tuple[str, dict]] = {
 }
 
 
-def make(family: str, dtype: str = "int8", **shape: int) -> Workload:
-    """Build ``family`` (a key of :data:`FAMILIES`) at ``shape`` in the ``dtype`` form."""
+def make(family: str, dtype: str = "int8", *, target: Target | None = None, **shape: int) -> Workload:
+    """Build ``family`` (a key of :data:`FAMILIES`) at ``shape`` in the ``dtype`` form; an int8
+    weight packed for ``target``'s dot product (None: AVX-512 VNNI's 16 x 4 tiles)."""
     if family not in FAMILIES:
         raise WorkloadError(f"unknown workload {family!r}; valid ones: {', '.join(FAMILIES)}")
     _check_dtype(dtype)
+    tile = require_dot_product(target).tile if target is not None and dtype == "int8" else VNNI.tile
+    layout = {} if family in FP32_ONLY else {"tile": tile}
     try:
-        return FAMILIES[family](dtype=dtype, **shape)
+        return FAMILIES[family](dtype=dtype, **layout, **shape)
     except TypeError as err:
         raise WorkloadError(f"{family}: bad shape arguments {shape} ({err})") from err
 
 
-def case(name: str, dtype: str = "int8") -> Workload:
-    """One of Heron's named configs, e.g. ``case("gemm.G1", "int8")``."""
+def case(name: str, dtype: str = "int8", *, target: Target | None = None) -> Workload:
+    """One of Heron's named configs, e.g. ``case("gemm.G1", "int8", target=host_target())``
+    (``target``: see :func:`make`)."""
     if name not in CASES:
         raise WorkloadError(f"unknown case {name!r}; valid ones: {', '.join(CASES)}")
     family, shape = CASES[name]
-    return make(family, dtype, **shape)
+    return make(family, dtype, target=target, **shape)

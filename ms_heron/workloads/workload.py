@@ -39,6 +39,8 @@ class Workload:
     _output: tuple[tuple[int, ...], str] = field(repr=False)
     #: A user's kernel is named by its user; suite workloads by family, dtype and shape.
     label: str = ""
+    #: An int8 suite workload's dot-product tile ``(lanes, reduction)``: its weight's packed layout.
+    tile: tuple[int, int] | None = None
 
     @property
     def name(self) -> str:
