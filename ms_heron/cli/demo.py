@@ -29,7 +29,12 @@ def add_parser(sub, shared: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     # pylint: disable=import-outside-toplevel
-    from ..baselines import BaselineUnavailable, onnxruntime_matmul_integer_seconds, onnxruntime_operator_seconds
+    from ..baselines import (
+        BaselineUnavailable,
+        onnxruntime_int8_saturates,
+        onnxruntime_matmul_integer_seconds,
+        onnxruntime_operator_seconds,
+    )
     from ..hardware.peak import fma_peak_gops, int8_peak
     from ..tuning.run import RunSpec, TuningRun
     from ..workloads.evaluate import build, run_and_check, time_lib
@@ -67,6 +72,11 @@ def run(args: argparse.Namespace) -> int:
     except BaselineUnavailable as err:
         ort_s = None
         print(f"note: {err}")
+    if int8 and ort_s is not None and onnxruntime_int8_saturates():
+        print(
+            f"note: ONNX Runtime's int8 kernels saturate pairs of products on this CPU (no VNNI): its "
+            f"MatMulInteger is timed as it is, but it is not exact here; ms_heron's {dot.isa} kernel is"
+        )
     print(f"tuned in {tuning_s:.0f} s; best kernel checked {'bit-exact ' if int8 else ''}against numpy")
     print(f"measured {unit} peak of this machine: {peak:.0f} GOPS")
     rows = [("ms_heron (tuned)", tuned.seconds)]

@@ -184,13 +184,10 @@ def _check_outputs(outputs, expected, reference: str) -> None:
 
 
 def _saturates(model) -> bool:
-    """Whether ONNX Runtime runs ``model`` on u8 x s8 kernels that saturate here: a quantized model on a
-    host without VNNI (its AVX2 and AVX-512BW kernels use ``vpmaddubsw``)."""
-    from ..baselines import quantized  # pylint: disable=import-outside-toplevel
-    from ..hardware.targets import has_avx_vnni, has_vnni, host_target  # pylint: disable=import-outside-toplevel
+    """Whether ONNX Runtime runs ``model`` on u8 x s8 kernels that saturate on this host."""
+    from ..baselines import onnxruntime_int8_saturates, quantized  # pylint: disable=import-outside-toplevel
 
-    host = host_target()
-    return quantized(model) and not (has_vnni(host) or has_avx_vnni(host))
+    return quantized(model) and onnxruntime_int8_saturates()
 
 
 def _random_input(rng, param):
