@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Creates (once) and reuses a virtual environment in .venv, then runs the demo or the tests.
-#   ./run.sh demo [ms-heron demo options]    tune an int8 VNNI GEMM on this CPU, compare with ONNX Runtime
+#   ./run.sh demo [ms-heron demo options]    tune an int8 GEMM on this CPU, compare with ONNX Runtime
 #   ./run.sh test [pytest options]           lint (ruff) and run the test suite
 set -euo pipefail
 cd "$(dirname "$0")"
