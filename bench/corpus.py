@@ -5,7 +5,8 @@ The corpus (``CORPUS``):
 * ``torch.onnx`` exports of ``transformers`` model classes built from their configs (random weights,
   ``ms_heron.testing.exports``, published base sizes);
 * the Caffe-era classics as opset-9 converters wrote them (``ms_heron.testing.classics``);
-* int8 forms through ONNX Runtime's ``quantize_static`` (QDQ) and ``quantize_dynamic``.
+* int8 forms through ONNX Runtime's ``quantize_static`` (QDQ; 8-bit weights, and 7-bit with ``reduce_range``)
+  and ``quantize_dynamic``.
 
 Exporting needs torch and transformers (the ``corpus`` extra), which the tuning process does without:
 ``--export DIR`` writes the exports (run it with an interpreter that has the extra), the benchmark
@@ -55,11 +56,13 @@ EXPORTED = (
     "efficientnet",
     "whisper-encoder",
 )
-#: name -> how to get the graph: ("export", name), ("classic", name), or (quantizer, name of a graph above).
+#: name -> how to get the graph: ("export", name), ("classic", name), or (quantizer, name of a graph above;
+#: "-7bit": ONNX Runtime's ``reduce_range``, the 7-bit weights its guide suggests for CPUs without VNNI).
 CORPUS = {
     **{f"torch-{name}": ("export", name) for name in EXPORTED},
     **{f"classic-{name}": ("classic", name) for name in classics.CLASSICS},
     "torch-resnet-qdq": ("static", "torch-resnet"),
+    "torch-resnet-qdq-7bit": ("static-7bit", "torch-resnet"),
     "classic-squeezenet-qdq": ("static", "classic-squeezenet"),
     "torch-bert-dynamic": ("dynamic", "torch-bert"),
 }
@@ -91,8 +94,8 @@ def graph(name: str, exports: pathlib.Path) -> OnnxModel:
         return OnnxModel(source, onnx.load(path), dict(np.load(exports / f"{source}_inputs.npz")))
     if how == "classic":
         return classics.CLASSICS[source]()
-    quantize = models.quantized_static if how == "static" else models.quantized_dynamic
-    return quantize(graph(source, exports))
+    quantize = models.quantized_static if how.startswith("static") else models.quantized_dynamic
+    return quantize(graph(source, exports), reduce_range=how.endswith("7bit"))
 
 
 def _output_bound(model: OnnxModel, expected: list[np.ndarray], onnxruntime: list[np.ndarray]) -> float:

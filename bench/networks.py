@@ -12,6 +12,7 @@ calls, summed over tasks) against the measured latency. Usage (repository root, 
     .venv/bin/python bench/networks.py mobilenetv2 --budget 15m --baseline-budget 15m
     .venv/bin/python bench/networks.py mobilenetv2 --work-root runs --retime   # time finished runs again
     .venv/bin/python bench/networks.py torch-vit --exports /tmp/exports --budget 15m  # a corpus graph (bench/corpus.py)
+    .venv/bin/python bench/networks.py resnet50-int8 --isa avx2 --budget 15m  # compiled for an AVX2 CPU, run here
 
 Adds the network to bench/results/networks_<budget>.json and rewrites networks_<budget>.md from it.
 """
@@ -34,10 +35,15 @@ import models_vs_default
 import numpy as np
 import onnx
 import results_io
+from tvm.target import Target
 
-from ms_heron.hardware.targets import host_cpu_model, host_target, num_cores
+from ms_heron.hardware.dot_products import dot_product
+from ms_heron.hardware.targets import host_cpu_model, host_target, num_cores, runs_here, target_json
 from ms_heron.testing import models
 
+#: ``--isa``: an instruction set narrower than the host's, as the CPU LLVM compiles for (its kernels run
+#: here; ONNX Runtime keeps the host's own).
+ISA_MCPU = {"avx2": "haswell", "avx512bw": "skylake-avx512", "avxvnni": "alderlake"}
 #: fp32 as exported; int8 as ONNX Runtime's tools quantize them (QDQ for ResNet-50, dynamic for BERT-base).
 NETWORKS = ("resnet50", "mobilenetv2", "bert-base", "resnet50-int8", "bert-base-int8")
 ARMS = ("ms_heron", "MetaSchedule default")
@@ -119,6 +125,7 @@ def _tune_and_export(
     retime: bool,
     baseline_from: pathlib.Path | None = None,
     exports: pathlib.Path | None = None,
+    target: Target | None = None,
 ) -> tuple[dict, dict]:
     """Both arms tuned (or, ``retime``, as they stand; the baseline copied from ``baseline_from``'s
     finished run), their models at the race points compiled and exported to ``out``; the result row
@@ -133,7 +140,8 @@ def _tune_and_export(
     onnx.save(model.proto, out / f"{name}.onnx")
     np.savez(out / f"{name}_inputs.npz", **model.inputs)
     run = TuningRun.create(
-        work_root / name, RunSpec.of_model(work_root / f"{name}.onnx", model.input_shapes(), host_target(), seed)
+        work_root / name,
+        RunSpec.of_model(work_root / f"{name}.onnx", model.input_shapes(), target or host_target(), seed),
     )
     if baseline_from is not None:
         shutil.copytree(baseline_from / name / "baseline", work_root / name / "baseline", dirs_exist_ok=True)
@@ -248,8 +256,9 @@ def _markdown(data: dict, budget: str) -> list[str]:
         ours, default, ort = r["ms_heron ms"], r["MetaSchedule default ms"], r["ONNX Runtime ms"]
         commit = r["commit"] + (f" (timed at {r['timed at']})" if "timed at" in r else "")
         commit += " (MS default's run reused)" if r.get("baseline reused") else ""
+        cpu = f"{r['cpu']}, compiled for {r['isa']}" if "isa" in r else r["cpu"]
         lines.append(
-            f"| {name} | {r['cpu']} | {commit} | {r['tasks']} | {ours:.2f} | {default:.2f} | {ort:.2f} "
+            f"| {name} | {cpu} | {commit} | {r['tasks']} | {ours:.2f} | {default:.2f} | {ort:.2f} "
             f"| **{default / ours:.2f}x** | **{ort / ours:.2f}x** | "
             f"{r['ms_heron records']} / {r['MetaSchedule default records']} | "
             f"{r['ms_heron estimate ms'] / ours:.2f} / {r['MetaSchedule default estimate ms'] / default:.2f} | "
@@ -310,6 +319,12 @@ def main() -> None:
         help="take MetaSchedule default's finished run from this earlier --work-root instead of tuning it again "
         "(its code is TVM's, unchanged by ms_heron's commits); it is timed afresh with the others",
     )
+    parser.add_argument(
+        "--isa",
+        choices=sorted(ISA_MCPU),
+        help="compile for this narrower instruction set than the host's (the row names it); ONNX Runtime "
+        "keeps the host's",
+    )
     parser.add_argument("--out", default=str(results_io.DEFAULT_DIR))
     parser.add_argument("--time-exported", metavar="DIR", help=argparse.SUPPRESS)  # the fresh timing process
     args = parser.parse_args()
@@ -326,6 +341,12 @@ def main() -> None:
     budgets = {ARMS[0]: parse_duration(args.budget), ARMS[1]: parse_duration(args.baseline_budget or args.budget)}
     if args.retime and not (args.work_root and (pathlib.Path(args.work_root) / args.network).is_dir()):
         parser.error(f"--retime needs --work-root holding a finished {args.network} run")
+    target = host_target()
+    if args.isa:
+        target = Target({**target_json(target), "mcpu": ISA_MCPU[args.isa]})
+        if not runs_here(target):
+            parser.error(f"this CPU ({host_cpu_model()}) cannot run {args.isa} code")
+    key = f"{args.network} ({args.isa})" if args.isa else args.network
     work_root = pathlib.Path(args.work_root or tempfile.mkdtemp(prefix="ms_heron_networks_"))
     print(f"runs under {work_root}", flush=True)
     with tempfile.TemporaryDirectory(prefix="ms_heron_networks_") as tmp:
@@ -339,6 +360,7 @@ def main() -> None:
             args.retime,
             baseline_from,
             pathlib.Path(args.exports),
+            target,
         )
         (pathlib.Path(tmp) / "labels.json").write_text(
             json.dumps([p["label"] for ps in row["race"].values() for p in ps])
@@ -353,13 +375,16 @@ def main() -> None:
     earlier = json.loads(path.read_text()) if path.exists() else {"data": {}}
     data = {name: {"cpu": earlier["host_cpu"], **r} for name, r in earlier["data"].items()}  # rows before "cpu"
     commit = results_io.code_commit()
-    if args.retime and args.network in data:  # the records are the tuned commit's; the timing is this one's
-        row["timed at"], commit = commit, data[args.network]["commit"]
-    data[args.network] = {**row, "commit": commit, "cpu": host_cpu_model()}
+    if args.retime and key in data:  # the records are the tuned commit's; the timing is this one's
+        row["timed at"], commit = commit, data[key]["commit"]
+    dot = dot_product(target)
+    row["isa"] = f"{args.isa or 'native'} (mcpu {target.attrs['mcpu']}; int8: {dot.isa if dot else '-'})"
+    data[key] = {**row, "commit": commit, "cpu": host_cpu_model()}
     if args.baseline_from:
-        data[args.network]["baseline reused"] = True
+        data[key]["baseline reused"] = True
     pathlib.Path(args.out).mkdir(parents=True, exist_ok=True)  # the plot is written before results_io's files
-    _plot(args.network, data[args.network], pathlib.Path(args.out) / f"{stem}_{args.network}_race.png")
+    suffix = f"{args.network}_{args.isa}" if args.isa else args.network
+    _plot(key, data[key], pathlib.Path(args.out) / f"{stem}_{suffix}_race.png")
     results_io.write(args.out, stem, _markdown(data, args.budget), data)
 
 

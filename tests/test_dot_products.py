@@ -5,20 +5,38 @@ Each runs where the host executes its instruction (a kernel compiled for a narro
 wider one: ``haswell`` anywhere here) and is compiled, not run, elsewhere; a skip names the CPU."""
 
 import json
+import re
 import subprocess
 import sys
+import warnings
 
 import numpy as np
+import onnx
 import pytest
+import tvm
+from conftest import ms_heron_cli
 from tvm.s_tir import Schedule, TensorIntrin
 from tvm.s_tir import meta_schedule as ms
 from tvm.target import Target
 
 from ms_heron import HeronSearch, HeronSpace, workloads
-from ms_heron.hardware.dot_products import DOT_PRODUCTS, VNNI, dot_product, native_dtype, require_dot_product
+from ms_heron.baselines import reference_outputs
+from ms_heron.hardware.dot_products import (
+    DOT_PRODUCTS,
+    NARROW_WEIGHT,
+    VNNI,
+    dot_product,
+    dot_products,
+    native_dtype,
+    require_dot_product,
+)
 from ms_heron.hardware.peak import dot_peak_gops, fma_peak_gops
-from ms_heron.hardware.targets import TargetError, cpu_name, host_target, target_json
+from ms_heron.hardware.targets import TargetError, cpu_name, host_target, runs_here, target_json
 from ms_heron.intrinsics import TVM_VNNI_INTRIN, ensure_registered
+from ms_heron.relax import compile_model, extract_tasks, from_onnx, lower_for_tuning, run_model
+from ms_heron.schedule.annotations import NARROW_WEIGHTS
+from ms_heron.testing import models
+from ms_heron.tuning import tune_model
 from ms_heron.workloads.evaluate import build, run_and_check
 
 #: An mcpu of each dot product's CPUs, best first like DOT_PRODUCTS.
@@ -48,25 +66,34 @@ def _tensorized_dense(intrin, tile, M=32, N=64, K=32):
     return workload, sch
 
 
-def _adversarial(workload, seed):
-    """u8 255 against s8 127 in one half of the weight rows and -128 in the other: every adjacent
-    pair of products is 2 x 255 x 127 = 64770 or 2 x 255 x -128 = -65280, past s16 (what
-    ``vpmaddubsw`` would saturate); the rest of the seeds are random."""
+def _adversarial(workload, seed, dot):
+    """Seed 0: u8 255 against the extreme weights in alternate rows -- s8 127 and -128, every pair
+    of products 64770 or -65280, past s16 (what ``vpmaddubsw`` would saturate); +-64 for a form
+    exact on narrow weights only, whose pairs reach 32640. Other seeds: random (narrow: in +-64)."""
     a, w = workload.random_inputs(seed)
+    high, low = (NARROW_WEIGHT, -NARROW_WEIGHT) if dot.narrow_weights else (127, -128)
     if seed == 0:
         a[...] = 255
-        w[...] = np.where(np.arange(w.shape[-2])[:, None] % 2 == 0, 127, -128).astype(w.dtype)
+        w[...] = np.where(np.arange(w.shape[-2])[:, None] % 2 == 0, high, low).astype(w.dtype)
+    elif dot.narrow_weights:
+        w[...] = np.clip(w, -NARROW_WEIGHT, NARROW_WEIGHT)
     return [a, w]
 
 
 def test_each_cpu_gets_its_best_dot_product_from_its_llvm_features():
-    for dot in DOT_PRODUCTS:
+    for dot in (d for d in DOT_PRODUCTS if not d.narrow_weights):
         assert dot_product(_target(dot)) == dot
     assert dot_product(Target({"kind": "llvm", "mcpu": "znver4", "num-cores": 2})) == VNNI
     assert dot_product(Target({"kind": "llvm", "mcpu": "znver3", "num-cores": 2})).isa == "AVX2"
     assert dot_product(Target({"kind": "llvm", "mcpu": "x86-64", "num-cores": 2})) is None
     for dot in DOT_PRODUCTS:  # int8 is every one's native form: 2-4 products per lane per instruction
         assert native_dtype(_target(dot)) == "int8"
+
+
+def test_without_vnni_the_byte_multiply_for_narrow_weights_comes_first():
+    names = [d.name for d in dot_products(Target({"kind": "llvm", "mcpu": "haswell", "num-cores": 2}))]
+    assert names == ["ms_heron_dot_8x4_avx2_7bit", "ms_heron_dot_8x2_avx2"]
+    assert dot_products(Target({"kind": "llvm", "mcpu": "znver4", "num-cores": 2})) == [VNNI]
 
 
 def test_a_cpu_without_avx2_is_refused_naming_it():
@@ -81,14 +108,14 @@ def test_every_dot_product_tensorizes_emits_its_instruction_and_is_bit_exact(dot
     workload, sch = _tensorized_dense(dot.name, dot.tile)
     lib = build(sch.mod, target)
     asm = lib.mod.inspect_source("asm")
-    assert dot.mnemonic in asm
-    assert "vpmaddubsw" not in asm  # the saturating byte multiply is never used
+    assert dot.form in asm
+    assert ("vpmaddubsw" in asm) == dot.narrow_weights  # the saturating byte multiply: narrow weights only
     if not dot.runs_on(host_target()):
         pytest.skip(
             f"compiled for {MCPU[dot.isa]}; the host CPU ({cpu_name(host_target())}) has no {dot.isa} to run it"
         )
     for seed in range(3):
-        run_and_check(lib, workload, inputs=_adversarial(workload, seed))
+        run_and_check(lib, workload, inputs=_adversarial(workload, seed, dot))
 
 
 def test_tvm_vnni_name_builds_and_is_bit_exact_where_the_host_has_vnni(vnni_target):
@@ -158,3 +185,61 @@ def test_an_int8_record_compiles_with_stock_compile_tir_in_a_process_that_only_i
     )
     assert replay.returncode == 0, replay.stderr[-2000:]
     assert replay.stdout.strip().splitlines()[-1] == "True"
+
+
+def test_code_for_a_narrower_cpu_runs_here_and_a_wider_ones_does_not():
+    """Haswell code (AVX2, FMA) runs on every CPU the project sees, so its peaks are measured here;
+    a CPU with extensions the host lacks is refused by the probes with one line."""
+    host = host_target()
+    haswell = Target({"kind": "llvm", "mcpu": "haswell", "num-cores": 2})
+    assert runs_here(host) and runs_here(haswell)
+    wider = next((d for d in DOT_PRODUCTS if not d.runs_on(host)), None)
+    if wider is None:
+        pytest.skip(f"the host CPU ({cpu_name(host)}) has every dot product: no wider CPU to refuse")
+    assert not runs_here(_target(wider))
+    with pytest.raises(TargetError, match=r"dot_peak_gops\(\) measures this machine; code for .* does not run on it"):
+        dot_peak_gops(_target(wider))
+
+
+def test_tune_int8_on_a_forced_avx2_target_reports_its_share_of_the_avx2_peak(tmp_path):
+    """``ms-heron tune --dtype int8`` for a Haswell target on any host: the kernel uses ``vpmaddwd``
+    (the AVX2 dot product), is checked bit-exact, and the report holds it against the AVX2 peak
+    measured here by a probe compiled for Haswell."""
+    haswell = json.dumps({"kind": "llvm", "mcpu": "haswell", "num-cores": 2})
+    work = tmp_path / "wd"
+    args = ("gemm", "--shape", "M=64", "N=64", "K=64", "--dtype", "int8", "--trials", "4", "--round-size", "4")
+    proc = ms_heron_cli("tune", *args, "--target", haswell, "--work-dir", work)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "checked against the reference: correct" in proc.stdout, proc.stdout
+    show = ms_heron_cli("show", work)
+    assert "ms_heron_dot_8x2_avx2" in show.stdout
+    report = ms_heron_cli("report", work)
+    assert report.returncode == 0, report.stderr[-3000:]
+    share = re.search(r"\| % of measured AVX2 peak \| ([\d.]+)%", (work / "report.md").read_text())
+    assert share and 0 < float(share.group(1)) < 100, (work / "report.md").read_text()
+
+
+@pytest.mark.parametrize("reduce_range", [True, False], ids=["7-bit weights", "8-bit weights"])
+def test_narrow_weights_get_the_byte_multiply_and_full_range_ones_the_exact_form(reduce_range, tmp_path):
+    """A QDQ model quantized with ONNX Runtime's ``reduce_range`` (7-bit weights) is tuned for an AVX2
+    CPU: its convolutions multiply bytes (``vpmaddubsw``, which cannot saturate on such weights);
+    with 8-bit weights, whose pairs could, they widen to s16 (``vpmaddwd``) instead. Either way the
+    model is within one quantization step of the graph run as written."""
+    haswell = Target({"kind": "llvm", "mcpu": "haswell", "num-cores": 2})
+    model = models.quantized_static(models.resnet_bottleneck(size=6, channels=32, width=16), reduce_range=reduce_range)
+    mod = from_onnx(model.proto)
+    lowered = lower_for_tuning(mod, None, haswell)
+    convs = [f for g, f in lowered.functions_items() if isinstance(f, tvm.tirx.PrimFunc) and "conv2d" in g.name_hint]
+    assert len(convs) == 3 and all((NARROW_WEIGHTS in (f.attrs or {})) == reduce_range for f in convs)
+    tasks = extract_tasks(lowered, haswell)
+    db = tune_model(mod, None, haswell, str(tmp_path), 4 * len(tasks), num_trials_per_iter=4, seed=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # every task tuned
+        executable = compile_model(db, mod, None, haswell)
+    asm = executable.mod.imports[0].inspect_source("asm")
+    assert ("vpmaddubsw" in asm) == reduce_range and ("vpmaddwd" in asm)
+    (got,) = run_model(executable, model.inputs)
+    (expected,) = reference_outputs(model.proto, model.inputs)
+    inits = {i.name: onnx.numpy_helper.to_array(i) for i in model.proto.graph.initializer}
+    last = next(n for n in reversed(model.proto.graph.node) if n.op_type == "DequantizeLinear")
+    assert np.abs(got - expected).max() <= float(inits[last.input[1]])

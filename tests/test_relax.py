@@ -225,7 +225,7 @@ def test_int8_onnx_model_through_the_cli_reaches_the_dot_product_and_is_exact(tm
 
     mod = from_onnx(model.proto, model.input_shapes())
     executable = compile_model(open_database(tmp_path / "wd"), mod, None, int8_target)
-    assert HOST_DOT.mnemonic in executable.mod.imports[0].inspect_source("asm")
+    assert HOST_DOT.form in executable.mod.imports[0].inspect_source("asm")
     assert "layout_rewrite" not in executable.as_text()  # weights were re-laid out once, at compile time
     _model_work_dir_reports_shows_and_resumes(tmp_path / "wd", path)
 
@@ -312,7 +312,7 @@ def test_int8_onnx_convolutions_reach_the_dot_product_with_fused_epilogues_and_a
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # every task tuned
         executable = compile_model(db, mod, None, int8_target)
-    assert HOST_DOT.mnemonic in executable.mod.imports[0].inspect_source("asm")
+    assert HOST_DOT.form in executable.mod.imports[0].inspect_source("asm")
     assert "layout_rewrite" not in executable.as_text()  # weights re-laid out once, at compile time
     (got,) = run_model(executable, model.inputs)
     (expected,) = reference_outputs(model.proto, model.inputs)
@@ -371,7 +371,7 @@ def test_a_qdq_model_from_quantize_static_reaches_the_dot_product_within_one_qua
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # every task tuned
         executable = compile_model(db, mod, None, int8_target)
-    assert HOST_DOT.mnemonic in executable.mod.imports[0].inspect_source("asm")
+    assert HOST_DOT.form in executable.mod.imports[0].inspect_source("asm")
     (got,) = run_model(executable, model.inputs)
     (expected,) = reference_outputs(model.proto, model.inputs)
     inits = {i.name: onnx.numpy_helper.to_array(i) for i in model.proto.graph.initializer}

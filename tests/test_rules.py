@@ -143,7 +143,7 @@ def test_tensorize_fires_on_int8_with_the_cpus_dot_product_only(int8_target):
     outer = space.get(space.get_sblock("C_o"))
     assert outer.annotations[AUTO_TENSORIZE] == HOST_DOT.name
     check_random_samples(space, int8, int8_target, samples=1)
-    assert HOST_DOT.mnemonic in build(finished(space, int8.func).mod, int8_target).mod.inspect_source("asm")
+    assert HOST_DOT.form in build(finished(space, int8.func).mod, int8_target).mod.inspect_source("asm")
 
     fp32 = workloads.make("gemm", "fp32", **SMALL_SHAPES["gemm"])
     (space,) = stock_design_spaces(fp32.func, [Tensorize()], int8_target)
@@ -499,7 +499,7 @@ def test_int8_shapes_dot_product_tiles_do_not_divide_are_tensorized_through_padd
     assert space.get(space.get_sblock("C_o")).annotations[AUTO_TENSORIZE] == HOST_DOT.name
     check_random_samples(space, workload, int8_target, samples=1)
     mod = finished(space, workload.func).mod
-    assert HOST_DOT.mnemonic in build(mod, int8_target).mod.inspect_source("asm")
+    assert HOST_DOT.form in build(mod, int8_target).mod.inspect_source("asm")
     padded_weight = allocations(mod)["W_pad"]  # zero-filled and packed in the dot product's layout by one pass
     true_weight = workload.random_inputs()[1].size
     assert true_weight < padded_weight <= (1 + Tensorize().max_waste) * true_weight

@@ -409,7 +409,7 @@ def test_stock_tune_tir_with_heron_tunes_correctly(dtype, request, tmp_path):
     assert len(db) == 8 and all(min(float(s) for s in r.run_secs) < 1e9 for r in db.get_all_tuning_records())
     best = build(ms.tir_integration.compile_tir(db, workload.func, target).mod, target)
     run_and_check(best, workload)
-    assert dtype == "fp32" or HOST_DOT.mnemonic in best.mod.inspect_source("asm")
+    assert dtype == "fp32" or HOST_DOT.form in best.mod.inspect_source("asm")
 
 
 def _heron_annotated(record) -> bool:

@@ -33,7 +33,7 @@ def test_stock_evolutionary_search_tunes_heron_spaces(family, dtype, cpu_target,
     run_and_check(lib, workload)
     if dtype == "int8":  # HeronSpace's int8 spaces tensorize (on a loaded machine an untensorized one may time best)
         traces = [str(record.trace) for record in db.get_all_tuning_records() if record.run_secs]
-        assert HOST_DOT.mnemonic in lib.mod.inspect_source("asm") or any(HOST_DOT.name in t for t in traces)
+        assert HOST_DOT.form in lib.mod.inspect_source("asm") or any(HOST_DOT.name in t for t in traces)
 
 
 @derived_object

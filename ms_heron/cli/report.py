@@ -23,13 +23,14 @@ def add_parsers(sub) -> None:
 def run_report(args: argparse.Namespace) -> int:
     # pylint: disable=import-outside-toplevel
     from ..hardware.peak import fma_peak_gops, int8_peak
+    from ..hardware.targets import runs_here
     from ..report import write
 
     run = TuningRun.open(args.work_dir)
-    peak = None
-    if run.spec.dtype == "int8":
+    peak = None  # also for another CPU's run: its peak cannot be measured here
+    if runs_here(run.target) and run.spec.dtype == "int8":
         peak = int8_peak(run.target)
-    elif run.spec.dtype == "fp32" and not run.spec.kernel:
+    elif runs_here(run.target) and run.spec.dtype == "fp32" and not run.spec.kernel:
         peak = ("FMA", fma_peak_gops(run.target))
     report, curve = write(run, peak)
     print(report.read_text())

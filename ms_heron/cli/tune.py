@@ -11,7 +11,7 @@ import time
 
 from .. import workloads
 from ..hardware.dot_products import native_dtype, require_dot_product
-from ..hardware.targets import cpu_name, host_target, is_cpu, parse_target
+from ..hardware.targets import cpu_name, parse_target, runs_here
 from ..tuning.run import TRIALS_PER_ROUND, RunSpec, TuningRun, summary_rows
 from ..tuning.setup import Search
 from ..workloads import Workload, load_kernel
@@ -190,7 +190,7 @@ def _check_best(arms: list) -> None:
     for label, arm_run in arms:
         if arm_run.state().best_seconds == math.inf:
             continue
-        if not is_cpu(arm_run.target) or cpu_name(arm_run.target) != cpu_name(host_target()):
+        if not runs_here(arm_run.target):
             print(f"{label}: best kernel not checked (its target {cpu_name(arm_run.target)} does not run on this CPU)")
             continue
         arm_run.check_best()  # WrongResult: exit 1

@@ -18,6 +18,7 @@ All are exact. The intrinsics (:mod:`ms_heron.intrinsics.x86_dot`) and the peak 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from tvm import tirx
 from tvm.script import tirx as T
@@ -25,10 +26,21 @@ from tvm.target import Target, codegen
 
 from .targets import TargetError, cpu_name, is_cpu, vector_bytes
 
+#: How a dot product computes (and the instruction a kernel's assembly shows):
+#: ``vpdpbusd`` sums four u8 x s8 products into each s32 accumulator; ``vpmaddwd`` multiplies
+#: operands widened to s16 and sums pairs into s32 (exact, half the products per instruction);
+#: ``vpmaddubsw`` sums pairs of u8 x s8 products into s16, saturating, then ``vpmaddwd`` by ones
+#: widens them (exact only on narrow weights: :data:`NARROW_WEIGHT`).
+Form = Literal["vpdpbusd", "vpmaddwd", "vpmaddubsw"]
+
+#: Weights within +-64 ("narrow": the 7-bit weights of ONNX Runtime's ``reduce_range``) keep every
+#: pair of u8 x s8 products within s16 (255 x 64 x 2 = 32640), so ``vpmaddubsw`` is exact on them.
+NARROW_WEIGHT = 64
+
 
 @dataclass(frozen=True)
 class DotProduct:
-    """One x86 integer dot-product instruction: ``lanes`` s32 sums of ``reduction`` products each.
+    """One x86 integer dot product: ``lanes`` s32 sums of ``reduction`` u8 x s8 products per step.
 
     Parameters
     ----------
@@ -37,29 +49,26 @@ class DotProduct:
     isa
         The instruction set, as a user reads it ("AVX2").
     features
-        The LLVM target features the instruction needs, all of them.
-    instruction
-        The LLVM intrinsic; it takes the accumulator first where ``fused`` (``vpdpbusd``).
-    mnemonic
-        The instruction in assembly, for checks and reports.
-    operand
-        The element type the instruction multiplies: ``int8`` (bytes as loaded) or ``int16`` (both
-        operands widened first).
+        The LLVM target features the instructions need, all of them.
+    form
+        How it computes (:data:`Form`); also the instruction its kernels' assembly holds.
+    instructions
+        The LLVM intrinsics one step issues, in order.
     lanes, reduction
-        The s32 results per instruction and the products each sums.
-    fused
-        Whether the instruction adds into the accumulator itself; else a ``vpaddd`` follows.
+        The s32 results per step and the products each sums.
+    narrow_weights
+        Exact only where every weight lies within ``[-NARROW_WEIGHT, NARROW_WEIGHT]`` (else for
+        every s8 weight).
     """
 
     name: str
     isa: str
     features: tuple[str, ...]
-    instruction: str
-    mnemonic: str
-    operand: str
+    form: Form
+    instructions: tuple[str, ...]
     lanes: int
     reduction: int
-    fused: bool
+    narrow_weights: bool = False
 
     @property
     def tile(self) -> tuple[int, int]:
@@ -69,96 +78,131 @@ class DotProduct:
 
     @property
     def operand_type(self) -> str:
-        """The vector type of the instruction's two multiplicands."""
-        return f"{self.operand}x{self.lanes * self.reduction}"
+        """The vector type of the two multiplicands: bytes as loaded, or widened to s16."""
+        return f"{'int16' if self.form == 'vpmaddwd' else 'int8'}x{self.lanes * self.reduction}"
 
     @property
-    def ops_per_instruction(self) -> int:
-        """Operations (a multiply and an add per product) one instruction does."""
+    def ops_per_step(self) -> int:
+        """Operations (a multiply and an add per product) one step does."""
         return 2 * self.lanes * self.reduction
 
     def step(self, acc: tirx.PrimExpr, a: tirx.PrimExpr, b: tirx.PrimExpr) -> tirx.PrimExpr:
-        """``acc`` (``int32 x lanes``) plus the dot products of ``a`` and ``b`` (both of
-        :attr:`operand_type`)."""
-        op = T.llvm_lookup_intrinsic_id(self.instruction)
-        if self.fused:
-            return T.call_llvm_pure_intrin(op, acc, a, b, dtype=f"int32x{self.lanes}")
-        return acc + T.call_llvm_pure_intrin(op, a, b, dtype=f"int32x{self.lanes}")
+        """``acc`` (``int32 x lanes``) plus the dot products of ``a`` (u8) and ``b`` (s8), both of
+        :attr:`operand_type`."""
+        ops = [T.llvm_lookup_intrinsic_id(i) for i in self.instructions]
+        out = f"int32x{self.lanes}"
+        if self.form == "vpdpbusd":
+            return T.call_llvm_pure_intrin(ops[0], acc, a, b, dtype=out)
+        if self.form == "vpmaddwd":
+            return acc + T.call_llvm_pure_intrin(ops[0], a, b, dtype=out)
+        pairs = T.call_llvm_pure_intrin(ops[0], a, b, dtype=f"int16x{2 * self.lanes}")
+        return acc + T.call_llvm_pure_intrin(ops[1], pairs, T.broadcast(T.int16(1), 2 * self.lanes), dtype=out)
 
     def broadcast(self, word: tirx.PrimExpr) -> tirx.PrimExpr:
-        """A 32-bit word repeated across the lanes, as the instruction's operand."""
+        """A 32-bit word repeated across the lanes, as a multiplicand."""
         return T.reinterpret(T.broadcast(word, self.lanes), dtype=self.operand_type)
 
     def activation(self, group: tirx.PrimExpr) -> tirx.PrimExpr:
-        """One activation group (``uint8 x reduction``), widened where the instruction needs it,
-        broadcast across the lanes: 4 bytes, or 2 widened to s16, are one 32-bit word."""
-        if self.operand == "int16":
+        """One activation group (``uint8 x reduction``), widened where the form needs it, broadcast
+        across the lanes: 4 bytes, or 2 widened to s16, are one 32-bit word."""
+        if self.form == "vpmaddwd":
             group = T.Cast(f"int16x{self.reduction}", group)
         return self.broadcast(T.reinterpret(group, dtype="int32"))
 
     def weights(self, tile: tirx.PrimExpr) -> tirx.PrimExpr:
-        """A packed weight tile (``int8 x lanes*reduction``) as the instruction's operand."""
-        return tile if self.operand == "int8" else T.Cast(self.operand_type, tile)
+        """A packed weight tile (``int8 x lanes*reduction``) as a multiplicand."""
+        return T.Cast(self.operand_type, tile) if self.form == "vpmaddwd" else tile
 
     def runs_on(self, target: Target) -> bool:
-        """Whether the target's CPU has the instruction, from LLVM's feature set."""
+        """Whether the target's CPU has the instructions, from LLVM's feature set."""
         return is_cpu(target) and all(codegen.target_has_features(f, target) for f in self.features)
 
 
-#: Every x86 dot product, best first.
+_AVX512_PAIRS = ("llvm.x86.avx512.pmaddubs.w.512", "llvm.x86.avx512.pmaddw.d.512")
+_AVX2_PAIRS = ("llvm.x86.avx2.pmadd.ub.sw", "llvm.x86.avx2.pmadd.wd")
+
+#: Every x86 dot product, fastest first.
 DOT_PRODUCTS = (
     DotProduct(
         name="ms_heron_dot_16x4_vnni",
         isa="AVX-512 VNNI",
         features=("avx512vnni",),
-        instruction="llvm.x86.avx512.vpdpbusd.512",
-        mnemonic="vpdpbusd",
-        operand="int8",
+        form="vpdpbusd",
+        instructions=("llvm.x86.avx512.vpdpbusd.512",),
         lanes=16,
         reduction=4,
-        fused=True,
     ),
     DotProduct(
         name="ms_heron_dot_8x4_avxvnni",
         isa="AVX-VNNI",
         features=("avxvnni",),
-        instruction="llvm.x86.avx512.vpdpbusd.256",
-        mnemonic="vpdpbusd",
-        operand="int8",
+        form="vpdpbusd",
+        instructions=("llvm.x86.avx512.vpdpbusd.256",),
         lanes=8,
         reduction=4,
-        fused=True,
+    ),
+    DotProduct(
+        name="ms_heron_dot_16x4_avx512bw_7bit",
+        isa="AVX-512BW",
+        features=("avx512bw",),
+        form="vpmaddubsw",
+        instructions=_AVX512_PAIRS,
+        lanes=16,
+        reduction=4,
+        narrow_weights=True,
     ),
     DotProduct(
         name="ms_heron_dot_16x2_avx512bw",
         isa="AVX-512BW",
         features=("avx512bw",),
-        instruction="llvm.x86.avx512.pmaddw.d.512",
-        mnemonic="vpmaddwd",
-        operand="int16",
+        form="vpmaddwd",
+        instructions=_AVX512_PAIRS[1:],
         lanes=16,
         reduction=2,
-        fused=False,
+    ),
+    DotProduct(
+        name="ms_heron_dot_8x4_avx2_7bit",
+        isa="AVX2",
+        features=("avx2",),
+        form="vpmaddubsw",
+        instructions=_AVX2_PAIRS,
+        lanes=8,
+        reduction=4,
+        narrow_weights=True,
     ),
     DotProduct(
         name="ms_heron_dot_8x2_avx2",
         isa="AVX2",
         features=("avx2",),
-        instruction="llvm.x86.avx2.pmadd.wd",
-        mnemonic="vpmaddwd",
-        operand="int16",
+        form="vpmaddwd",
+        instructions=_AVX2_PAIRS[1:],
         lanes=8,
         reduction=2,
-        fused=False,
     ),
 )
 #: AVX-512 VNNI's: AMX reads weights in its packed layout.
 VNNI = DOT_PRODUCTS[0]
 
 
+def by_name(name: str) -> DotProduct | None:
+    return next((d for d in DOT_PRODUCTS if d.name == name), None)
+
+
+def dot_products(target: Target) -> list[DotProduct]:
+    """The dot products the Tensorize rule offers for ``target``, fastest first: the best exact one
+    the CPU has, and before it, where that one only widens, the form for 7-bit weights of the same
+    instruction set (the rule uses it only on weights known to fit)."""
+    exact = dot_product(target)
+    if exact is None:
+        return []
+    narrow = [d for d in DOT_PRODUCTS if d.narrow_weights and d.isa == exact.isa]
+    return [*narrow, exact]
+
+
 def dot_product(target: Target) -> DotProduct | None:
-    """The best dot product the target's CPU has (None: not an x86 CPU with AVX2)."""
-    return next((d for d in DOT_PRODUCTS if d.runs_on(target)), None)
+    """The best dot product the target's CPU has that is exact for every weight (None: not an x86
+    CPU with AVX2)."""
+    return next((d for d in DOT_PRODUCTS if not d.narrow_weights and d.runs_on(target)), None)
 
 
 def require_dot_product(target: Target) -> DotProduct:
@@ -178,4 +222,4 @@ def native_dtype(target: Target) -> str:
     operations per instruction than an fp32 FMA on its widest vector (every x86 CPU with AVX2: 32
     against 16 there), else ``fp32``. The default of ``ms-heron tune`` and ``demo``."""
     dot = dot_product(target)
-    return "int8" if dot is not None and dot.ops_per_instruction > 2 * vector_bytes(target) // 4 else "fp32"
+    return "int8" if dot is not None and dot.ops_per_step > 2 * vector_bytes(target) // 4 else "fp32"

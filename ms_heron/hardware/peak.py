@@ -21,7 +21,7 @@ from tvm.target import Target
 
 from .dot_products import DotProduct, dot_product, require_dot_product
 from .probes import FMA_COEF, PEAK_CHAINS, amx_kernel, best_seconds, dot_kernel, fma_kernel, read_kernel
-from .targets import TargetError, has_amx, is_host, largest_cache_bytes, num_cores, vector_bytes
+from .targets import TargetError, has_amx, largest_cache_bytes, num_cores, runs_here, vector_bytes
 
 _OPS_PER_TILE_PRODUCT = 2 * 16 * 16 * 64  # one tdpbusd: a 16 x 16 int32 tile over 64 steps
 _AMX_TILE_PRODUCTS = 4  # per iteration of the AMX probe
@@ -34,11 +34,12 @@ def dot_peak_gops(target: Target, dot: DotProduct | None = None, iters: int = 2_
     """Peak u8 x s8 -> s32 GOPS of the dot product ``dot`` (None: the target's best) over all of
     the target's cores, measured now (about 0.1 s)."""
     dot = dot or require_dot_product(target)
+    _require_runs_here(target, "dot_peak_gops")
     cores = num_cores(target)
     best = best_seconds(
         dot_kernel(dot, cores, iters), target, np.array([0x01010101, 0x01010101], "int32"), (cores, dot.lanes)
     )
-    return cores * iters * PEAK_CHAINS * dot.ops_per_instruction / best / 1e9
+    return cores * iters * PEAK_CHAINS * dot.ops_per_step / best / 1e9
 
 
 @functools.cache
@@ -62,9 +63,15 @@ def int8_peak(target: Target) -> tuple[str, float]:
 @functools.cache
 def fma_peak_gops(target: Target, iters: int = 2_000_000) -> float:
     """Peak fp32 GOPS (2 per fused multiply-add lane) over all of the target's cores, measured now."""
+    _require_runs_here(target, "fma_peak_gops")
     cores, lanes = num_cores(target), vector_bytes(target) // 4
     best = best_seconds(fma_kernel(cores, iters, lanes), target, FMA_COEF, (cores, lanes))
     return cores * iters * PEAK_CHAINS * lanes * 2 / best / 1e9
+
+
+def _require_runs_here(target: Target, what: str) -> None:
+    if not runs_here(target):
+        raise TargetError(f"{what}() measures this machine; code for {target} does not run on it")
 
 
 #: The bandwidth probe streams at least this much, and twice the largest cache the host reports (a
@@ -76,8 +83,7 @@ _MIN_STREAM_BYTES = 256 << 20
 def memory_bandwidth_gbps(target: Target) -> float:
     """Read bandwidth from memory over all of the target's cores in GB/s, measured now (a few s):
     every core sums its share of an array twice the size of the host's largest cache."""
-    if not is_host(target):
-        raise TargetError(f"memory_bandwidth_gbps() measures this machine; {target} is another CPU")
+    _require_runs_here(target, "memory_bandwidth_gbps")
     cores, lanes = num_cores(target), vector_bytes(target) // 4
     per_core = max(_MIN_STREAM_BYTES, 2 * largest_cache_bytes()) // 4 // cores
     per_core -= per_core % (4 * lanes)
@@ -94,7 +100,7 @@ def bound_seconds(mod: IRModule, target: Target) -> float:
     :func:`int8_peak` for a kernel of 8-bit integers on an x86 CPU), or its arguments' bytes once through
     memory at the measured bandwidth, whichever is longer. 0 for a target that is not this machine
     (nothing to measure there)."""
-    if not is_host(target):
+    if not runs_here(target):
         return 0.0
     args = ArgInfo.from_prim_func(mod["main"])
     moved = sum(math.prod(int(d) for d in a.shape) * DataType(a.dtype).itemsize for a in args)
@@ -114,7 +120,7 @@ def fma_chains(target: Target, iters: int = 200_000) -> int:
     FMA latency x FMA ports (BLIS's ``N_vfma x L_vfma``), measured on the host as the time of one
     chain over the time per FMA of :data:`PEAK_CHAINS` chains (about 0.1 s, once per process).
     Another CPU than the host gets 8 (a 4-cycle FMA on 2 ports)."""
-    if not is_host(target):
+    if not runs_here(target):
         return _DEFAULT_FMA_CHAINS
     lanes = vector_bytes(target) // 4
     one = best_seconds(fma_kernel(1, iters, lanes, 1), target, FMA_COEF, (1, lanes))

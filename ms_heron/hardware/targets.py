@@ -221,6 +221,24 @@ def is_host(target: Target) -> bool:
     return is_cpu(target) and str(target.attrs.get("mcpu", "")) == codegen.llvm_get_system_cpu()
 
 
+def runs_here(target: Target) -> bool:
+    """Whether code compiled for ``target`` runs on this machine: it is this CPU, or a narrower one
+    whose vector and dot-product extensions (AVX, FMA, AVX-512, VNNI, AMX) this CPU all has, as
+    ``haswell`` code runs on any CPU here. Peaks, bandwidth and caches measured here are then the
+    ones its kernels meet (an AVX2 kernel on a Zen 4 is held against the AVX2 peak of that Zen 4)."""
+    if is_host(target):
+        return True
+    if not is_cpu(target) or "x86" not in str(target.attrs.get("mtriple", "x86")):
+        return False
+    host = codegen.llvm_get_cpu_features(Target({"kind": "llvm", "mcpu": codegen.llvm_get_system_cpu()}))
+    wanted = {f for f in codegen.llvm_get_cpu_features(target) if f.startswith(_VECTOR_EXTENSIONS)}
+    return wanted <= set(host)
+
+
+#: The LLVM features whose instructions ms_heron's kernels and probes emit.
+_VECTOR_EXTENSIONS = ("sse", "ssse3", "avx", "fma", "f16c", "amx")
+
+
 def _host_caches() -> dict[str, int]:
     """``{"L1": bytes, "L2": ..., "L3": ...}``: the data caches sysfs lists for the first core."""
     import glob  # pylint: disable=import-outside-toplevel
@@ -291,6 +309,7 @@ __all__ = [
     "cpu_name",
     "num_cores",
     "has_vnni",
+    "runs_here",
     "vector_bytes",
     "vector_registers",
     "cpu_cache_bytes",

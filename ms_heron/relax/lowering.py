@@ -34,6 +34,7 @@ from .passes import (
     keep_int8_matmuls,
     never_failing,
     quantization_parameters_as_tensors,
+    record_narrow_weights,
     winograd_convolutions,
 )
 from .tasks import untuned_tasks
@@ -93,8 +94,10 @@ def lower_for_tuning(
     convolution or matmul before them, and n-ary sums are chained adds, so that a ResNet's
     residual add and ReLU fuse into the convolution's kernel.
     Weights that reach a TIR function as constants are marked layout-free, so schedules may store
-    them in whatever layout their kernels read best. Floating-point convolutions run channels-last
-    (:mod:`.passes.channels_last`), so their vector lanes run along contiguous channels;
+    them in whatever layout their kernels read best, and s8 ones within +-64 narrow
+    (:func:`.passes.record_narrow_weights`), so that a CPU without VNNI may multiply them as bytes.
+    Floating-point convolutions run channels-last (:mod:`.passes.channels_last`), so their vector
+    lanes run along contiguous channels;
     transposes (the int8 convolutions' channels-last layout, :mod:`.passes.quantized`) move past the
     element-wise epilogues, which then fuse into the kernels before them.
     Unless ``exact_math``, ``exp``, ``erf``, ``tanh`` and softmax become TVM's polynomial approximations
@@ -148,7 +151,7 @@ def lower_for_tuning(
                     f"Relax's {step.info.name} cannot lower this model: {failure_reason(err)}; "
                     "replace the operator it names in the model, or report the model to ms_heron"
                 ) from err
-    return mod
+        return record_narrow_weights(mod)
 
 
 def _lowering_passes(target: Target) -> list:

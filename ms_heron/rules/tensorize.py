@@ -9,7 +9,7 @@ from tvm.s_tir.schedule import SBlockRV, ScheduleError
 from tvm.s_tir.schedule.analysis import get_tensorize_loop_mapping
 from tvm.s_tir.schedule.transform import tile_with_tensor_intrin
 
-from ..hardware.dot_products import VNNI, dot_product
+from ..hardware.dot_products import VNNI, by_name, dot_products
 from ..hardware.targets import has_amx
 from ..intrinsics import (
     AMX_MAX_PADDING_WASTE,
@@ -18,8 +18,8 @@ from ..intrinsics import (
     is_amx,
     register_all_amx,
 )
-from ..schedule.analysis import extents, is_tiled, padded_volume_ratio
-from ..schedule.annotations import AUTO_TENSORIZE, BLOCKIZED, iter_kinds
+from ..schedule.analysis import extents, is_tiled, padded_volume_ratio, param_index
+from ..schedule.annotations import AUTO_TENSORIZE, BLOCKIZED, NARROW_WEIGHTS, iter_kinds
 from ..schedule.operand_layout import match_operands, prepare_operands
 from ..schedule.options import check, heron_object
 from .base import HeronRule
@@ -27,12 +27,13 @@ from .base import HeronRule
 
 def intrinsics_for(target) -> list[str]:
     """Tensor intrinsics this target can execute, best first: AMX's (deepest reduction first) where
-    this host runs tile code, then the best x86 dot product the CPU has (AVX-512 VNNI, AVX-VNNI,
-    AVX-512BW, AVX2: :mod:`ms_heron.hardware.dot_products`)."""
-    dot = dot_product(target) if target is not None else None
-    if dot is None:
+    this host runs tile code, then the x86 dot products the CPU has (AVX-512 VNNI, AVX-VNNI,
+    AVX-512BW, AVX2; the last two with their form for narrow weights first:
+    :func:`ms_heron.hardware.dot_products.dot_products`)."""
+    dots = dot_products(target) if target is not None else []
+    if not dots:
         return []
-    return [*(register_all_amx() if has_amx(target) else []), dot.name]
+    return [*(register_all_amx() if has_amx(target) else []), *(d.name for d in dots)]
 
 
 def matching_intrinsics(sch: Schedule, block: SBlockRV, target) -> list[str]:
@@ -116,6 +117,9 @@ class Tensorize(HeronRule):
         desc = TensorIntrin.get(intrin).desc
         if _dtypes(sch, block) != _desc_dtypes(desc):
             return None
+        dot = by_name(intrin)
+        if dot is not None and dot.narrow_weights and not _weights_are_narrow(sch, block):
+            return None
         # AMX pads rows only: a reduction padded to a deep tile wastes what a shallower one saves.
         amx = is_amx(intrin)
         work = self._padded_to_intrinsic(
@@ -168,6 +172,17 @@ class Tensorize(HeronRule):
         except ScheduleError:  # TVM's own conditions (trivial binding, no opaque access) not met
             return None
         return padded
+
+
+def _weights_are_narrow(sch: Schedule, block: SBlockRV) -> bool:
+    """Whether every s8 buffer ``block`` reads is a parameter the function's lowering recorded as a
+    narrow constant (:data:`NARROW_WEIGHTS`): the condition under which a byte-multiplying dot
+    product (``vpmaddubsw``) cannot saturate. Nothing else is known to fit: a suite workload's
+    weight is an argument of any value."""
+    attrs = sch.mod["main"].attrs
+    narrow = {int(i) for i in attrs.get(NARROW_WEIGHTS, [])} if attrs is not None else set()
+    weights = [r.source for r in sch.get(block).reads if str(r.source.dtype) == "int8"]
+    return bool(weights) and all(param_index(sch, w) in narrow for w in weights)
 
 
 def _tensorizes(sch: Schedule, outer: SBlockRV, intrin: str) -> bool:

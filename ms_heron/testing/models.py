@@ -335,10 +335,13 @@ def _quantized(model: OnnxModel, quantize, suffix: str) -> OnnxModel:
         return OnnxModel(f"{model.name}_{suffix}", onnx.load(quantized), model.inputs)
 
 
-def quantized_static(model: OnnxModel, calibration_samples: int = 4, seed: int = 0) -> OnnxModel:
+def quantized_static(
+    model: OnnxModel, calibration_samples: int = 4, seed: int = 0, *, reduce_range: bool = False
+) -> OnnxModel:
     """``model`` quantized as ONNX Runtime's guide says for CNNs: ``quantize_static`` in QDQ format
     (u8 activations, s8 weights, per tensor), calibrated on ``calibration_samples`` random inputs
-    shaped like ``model.inputs``."""
+    shaped like ``model.inputs``; ``reduce_range``: 7-bit weights, as the guide suggests for CPUs
+    without VNNI."""
     # pylint: disable-next=import-outside-toplevel
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
@@ -364,19 +367,22 @@ def quantized_static(model: OnnxModel, calibration_samples: int = 4, seed: int =
             quant_format=QuantFormat.QDQ,
             activation_type=QuantType.QUInt8,
             weight_type=QuantType.QInt8,
+            reduce_range=reduce_range,
         )
 
-    return _quantized(model, quantize, "qdq")
+    return _quantized(model, quantize, "qdq-7bit" if reduce_range else "qdq")
 
 
-def quantized_dynamic(model: OnnxModel) -> OnnxModel:
+def quantized_dynamic(model: OnnxModel, *, reduce_range: bool = False) -> OnnxModel:
     """``model`` quantized as ONNX Runtime's guide says for transformers: ``quantize_dynamic`` (s8
-    weights; activations quantized to u8 at run time by ``DynamicQuantizeLinear``)."""
+    weights; activations quantized to u8 at run time by ``DynamicQuantizeLinear``); ``reduce_range``:
+    7-bit weights."""
     from onnxruntime.quantization import QuantType, quantize_dynamic  # pylint: disable=import-outside-toplevel
 
-    return _quantized(
-        model, lambda prepared, quantized: quantize_dynamic(prepared, quantized, weight_type=QuantType.QInt8), "dynamic"
-    )
+    def quantize(prepared: str, quantized: str) -> None:
+        quantize_dynamic(prepared, quantized, weight_type=QuantType.QInt8, reduce_range=reduce_range)
+
+    return _quantized(model, quantize, "dynamic-7bit" if reduce_range else "dynamic")
 
 
 #: The model zoo by name, as the benchmarks and examples offer it (each builder's defaults: the real

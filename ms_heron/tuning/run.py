@@ -226,7 +226,7 @@ def summary_rows(
 ) -> dict[str, list[str]]:
     """The comparison the console table and report.md both show: row name -> one cell per search.
     ``ops`` None: a model run, whose best is the estimated model latency; ``peak``: the unit whose
-    measured peak the kernel is held against ("VNNI", "FMA") and that peak in GOPS."""
+    measured peak the kernel is held against ("AVX2", "AMX", "FMA", ...) and that peak in GOPS."""
     found = [s.best_seconds < math.inf for s in states]
     rows = {
         "best latency" if ops is not None else "estimated model latency": [

@@ -29,6 +29,7 @@ from tvm import te, tirx, topi
 from tvm.target import Target
 
 from ..hardware.dot_products import VNNI, require_dot_product
+from ..hardware.targets import is_cpu
 from ..intrinsics import DOT_MAX_PADDING_WASTE
 from .workload import Workload, WorkloadError, random_array
 
@@ -598,11 +599,12 @@ CASES: dict[str, tuple[str, dict]] = {
 
 def make(family: str, dtype: str = "int8", *, target: Target | None = None, **shape: int) -> Workload:
     """Build ``family`` (a key of :data:`FAMILIES`) at ``shape`` in the ``dtype`` form; an int8
-    weight packed for ``target``'s dot product (None: AVX-512 VNNI's 16 x 4 tiles)."""
+    weight packed for a CPU ``target``'s dot product (else AVX-512 VNNI's 16 x 4 tiles)."""
     if family not in FAMILIES:
         raise WorkloadError(f"unknown workload {family!r}; valid ones: {', '.join(FAMILIES)}")
     _check_dtype(dtype)
-    tile = require_dot_product(target).tile if target is not None and dtype == "int8" else VNNI.tile
+    cpu_int8 = target is not None and is_cpu(target) and dtype == "int8"
+    tile = require_dot_product(target).tile if cpu_int8 else VNNI.tile
     layout = {} if family in FP32_ONLY else {"tile": tile}
     try:
         return FAMILIES[family](dtype=dtype, **layout, **shape)

@@ -14,9 +14,11 @@ says so (:mod:`.guard`).
 * :func:`winograd_convolutions`: their 3x3 stride-1 convolutions as Winograd F(2x2, 3x3), a batched
   GEMM between two transforms, 2.25x fewer multiply-adds;
 * :func:`integer_qdq`, :func:`keep_int8_matmuls`, :func:`channels_last_epilogues`: quantized matmuls
-  and convolutions (QDQ, ``MatMulInteger``, ``ConvInteger``) in the u8 x s8 form VNNI executes, their
+  and convolutions (QDQ, ``MatMulInteger``, ``ConvInteger``) in the u8 x s8 form the CPU's dot product executes, their
   epilogues fused;
-* :func:`quantization_parameters_as_tensors`: quantized layers of one shape are one tuning task.
+* :func:`quantization_parameters_as_tensors`: quantized layers of one shape are one tuning task;
+* :func:`record_narrow_weights` (after fusion): which s8 weights are narrow enough for the byte
+  multiply of CPUs without VNNI.
 """
 
 from .channels_last import channels_last_convolutions
@@ -24,6 +26,7 @@ from .fold_scale_shift import fold_scale_shift
 from .guard import SKIPPED_PASSES_ATTR, failure_reason, never_failing, skipped_passes
 from .inference import drop_inference_noops
 from .lrn import channel_window_as_slices
+from .narrow_weights import record_narrow_weights
 from .nary import chain_stacked_reductions
 from .pads import fold_explicit_pads
 from .quantized import channels_last_epilogues, integer_qdq, keep_int8_matmuls, quantization_parameters_as_tensors
@@ -43,6 +46,7 @@ __all__ = [
     "keep_int8_matmuls",
     "never_failing",
     "quantization_parameters_as_tensors",
+    "record_narrow_weights",
     "skipped_passes",
     "winograd_convolutions",
 ]
