@@ -35,15 +35,11 @@ import models_vs_default
 import numpy as np
 import onnx
 import results_io
-from tvm.target import Target
 
 from ms_heron.hardware.dot_products import dot_product
-from ms_heron.hardware.targets import host_cpu_model, host_target, num_cores, runs_here, target_json
+from ms_heron.hardware.targets import ISA_MCPU, TargetError, host_cpu_model, host_target, narrowed, num_cores
 from ms_heron.testing import models
 
-#: ``--isa``: an instruction set narrower than the host's, as the CPU LLVM compiles for (its kernels run
-#: here; ONNX Runtime keeps the host's own).
-ISA_MCPU = {"avx2": "haswell", "avx512bw": "skylake-avx512", "avxvnni": "alderlake"}
 #: fp32 as exported; int8 as ONNX Runtime's tools quantize them (QDQ for ResNet-50, dynamic for BERT-base).
 NETWORKS = ("resnet50", "mobilenetv2", "bert-base", "resnet50-int8", "bert-base-int8")
 ARMS = ("ms_heron", "MetaSchedule default")
@@ -125,7 +121,7 @@ def _tune_and_export(
     retime: bool,
     baseline_from: pathlib.Path | None = None,
     exports: pathlib.Path | None = None,
-    target: Target | None = None,
+    target=None,
 ) -> tuple[dict, dict]:
     """Both arms tuned (or, ``retime``, as they stand; the baseline copied from ``baseline_from``'s
     finished run), their models at the race points compiled and exported to ``out``; the result row
@@ -322,7 +318,7 @@ def main() -> None:
     parser.add_argument(
         "--isa",
         choices=sorted(ISA_MCPU),
-        help="compile for this narrower instruction set than the host's (the row names it); ONNX Runtime "
+        help="compile for this instruction set, narrower than the host's (the row names it); ONNX Runtime "
         "keeps the host's",
     )
     parser.add_argument("--out", default=str(results_io.DEFAULT_DIR))
@@ -341,11 +337,10 @@ def main() -> None:
     budgets = {ARMS[0]: parse_duration(args.budget), ARMS[1]: parse_duration(args.baseline_budget or args.budget)}
     if args.retime and not (args.work_root and (pathlib.Path(args.work_root) / args.network).is_dir()):
         parser.error(f"--retime needs --work-root holding a finished {args.network} run")
-    target = host_target()
-    if args.isa:
-        target = Target({**target_json(target), "mcpu": ISA_MCPU[args.isa]})
-        if not runs_here(target):
-            parser.error(f"this CPU ({host_cpu_model()}) cannot run {args.isa} code")
+    try:
+        target = narrowed(host_target(), args.isa) if args.isa else host_target()
+    except TargetError as err:
+        parser.error(str(err))
     key = f"{args.network} ({args.isa})" if args.isa else args.network
     work_root = pathlib.Path(args.work_root or tempfile.mkdtemp(prefix="ms_heron_networks_"))
     print(f"runs under {work_root}", flush=True)

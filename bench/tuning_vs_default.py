@@ -3,16 +3,17 @@
 The ms_heron arm is HeronSpace with HeronSearch (``--search heron``, the default) or with
 MetaSchedule's evolutionary search (``--search evolutionary``). Per workload: share of measured candidates that built
 and ran, best GOPS in the database, their ratio, the share of the peak measured in the same run
-(AMX where the host runs it, else VNNI, for int8; FMA for fp32) and the libraries measured in the same run: ONNX Runtime
-(MatMulInteger for int8 GEMMs; MatMul and Conv for fp32 GEMMs and convolutions) and numpy's BLAS for
-fp32 GEMMs. Usage (repository root):
+(AMX where the host runs it, else the CPU's dot product, for int8; FMA for fp32) and the libraries
+measured in the same run: ONNX Runtime (MatMulInteger for int8 GEMMs; MatMul and Conv for fp32
+GEMMs and convolutions) and numpy's BLAS for fp32 GEMMs. Usage (repository root):
 
     .venv/bin/python bench/tuning_vs_default.py --trials 64 --dtype int8 --search evolutionary
     .venv/bin/python bench/tuning_vs_default.py --trials 64 200 --search heron --cases gemm.G1 bmm.B1 c2d.C3 c2d.C4
     .venv/bin/python bench/tuning_vs_default.py --trials 64 200 --search heron --dtype fp32 --cases gemm.G1
     .venv/bin/python bench/tuning_vs_default.py --trials 64 200 --search heron --dtype int8 --cases awkward
+    .venv/bin/python bench/tuning_vs_default.py --trials 200 --dtype int8 --cases gemm.G1 --isa avx2  # an AVX2 CPU's
 
-Writes bench/results/tuning_vs_default_<search>_<dtype>_<budgets>[_awkward].{md,json}.
+Writes bench/results/tuning_vs_default_<search>_<dtype>_<budgets>[_awkward][_<isa>].{md,json}.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from ms_heron.baselines import (
     onnxruntime_operator,
 )
 from ms_heron.hardware.peak import fma_peak_gops, int8_peak
-from ms_heron.hardware.targets import host_target, num_cores
+from ms_heron.hardware.targets import ISA_MCPU, host_target, narrowed, num_cores
 from ms_heron.records import record_seconds
 from ms_heron.tuning import RunSpec, Search, TuningRun
 from ms_heron.workloads.evaluate import build, run_and_check, time_lib
@@ -110,11 +111,14 @@ def main() -> None:
         help="the ms_heron arm's search strategy over HeronSpace (default: HeronSearch)",
     )
     parser.add_argument("--cases", nargs="*", default=CASES, help="case names, or 'awkward' for the padding rows")
+    parser.add_argument(
+        "--isa", choices=sorted(ISA_MCPU), help="compile for this instruction set, narrower than the host's"
+    )
     parser.add_argument("--out", default=str(results_io.DEFAULT_DIR))
     args = parser.parse_args()
     if args.cases == ["awkward"]:
         args.cases = AWKWARD
-    target = host_target()
+    target = narrowed(host_target(), args.isa) if args.isa else host_target()
     peak_unit, peak = int8_peak(target) if args.dtype == "int8" else ("FMA", fma_peak_gops(target))
     rows = []
     for trials in args.trials:
@@ -140,7 +144,8 @@ def main() -> None:
 def _report(args, rows) -> None:
     peak_name = rows[0].get("peak_unit", "VNNI" if args.dtype == "int8" else "FMA")
     lines = [
-        f"# ms_heron (HeronSpace + {args.search} search) vs MetaSchedule default ({args.dtype}, one run)",
+        f"# ms_heron (HeronSpace + {args.search} search) vs MetaSchedule default ({args.dtype}, one run"
+        + (f", compiled for {args.isa})" if args.isa else ")"),
         "",
         "GOPS: each arm's best record rebuilt and checked against numpy; both arms and the libraries then "
         f"timed in turn, "
@@ -178,7 +183,8 @@ def _report(args, rows) -> None:
             ]
     budgets = "_".join(str(t) for t in args.trials)
     subset = "_awkward" if args.cases == AWKWARD else ""
-    results_io.write(args.out, f"tuning_vs_default_{args.search}_{args.dtype}_{budgets}{subset}", lines, rows)
+    isa = f"_{args.isa}" if args.isa else ""
+    results_io.write(args.out, f"tuning_vs_default_{args.search}_{args.dtype}_{budgets}{subset}{isa}", lines, rows)
 
 
 if __name__ == "__main__":

@@ -31,7 +31,15 @@ from ms_heron.hardware.dot_products import (
     require_dot_product,
 )
 from ms_heron.hardware.peak import dot_peak_gops, fma_peak_gops
-from ms_heron.hardware.targets import TargetError, cpu_name, host_target, runs_here, target_json
+from ms_heron.hardware.targets import (
+    ISA_MCPU,
+    TargetError,
+    cpu_name,
+    host_target,
+    narrowed,
+    runs_here,
+    target_json,
+)
 from ms_heron.intrinsics import TVM_VNNI_INTRIN, ensure_registered
 from ms_heron.relax import compile_model, extract_tasks, from_onnx, lower_for_tuning, run_model
 from ms_heron.schedule.annotations import NARROW_WEIGHTS
@@ -199,6 +207,20 @@ def test_code_for_a_narrower_cpu_runs_here_and_a_wider_ones_does_not():
     assert not runs_here(_target(wider))
     with pytest.raises(TargetError, match=r"dot_peak_gops\(\) measures this machine; code for .* does not run on it"):
         dot_peak_gops(_target(wider))
+
+
+def test_a_narrower_instruction_set_is_compiled_for_and_a_wider_one_refused_naming_the_cpu():
+    host = host_target()
+    avx2 = narrowed(host, "avx2")
+    assert avx2.attrs["mcpu"] == "haswell" and dot_product(avx2).isa == "AVX2"
+    assert int(avx2.attrs["num-cores"]) == int(host.attrs["num-cores"])
+    with pytest.raises(TargetError, match="unknown instruction set 'sse4'; choose one of avx2, avx512bw"):
+        narrowed(host, "sse4")
+    wider = next((isa for isa, mcpu in ISA_MCPU.items() if not runs_here(Target({"kind": "llvm", "mcpu": mcpu}))), None)
+    if wider is None:
+        pytest.skip(f"the host CPU ({cpu_name(host)}) runs every instruction set: none to refuse")
+    with pytest.raises(TargetError, match=rf"this CPU \(.+\) cannot run {wider} code"):
+        narrowed(host, wider)
 
 
 def test_tune_int8_on_a_forced_avx2_target_reports_its_share_of_the_avx2_peak(tmp_path):

@@ -235,6 +235,22 @@ def runs_here(target: Target) -> bool:
     return wanted <= set(host)
 
 
+#: Instruction sets narrower than a host's, as the CPU LLVM compiles for (:func:`narrowed`).
+ISA_MCPU = {"avx2": "haswell", "avx512bw": "skylake-avx512", "avxvnni": "alderlake", "avx512vnni": "cascadelake"}
+
+
+def narrowed(target: Target, isa: str) -> Target:
+    """``target`` compiled for the instruction set ``isa`` (a key of :data:`ISA_MCPU`) instead of its
+    own CPU, to measure here what a CPU with only that set gets; a TargetError where this machine
+    cannot run its code."""
+    if isa not in ISA_MCPU:
+        raise TargetError(f"unknown instruction set {isa!r}; choose one of {', '.join(ISA_MCPU)}")
+    narrow = Target({**target_json(target), "mcpu": ISA_MCPU[isa]})
+    if not runs_here(narrow):
+        raise TargetError(f"this CPU ({codegen.llvm_get_system_cpu()}) cannot run {isa} code")
+    return narrow
+
+
 #: The LLVM features whose instructions ms_heron's kernels and probes emit.
 _VECTOR_EXTENSIONS = ("sse", "ssse3", "avx", "fma", "f16c", "amx")
 
@@ -310,6 +326,8 @@ __all__ = [
     "num_cores",
     "has_vnni",
     "runs_here",
+    "narrowed",
+    "ISA_MCPU",
     "vector_bytes",
     "vector_registers",
     "cpu_cache_bytes",
