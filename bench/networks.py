@@ -56,6 +56,11 @@ RACE_SHARES = (1 / 3, 2 / 3, 1.0)
 RETIMED = "estimate retimed"
 
 
+def _file_key(key: str) -> str:
+    """A result row's key in a file name: ``resnet50-int8 (avx2)`` -> ``resnet50-int8_avx2``."""
+    return key.replace(" (", "_").rstrip(")")
+
+
 def _label(arm: str, share: float) -> str:
     return arm if share == 1.0 else f"{arm} at {share:.0%}"
 
@@ -271,7 +276,7 @@ def _markdown(data: dict, budget: str) -> list[str]:
         if r.get("race"):
             lines += [
                 "",
-                f"## {name}: the race (plotted in `*_{name}_race.png` beside this file)",
+                f"## {name}: the race (plotted in `*_{_file_key(name)}_race.png` beside this file)",
                 "",
                 "| arm | tuning time s | records | estimate ms | measured ms | estimate / measured |",
                 "|---|---|---|---|---|---|",
@@ -378,8 +383,7 @@ def main() -> None:
     if args.baseline_from:
         data[key]["baseline reused"] = True
     pathlib.Path(args.out).mkdir(parents=True, exist_ok=True)  # the plot is written before results_io's files
-    suffix = f"{args.network}_{args.isa}" if args.isa else args.network
-    _plot(key, data[key], pathlib.Path(args.out) / f"{stem}_{suffix}_race.png")
+    _plot(key, data[key], pathlib.Path(args.out) / f"{stem}_{_file_key(key)}_race.png")
     results_io.write(args.out, stem, _markdown(data, args.budget), data)
 
 
