@@ -87,10 +87,12 @@ def onnxruntime_int8_saturates() -> bool:
     """Whether ONNX Runtime's u8 x s8 kernels saturate on this host: without AVX-512 VNNI or AVX-VNNI
     they multiply with ``vpmaddubsw``, which clamps each pair of products to s16 (255 x 127 x 2 does
     not fit), so its int8 results are fast but not exact there."""
-    from .hardware.targets import has_avx_vnni, has_vnni, host_target  # pylint: disable=import-outside-toplevel
+    # pylint: disable-next=import-outside-toplevel
+    from .hardware.dot_products import dot_product
+    from .hardware.targets import host_target  # pylint: disable=import-outside-toplevel
 
-    host = host_target()
-    return not (has_vnni(host) or has_avx_vnni(host))
+    dot = dot_product(host_target())
+    return dot is None or dot.form != "vpdpbusd"
 
 
 def reference_outputs(model, inputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:

@@ -1,18 +1,20 @@
 """The x86 u8 x s8 -> s32 dot-product instructions, and which one a target's CPU has.
 
-Each computes ``lanes`` s32 sums of ``reduction`` byte products per instruction:
+Each computes ``lanes`` s32 sums of ``reduction`` byte products per step:
 
 * AVX-512 VNNI: ``vpdpbusd`` on 512 bits, 16 lanes x 4.
 * AVX-VNNI: the 256-bit VEX ``vpdpbusd`` of Alder Lake and later client parts (Zen 5 too), 8 x 4.
 * AVX-512BW without VNNI, and AVX2: both operands widened to s16 and multiplied by ``vpmaddwd``
-  (pairs of s16 products summed into s32), 16 or 8 lanes x 2. ``vpmaddubsw`` would multiply the
-  bytes directly, but it saturates each pair's sum at s16 (255 x 127 x 2 does not fit): that is why
-  ONNX Runtime's int8 is not exact on these CPUs. Widening costs no extra instruction per step in a
-  micro-kernel: the weight's ``vpmovsxbw`` is its load, the activation pair is widened once per
-  broadcast.
+  (pairs of s16 products summed into s32), 16 or 8 lanes x 2. Widening costs no extra instruction
+  per step in a micro-kernel: the weight's ``vpmovsxbw`` is its load, the activation pair is widened
+  once per broadcast.
+* The same two, on narrow weights only: ``vpmaddubsw`` multiplies the bytes directly (16 or 8 lanes
+  x 4), but it saturates each pair's sum at s16 (255 x 127 x 2 does not fit; that is why ONNX
+  Runtime's int8 is not exact on these CPUs), so it is exact only where every weight lies within
+  +-:data:`NARROW_WEIGHT`.
 
-All are exact. The intrinsics (:mod:`ms_heron.intrinsics.x86_dot`) and the peak probe
-(:mod:`.probes`) issue the same :meth:`DotProduct.step`.
+Each is exact where it is used. The intrinsics (:mod:`ms_heron.intrinsics.x86_dot`) and the peak
+probe (:mod:`.probes`) issue the same :meth:`DotProduct.step`.
 """
 
 from __future__ import annotations

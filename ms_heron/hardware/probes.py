@@ -53,7 +53,9 @@ def best_seconds(
 
 def dot_kernel(dot: DotProduct, cores: int, iters: int, chains: int = PEAK_CHAINS) -> tvm.tirx.PrimFunc:
     """``chains`` independent accumulators of the x86 dot product ``dot`` per core, ``iters`` times:
-    the instruction and, where it does not accumulate itself, its ``vpaddd``."""
+    the instruction and, where it does not accumulate itself, its ``vpaddd``. Each step multiplies
+    its own accumulator's bytes: a product of loop-invariant operands alone (``vpmaddwd``'s, unlike
+    ``vpdpbusd``'s, which takes the accumulator) would be hoisted out of the loop, leaving only adds."""
     lanes = dot.lanes
 
     @T.prim_func(s_tir=True)

@@ -48,10 +48,11 @@ def _workload(family, dtype, shape, tensors, ops, inputs, reference, tile=VNNI.t
     out = tensors[-1]
     output = (tuple(int(d) for d in out.shape), str(out.dtype))
     func = te.create_prim_func(list(tensors))
-    if dtype != "int8":
-        return Workload(family, dtype, dict(shape), func, int(ops), inputs, reference, output)
-    workload = Workload(family, dtype, dict(shape), func, int(ops), inputs, reference, output, tile=tuple(tile))
-    return _check_int8_shape(workload, tile)
+    int8 = dtype == "int8"
+    workload = Workload(
+        family, dtype, dict(shape), func, int(ops), inputs, reference, output, tile=tuple(tile) if int8 else None
+    )
+    return _check_int8_shape(workload, tile) if int8 else workload
 
 
 # ----------------------------------------------------------------------------------------------
