@@ -10,7 +10,7 @@ from ..lazy import lazy_attributes
 _MODULES = {
     **dict.fromkeys(
         [
-            "ModelRound",
+            "TuningRound",
             "NoValidRecord",
             "best_schedule",
             "static_shape_tuning_pipeline",

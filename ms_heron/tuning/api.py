@@ -67,6 +67,7 @@ def tune_func(
     strategy: Any = None,
     num_trials_per_iter: int = 64,
     seed: int | None = None,
+    on_round: Callable[[TuningRound], None] | None = None,
     time_budget_s: float | None = None,
     **tune_tir_kwargs: Any,
 ) -> ms.Database:
@@ -78,6 +79,8 @@ def tune_func(
         HeronSpace + HeronSearch, or MetaSchedule's default search (:data:`Search`).
     space, strategy
         Replace the search's own space generator or strategy.
+    on_round
+        Called after every measured round, once its records are stored.
     time_budget_s
         No round starts, and no candidate is measured, once that much wall-clock time has passed
         (the first round always runs).
@@ -86,7 +89,15 @@ def tune_func(
         measures elsewhere.
     """
     space, strategy = search_parts(search, space, strategy)
-    strategy = prepare(target, work_dir, tune_tir_kwargs, strategy, time_budget_s=time_budget_s, cold=False)
+    strategy = prepare(
+        target,
+        work_dir,
+        tune_tir_kwargs,
+        strategy,
+        time_budget_s=time_budget_s,
+        cold=False,
+        callbacks=_reporter(on_round, max_trials),
+    )
     with disk_errors_surface(tune_tir_kwargs["measure_callbacks"]):
         return ms.tune_tir(
             func,
@@ -102,8 +113,8 @@ def tune_func(
 
 
 @dataclass
-class ModelRound:
-    """Where model tuning stands after one measured round of one task."""
+class TuningRound:
+    """Where tuning stands after one measured round of one task (a kernel run has one task)."""
 
     task: str
     trials: int  # measured by this call so far, all tasks
@@ -115,19 +126,21 @@ class ModelRound:
     elapsed_s: float
 
     def model_seconds(self) -> float:
-        """Estimated model latency: tasks' best kernels times their call counts (inf if any is missing)."""
+        """Estimated latency: tasks' best kernels times their call counts (inf if any is missing); a
+        kernel run's best."""
         return sum(self.weights[t] * s for t, s in self.best_seconds.items())
 
 
 @derived_object
 class _ReportRounds(PyMeasureCallback):
-    """Measure callback that turns MetaSchedule's per-task rounds into :class:`ModelRound` reports.
+    """Measure callback that turns MetaSchedule's per-task rounds into :class:`TuningRound` reports.
+    It follows the callback that stores the round, so a report never counts a record not yet on disk.
 
-    Each task's best starts from the records already in the database, so a resumed run's model
+    Each task's best starts from the records already in the database, so a resumed run's
     estimate counts what earlier runs found.
     """
 
-    def __init__(self, on_round: Callable[[ModelRound], None], max_trials: int, database: ms.Database):
+    def __init__(self, on_round: Callable[[TuningRound], None], max_trials: int, database: ms.Database):
         self.on_round, self.max_trials, self.database = on_round, max_trials, database
         self.started, self.trials = time.monotonic(), 0
         self.best: dict[str, float] = {}
@@ -147,7 +160,7 @@ class _ReportRounds(PyMeasureCallback):
         seconds = [record_seconds(r.run_secs) if r.error_msg is None else float("inf") for r in ran]
         self.best[name] = min([self.best[name], *seconds])
         self.on_round(
-            ModelRound(
+            TuningRound(
                 name,
                 self.trials,
                 self.max_trials,
@@ -158,6 +171,11 @@ class _ReportRounds(PyMeasureCallback):
                 time.monotonic() - self.started,
             )
         )
+
+
+def _reporter(on_round: Callable[[TuningRound], None] | None, max_trials: int) -> Callable[[ms.Database], list] | None:
+    """The measure callbacks (given the database) that report rounds to ``on_round``."""
+    return None if on_round is None else (lambda database: [_ReportRounds(on_round, max_trials, database)])
 
 
 def tune_model(
@@ -174,7 +192,7 @@ def tune_model(
     max_trials_per_task: int | None = None,
     num_trials_per_iter: int = 16,
     seed: int | None = None,
-    on_round: Callable[[ModelRound], None] | None = None,
+    on_round: Callable[[TuningRound], None] | None = None,
     time_budget_s: float | None = None,
     exact_math: bool = False,
     lower: bool = True,
@@ -196,7 +214,6 @@ def tune_model(
     given: a module a Relax pipeline already legalized and fused (:func:`tune_pass`). ``reserve_s``
     keeps that many seconds of the budget free for what follows (asked as tuning goes).
     """
-    report = None if on_round is None else (lambda database: [_ReportRounds(on_round, max_trials, database)])
     space, strategy = search_parts(search, space, strategy)
     if task_scheduler is None:
         task_scheduler = ExpectedGain() if search == "heron" else "gradient"
@@ -207,7 +224,7 @@ def tune_model(
         strategy,
         time_budget_s=time_budget_s,
         cold=True,
-        callbacks=report,
+        callbacks=_reporter(on_round, max_trials),
         reserve_s=reserve_s,
     )
     lowered = lower_for_tuning(mod, params, target, exact_math=exact_math) if lower else bind_params(mod, params)

@@ -121,26 +121,20 @@ class _Done(PyRunnerFuture):
         return self.value
 
 
-#: Called after every measured round with the round's candidates and runner results.
-RoundHook = Callable[[list, list], None]
-
-
 @derived_object
 class WatchedSearch(PySearchStrategy):
-    """``inner`` (a strategy or its MetaSchedule name) with a deadline, a stopwatch and a round hook."""
+    """``inner`` (a strategy or its MetaSchedule name) with a deadline, a stop switch and a stopwatch."""
 
     def __init__(
         self,
         inner,
         budget: Budget | None = None,
-        on_round: RoundHook | None = None,
         search_seconds: list | None = None,
         stop: Callable[[], bool] | None = None,
     ):
         self.inner = SearchStrategy.create(inner) if isinstance(inner, str) else inner
         #: Once spent, no new round starts (the runner shares it).
         self.budget = budget or Budget()
-        self.on_round = on_round
         #: Asked before every round; True ends tuning there (e.g. after a CTRL-C).
         self.stop = stop
         #: Search work in seconds: set-up first, then one entry per round (shared with clones).
@@ -161,7 +155,7 @@ class WatchedSearch(PySearchStrategy):
 
     def until(self, budget: Budget) -> WatchedSearch:
         """The same watch under ``budget``."""
-        return WatchedSearch(self.inner, budget, self.on_round, self.search_seconds, self.stop)
+        return WatchedSearch(self.inner, budget, self.search_seconds, self.stop)
 
     def generate_measure_candidates(self):
         if self.first_round_done and self.budget.spent():
@@ -183,11 +177,9 @@ class WatchedSearch(PySearchStrategy):
         start = time.perf_counter()
         self.inner.notify_runner_results(measure_candidates, results)
         self.search_seconds[-1] += time.perf_counter() - start
-        if self.on_round is not None:
-            self.on_round(list(measure_candidates), list(results))
 
     def clone(self):
-        return WatchedSearch(self.inner.clone(), self.budget, self.on_round, self.search_seconds, self.stop)
+        return WatchedSearch(self.inner.clone(), self.budget, self.search_seconds, self.stop)
 
     def per_round_seconds(self) -> float:
         """Mean search work per measured round (set-up excluded)."""

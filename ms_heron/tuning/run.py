@@ -58,14 +58,12 @@ from ..records import (
     json_lines,
     measured_seconds,
     merge_records,
-    record_seconds,
     records_file,
-    was_run,
 )
 from ..relax import TaskTime, bind_params, compile_lowered, extract_tasks, from_onnx, lower_for_tuning, task_times
 from ..space import HeronSpace
 from ..workloads import KERNEL, Workload, from_func
-from .api import ModelRound, NoValidRecord, best_schedule, tune_model, tune_workload
+from .api import NoValidRecord, TuningRound, best_schedule, tune_model, tune_workload
 from .budget import Budget, BudgetedRunner, CandidateCost, WatchedSearch
 from .confirm import chosen_database, confirm_best
 from .setup import Search, measuring, search_parts
@@ -502,19 +500,12 @@ class TuningRun:
             if on_round is not None:
                 on_round(current)
 
-        def kernel_round(_candidates, results) -> None:
-            for result in filter(was_run, results):
-                secs = record_seconds(result.run_secs) if result.error_msg is None else math.inf
-                current.trials += 1
-                current.valid += secs < math.inf
-                current.best_seconds = min(current.best_seconds, secs)
-            round_ended()
-
-        def model_round(r: ModelRound) -> None:
+        def round_measured(r: TuningRound) -> None:
             current.trials += r.measured
             current.valid += r.valid
             current.best_seconds = r.model_seconds()
-            current.task, current.task_seconds = r.task, r.best_seconds[r.task]
+            if self.is_model:
+                current.task, current.task_seconds = r.task, r.best_seconds[r.task]
             round_ended()
 
         cut_torn_line(self.work_dir / PROGRESS_FILE)  # before this run appends to it
@@ -534,11 +525,11 @@ class TuningRun:
             def confirm_reserve_s() -> float:  # a measured candidate's cost per record timed again
                 return tasks * CHOICE_TOP_K * cost.seconds()
 
-            def counted_round(r: ModelRound) -> None:
+            def counted_round(r: TuningRound) -> None:
                 nonlocal tasks
                 tasks = len(r.weights)
                 cost.add_round(r.elapsed_s, r.trials)
-                model_round(r)
+                round_measured(r)
 
             database = tune_model(
                 lowered,
@@ -559,7 +550,6 @@ class TuningRun:
                 current.task, current.task_seconds = "", math.inf
                 round_ended()
         else:
-            watched.on_round = kernel_round
             tune_workload(
                 self.workload,
                 self.target,
@@ -567,6 +557,7 @@ class TuningRun:
                 todo,
                 num_trials_per_iter=min(per_round, todo),
                 strategy=watched,
+                on_round=round_measured,
                 **options,
             )
         return self.state()
