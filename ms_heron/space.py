@@ -18,7 +18,7 @@ from tvm.target import Target
 from tvm.tirx import PrimFunc
 
 from .hardware.targets import is_cuda
-from .intrinsics import ensure_registered
+from .intrinsics import ensure_registered, import_x86_intrinsics
 from .postprocs import DisallowBlocksInVectorLoops, PackPanels, UnrollTiles, VectorizeTileInit
 from .rules import default_rules
 from .schedule.analysis import needs_sampled_location
@@ -111,6 +111,10 @@ class HeronSpace(PySpaceGenerator):
         mutator_probs: Mapping[Mutator, float] | None = None,
         include_default_spaces: bool = True,
     ):
+        # Before the TuneContext this space is passed to: it imports TVM's whole intrinsic library
+        # first thing, ~1 min of TVMScript parsing; held back, a CPU pays 0.1 s (the rest of it comes
+        # in below, where the target is known to be CUDA).
+        import_x86_intrinsics()
         example = {ScheduleRule: "MultiLevelTiling()", Postproc: "PackPanels()", Mutator: "MutateTileSize()"}
         for option, parts, kind in (
             ("rules", rules or (), ScheduleRule),
@@ -158,6 +162,7 @@ class HeronSpace(PySpaceGenerator):
     def _initialize_with_tune_context(self, context) -> None:
         self.rand_state = int(context.rand_state)
         target = context.target
+        ensure_registered(target)
         if self.rules is None:
             self._set_rules([*default_rules(target), *self.user_rules])
         if self.given_postprocs is None:

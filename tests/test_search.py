@@ -1,6 +1,8 @@
 """HeronSearch: the constrained genetic search inside MetaSchedule's tuning loop."""
 
 import pathlib
+import subprocess
+import sys
 
 import pytest
 import tvm_ffi
@@ -410,6 +412,26 @@ def test_stock_tune_tir_with_heron_tunes_correctly(dtype, request, tmp_path):
     best = build(ms.tir_integration.compile_tir(db, workload.func, target).mod, target)
     run_and_check(best, workload)
     assert dtype == "fp32" or HOST_DOT.form in best.mod.inspect_source("asm")
+
+
+@pytest.mark.parametrize(
+    "part", ["space_generator=HeronSpace()", 'space_generator="post-order-apply", search_strategy=HeronSearch()']
+)
+def test_a_stock_tune_context_on_a_cpu_parses_only_the_x86_intrinsics(part):
+    """A TuneContext imports TVM's whole intrinsic library (~1 min of TVMScript parsing in a fresh
+    process, most of it CUDA's); given either Heron part, a CPU process parses x86's alone."""
+    code = f"""
+import sys
+from tvm.s_tir import meta_schedule as ms
+from ms_heron import HeronSearch, HeronSpace, workloads
+from ms_heron.hardware.targets import host_target
+func = workloads.make("gemm", "fp32", M=8, N=8, K=8).func
+ms.TuneContext(func, target=host_target(), {part})
+print(sorted(m for m in sys.modules if m.startswith("tvm.s_tir.tensor_intrin.")))
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split("\n")[-2] == "['tvm.s_tir.tensor_intrin.x86']", proc.stdout
 
 
 def _heron_annotated(record) -> bool:

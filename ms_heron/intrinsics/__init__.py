@@ -29,6 +29,7 @@ __all__ = [
     "WmmaGroup",
     "wmma_groups",
     "ensure_registered",
+    "import_x86_intrinsics",
     "register_dot_products",
 ]
 

@@ -45,6 +45,7 @@ from ..constraints import (
     values_from_trace,
 )
 from ..hardware.targets import usable_cores
+from ..intrinsics import ensure_registered, import_x86_intrinsics
 from ..records import record_seconds
 from ..schedule.annotations import is_metaschedule_space
 from ..schedule.options import check
@@ -133,6 +134,7 @@ class HeronSearch(PySearchStrategy):
         transfer: int = 4,
         search_share: float = 0.25,
     ):
+        import_x86_intrinsics()  # before a TuneContext imports TVM's whole library (see HeronSpace)
         for name, value, low in (
             ("population", population, 1),
             ("generations", generations, 0),
@@ -163,6 +165,7 @@ class HeronSearch(PySearchStrategy):
         self.context = context
         self.mod = context.mod
         self.target = context.target
+        ensure_registered(self.target)
         self.postprocs = list(context.space_generator.postprocs)
         self.seed = int(context.rand_state) if int(context.rand_state) >= 0 else 0
         self.logger = _task_logger(context.task_name)
