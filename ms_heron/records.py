@@ -12,6 +12,7 @@ import contextlib
 import errno
 import hashlib
 import json
+import math
 import os
 import warnings
 from collections.abc import Mapping, Sequence
@@ -126,7 +127,12 @@ def measure_callbacks(database: ms.Database, records_file: Path | None = None) -
 def record_seconds(run_secs) -> float:
     """Mean measured seconds of a tuning record's ``run_secs``; inf when it failed to build or run."""
     secs = [float(x) for x in run_secs or []]
-    return sum(secs) / len(secs) if secs and max(secs) < FAILED_RUN_SECS else float("inf")
+    return sum(secs) / len(secs) if secs and max(secs) < FAILED_RUN_SECS else math.inf
+
+
+def result_seconds(result: ms.runner.RunnerResult) -> float:
+    """Mean measured seconds of a runner's result, as :func:`record_seconds`; inf when it failed."""
+    return record_seconds(result.run_secs) if result.error_msg is None else math.inf
 
 
 def top_records(database: ms.database.Database, mod, k: int) -> list[ms.database.TuningRecord]:
@@ -138,7 +144,7 @@ def top_records(database: ms.database.Database, mod, k: int) -> list[ms.database
 def best_seconds(database: ms.database.Database, mod) -> float:
     """The seconds of ``database``'s fastest record of the task ``mod``; inf without one."""
     top = top_records(database, mod, 1)
-    return record_seconds(top[0].run_secs) if top else float("inf")
+    return record_seconds(top[0].run_secs) if top else math.inf
 
 
 #: A model runs, per task, the fastest of the task's this many fastest records, each timed again when
@@ -166,7 +172,7 @@ def chosen_record(
     (a record newer than the confirmation). ``(None, inf)`` without a record."""
     top = top_records(database, mod, CHOICE_TOP_K)
     timed = [(confirmed.get(record_key(r), record_seconds(r.run_secs)), i) for i, r in enumerate(top)]
-    seconds, i = min(timed, default=(float("inf"), -1))
+    seconds, i = min(timed, default=(math.inf, -1))
     return (top[i] if top else None), seconds
 
 

@@ -46,7 +46,7 @@ from ..constraints import (
 )
 from ..hardware.targets import usable_cores
 from ..intrinsics import ensure_registered, import_x86_intrinsics
-from ..records import record_seconds
+from ..records import record_seconds, result_seconds
 from ..schedule.annotations import is_metaschedule_space
 from ..schedule.options import check
 from .effort import Effort
@@ -274,7 +274,7 @@ class HeronSearch(PySearchStrategy):
         stats.seconds["measure"] += time.perf_counter() - self.measure_started
         secs = []
         for program, result in zip(self.pending, results):
-            secs.append(record_seconds(result.run_secs) if result.error_msg is None else float("inf"))
+            secs.append(result_seconds(result))
             self.measured[program.key] = secs[-1]
         if not self.stats and results and all(str(r.error_msg or "").startswith(BUILD_TIMEOUT) for r in results):
             # MetaSchedule re-raises it as a RuntimeError, whatever its class: the message says it all

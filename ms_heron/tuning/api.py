@@ -24,7 +24,7 @@ from ..errors import HeronError
 from ..hardware.dot_products import require_dot_product
 from ..hardware.targets import cpu_name
 from ..intrinsics import ensure_registered
-from ..records import best_seconds, disk_errors_surface, record_seconds, was_run
+from ..records import best_seconds, disk_errors_surface, result_seconds, was_run
 from ..relax import bind_params, lower_for_tuning
 from ..search.task_scheduler import ExpectedGain
 from ..workloads import Workload, WorkloadError
@@ -157,7 +157,7 @@ class _ReportRounds(PyMeasureCallback):
         name = task_scheduler.tasks_[task_id].ctx.task_name
         ran = [r for r in runner_results if was_run(r)]
         self.trials += len(ran)
-        seconds = [record_seconds(r.run_secs) if r.error_msg is None else float("inf") for r in ran]
+        seconds = [result_seconds(r) for r in ran]
         self.best[name] = min([self.best[name], *seconds])
         self.on_round(
             TuningRound(
