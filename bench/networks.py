@@ -35,6 +35,7 @@ import models_vs_default
 import numpy as np
 import onnx
 import results_io
+from tvm.target import Target
 
 from ms_heron.hardware.dot_products import dot_product
 from ms_heron.hardware.targets import ISA_MCPU, TargetError, host_cpu_model, host_target, narrowed, num_cores
@@ -126,7 +127,7 @@ def _tune_and_export(
     retime: bool,
     baseline_from: pathlib.Path | None = None,
     exports: pathlib.Path | None = None,
-    target=None,
+    target: Target | None = None,
 ) -> tuple[dict, dict]:
     """Both arms tuned (or, ``retime``, as they stand; the baseline copied from ``baseline_from``'s
     finished run), their models at the race points compiled and exported to ``out``; the result row

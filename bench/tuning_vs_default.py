@@ -35,7 +35,7 @@ from ms_heron.baselines import (
     onnxruntime_operator,
 )
 from ms_heron.hardware.peak import fma_peak_gops, int8_peak
-from ms_heron.hardware.targets import ISA_MCPU, host_target, narrowed, num_cores
+from ms_heron.hardware.targets import ISA_MCPU, TargetError, host_target, narrowed, num_cores
 from ms_heron.records import record_seconds
 from ms_heron.tuning import RunSpec, Search, TuningRun
 from ms_heron.workloads.evaluate import build, run_and_check, time_lib
@@ -118,7 +118,10 @@ def main() -> None:
     args = parser.parse_args()
     if args.cases == ["awkward"]:
         args.cases = AWKWARD
-    target = narrowed(host_target(), args.isa) if args.isa else host_target()
+    try:
+        target = narrowed(host_target(), args.isa) if args.isa else host_target()
+    except TargetError as err:
+        parser.error(str(err))
     peak_unit, peak = int8_peak(target) if args.dtype == "int8" else ("FMA", fma_peak_gops(target))
     rows = []
     for trials in args.trials:
