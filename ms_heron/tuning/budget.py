@@ -5,7 +5,10 @@ search strategy and returns no candidates once the deadline has passed or a stop
 round in flight finishes and is stored. Inside a round, :class:`BudgetedRunner` leaves the rest of the
 candidates unmeasured (:data:`~ms_heron.records.NOT_RUN`, not stored as failures, so a resumed run
 measures them). Build and run timeouts are capped by the budget (:func:`budget_timeout`), so a hanging
-candidate overruns it by one timeout at most. The search wrapper also times "search overhead"
+candidate overruns it by one timeout at most. A task whose first round starts past the deadline gets
+a short one (:data:`LATE_ROUND`): a model's every task needs a kernel, and building a full round for
+each one that only one candidate of will be measured cost a 2-minute ResNet run 7 more minutes. The
+search wrapper also times "search overhead"
 (generating candidates and taking in results, not building or measuring) for HeronSearch and
 MetaSchedule's evolutionary search alike.
 """
@@ -27,6 +30,10 @@ DEFAULT_TIMEOUT_S = 30.0
 #: The least timeout a budget sets: a worker's start and its first int8 build (which registers the
 #: VNNI intrinsic) take several seconds on a busy 2-core machine; a shorter one times them out.
 MIN_TIMEOUT_S = 10.0
+#: Candidates in a task's first round when it starts past the deadline: one build batch of the
+#: search's best-ranked (HeronSearch puts projected and analytical programs first), the second a
+#: spare in case the first fails.
+LATE_ROUND = 2
 
 
 class Budget:
@@ -167,11 +174,11 @@ class WatchedSearch(PySearchStrategy):
         spent = time.perf_counter() - start
         if got is None:
             self.search_seconds[-1] += spent
-        else:
-            self.search_seconds.append(spent)
-            self.budget.guaranteed = not self.first_round_done
-            self.first_round_done = True
-        return got
+            return None
+        self.search_seconds.append(spent)
+        first = not self.first_round_done
+        self.budget.guaranteed, self.first_round_done = first, True
+        return list(got)[:LATE_ROUND] if first and self.budget.spent() else got
 
     def notify_runner_results(self, measure_candidates, results) -> None:
         start = time.perf_counter()
