@@ -3,6 +3,7 @@
 import pathlib
 import subprocess
 import sys
+import time
 
 import pytest
 import tvm_ffi
@@ -16,6 +17,7 @@ from ms_heron import HeronSearch, HeronSpace, workloads
 from ms_heron.schedule.annotations import is_metaschedule_space
 from ms_heron.search.decision_model import DecisionModel, rank_correlation
 from ms_heron.tuning import best_schedule, reset_metaschedule_logger, tune_func, tune_workload
+from ms_heron.tuning.budget import LATE_ROUND, Budget, WatchedSearch
 from ms_heron.tuning.run import RunSpec, TuningRun
 from ms_heron.workloads import load_kernel
 from ms_heron.workloads.evaluate import build, run_and_check, time_lib
@@ -83,7 +85,8 @@ def test_round_zero_is_ranked_by_the_feature_model_other_tasks_trained(cpu_targe
     seconds = [time_lib(build(c.sch.mod, cpu_target), first_task, repeat=3, min_repeat_ms=5).seconds for c in batch]
     cost_model.update(untrained.context, batch, [RunnerResult(run_secs=[s], error_msg=None) for s in seconds])
 
-    other_task = _strategy(workloads.make("gemm", "fp32", M=64, N=32, K=64), cpu_target, 3, cost_model=cost_model)
+    other = workloads.make("gemm", "fp32", M=64, N=32, K=64)
+    other_task = _strategy(other, cpu_target, 3, cost_model=cost_model)
     picked = other_task.generate_measure_candidates()
     assert other_task.guided and other_task.now.ranked_by == FEATURES
     # The greedy picks: each Heron space's first analytical choice, then each other design space's
@@ -104,6 +107,14 @@ def test_round_zero_is_ranked_by_the_feature_model_other_tasks_trained(cpu_targe
         scores = [p.predicted[FEATURES] for p in part]
         assert scores == sorted(scores, reverse=True)
     assert len(greedy) >= 3
+
+    # Past the deadline the task's first round is cut to its leaders, and their results alone come back.
+    late = _strategy(workloads.make("gemm", "fp32", M=64, N=32, K=64), cpu_target, 3, cost_model=cost_model)
+    leaders = WatchedSearch(late, Budget(deadline=time.monotonic())).generate_measure_candidates()
+    assert len(leaders) == LATE_ROUND < len(late.pending) and late.guided
+    seconds = [time_lib(build(c.sch.mod, cpu_target), other, repeat=3, min_repeat_ms=5).seconds for c in leaders]
+    late.notify_runner_results(leaders, [RunnerResult(run_secs=[s], error_msg=None) for s in seconds])
+    assert (late.stats[0].measured, late.stats[0].valid, late.trials) == (LATE_ROUND, LATE_ROUND, LATE_ROUND)
 
 
 def test_decision_model_ranks_only_once_it_can_score_every_design_space():

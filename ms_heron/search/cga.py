@@ -272,6 +272,9 @@ class HeronSearch(PySearchStrategy):
     def notify_runner_results(self, measure_candidates, results) -> None:
         stats = self.now
         stats.seconds["measure"] += time.perf_counter() - self.measure_started
+        # A round cut short (a late one under a spent budget) returns the first candidates' results.
+        self.trials -= len(self.pending) - len(results)
+        self.pending = self.pending[: len(results)]
         secs = []
         for program, result in zip(self.pending, results):
             secs.append(result_seconds(result))
