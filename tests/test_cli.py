@@ -103,9 +103,8 @@ def test_tune_resume_report_show(tmp_path):
 
 
 def test_a_spent_time_budget_measures_only_until_the_first_valid_candidate(tmp_path):
-    """Set-up alone outlasts a 1 s budget: the first round is measured until a candidate is valid,
-    the rest of it is left unmeasured and not stored as failures, and only a late round's few
-    candidates are built."""
+    """Set-up alone outlasts a 1 s budget: the first round is cut to a few candidates, built and
+    measured (the faster kept), and nothing else is tuned."""
     # 256^3, not the 2 us 64^3 GEMM: TVM's timer sizes its loop from one fast call (~40,000 calls
     # for 100 ms), and when the suite's other worker holds the cores every call of a 2-thread kernel
     # waits for its second thread, so timing that one candidate outlasted the budget's 10 s timeout.
@@ -116,7 +115,7 @@ def test_a_spent_time_budget_measures_only_until_the_first_valid_candidate(tmp_p
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     seconds = measured_seconds(tmp_path)
-    assert len(seconds) == 1 and seconds[0] < float("inf"), seconds
+    assert len(seconds) == LATE_ROUND and min(seconds) < float("inf"), seconds
     (log,) = (tmp_path / "logs").glob("*task_scheduler.log")
     built = [int(n) for n in re.findall(r"Sending (\d+) sample\(s\) to builder", log.read_text())]
     assert built == [LATE_ROUND], built

@@ -36,25 +36,26 @@ def test_a_second_conv_shape_measures_the_projection_of_the_first_shapes_best_fi
     batch = donor.generate_measure_candidates()
     seconds = [time_lib(build(c.sch.mod, cpu_target), first, repeat=3, min_repeat_ms=5).seconds for c in batch]
     donor.notify_runner_results(batch, [RunnerResult(run_secs=[s], error_msg=None) for s in seconds])
-    best = donor.pending[min(range(len(seconds)), key=seconds.__getitem__)]
 
     taker = _task(second, prototype.clone(), "second", cpu_target)
     taker.generate_measure_candidates()
-    # The first picks are the projections, one per design space of a donor's structure.
-    leads = [p for p in taker.pending[: taker.transfer] if taker.signatures[p.space] == donor.signatures[best.space]]
-    assert leads
-    lead = leads[0]
+    # The first pick is a projection (they alternate with the analytical choices): of the donor's
+    # fastest program among the design spaces of the same structure.
+    lead = taker.pending[0]
+    donated = [
+        (s, p) for s, p in zip(seconds, donor.pending) if donor.signatures[p.space] == taker.signatures[lead.space]
+    ]
+    best = min(donated, key=lambda sp: sp[0])[1]
     model = taker.models[lead.space]
     wanted, got = donation(donor.models[best.space], best.values), donation(model, lead.values)
     kept = 0
     for decision, want, have in zip(model.decisions, wanted, got):
+        # kept wherever it fits, unless all of them together conflict with the new model (then hints)
         if decision.kind == "tile" and decision.extent % math.prod(want[1:]) == 0:
-            assert have[1:] == want[1:], decision
-            kept += 1
+            kept += have[1:] == want[1:]
         elif decision.kind != "tile" and want in decision.candidates:
-            assert have == want, decision
-            kept += 1
-    assert kept >= len(model.decisions) // 2
+            kept += have == want
+    assert kept >= len(model.decisions) // 2, (wanted, got)
     run_and_check(build(lead.candidate.sch.mod, cpu_target), second)  # valid: it builds and computes the conv
 
 

@@ -52,6 +52,7 @@ from ..schedule.options import check
 from .effort import Effort
 from .genetic import (
     Program,
+    alternate,
     choose_keys,
     crossover,
     roulette,
@@ -509,11 +510,14 @@ class HeronSearch(PySearchStrategy):
         program, all within the greedy share however large epsilon makes the roulette's: a small
         task's first round is often the only one the task scheduler gives it, and a space with one
         program (a row reduction's) would lose every pick to the samples of the larger spaces.
+        Programs projected from other tasks alternate with those leaders, so that a round cut short
+        (past the deadline) measures one of each: a projection from another shape can be far off
+        (SqueezeNet's 3-channel first convolution ran 20 ms, 2 GFLOPS, on one).
         """
         lead, rest = untried_spaces_first(
             [p for p in ranked if p.key not in self.measured], {k[0] for k in self.measured}, self.analytical
         )
-        fresh, self.projected = unique(self.projected + lead + rest), []
+        fresh, self.projected = unique(alternate(self.projected, lead) + rest), []
         greedy = max(int(round(want * (1 - self.epsilon))), min(len(lead), want))
         picked: list[Program] = []
         seen = set(self.measured)  # keys after building: TVM may normalize compute locations

@@ -42,6 +42,12 @@ def unique(programs: list[Program]) -> list[Program]:
     return out
 
 
+def alternate(first: list[Program], second: list[Program]) -> list[Program]:
+    """``first`` and ``second`` taken in turn, then the longer one's rest."""
+    out = [p for pair in zip(first, second) for p in pair]
+    return out + first[len(second) :] + second[len(first) :]
+
+
 def untried_spaces_first(
     ranked: list[Program], tried: set[int], preferred: dict[int, list[Program]] | None = None
 ) -> tuple[list[Program], list[Program]]:

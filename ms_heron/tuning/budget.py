@@ -6,11 +6,10 @@ round in flight finishes and is stored. Inside a round, :class:`BudgetedRunner` 
 candidates unmeasured (:data:`~ms_heron.records.NOT_RUN`, not stored as failures, so a resumed run
 measures them). Build and run timeouts are capped by the budget (:func:`budget_timeout`), so a hanging
 candidate overruns it by one timeout at most. A task whose first round starts past the deadline gets
-a short one (:data:`LATE_ROUND`): a model's every task needs a kernel, and building a full round for
-each one that only one candidate of will be measured cost a 2-minute ResNet run 7 more minutes. The
-search wrapper also times "search overhead"
-(generating candidates and taking in results, not building or measuring) for HeronSearch and
-MetaSchedule's evolutionary search alike.
+a short one (:data:`LATE_ROUND`): a model's every task needs a kernel, and building whole rounds of
+which one candidate each was measured cost a 2-minute ResNet run 7 more minutes. The search wrapper
+also times "search overhead" (generating candidates and taking in results, not building or
+measuring) for HeronSearch and MetaSchedule's evolutionary search alike.
 """
 
 from __future__ import annotations
@@ -30,9 +29,9 @@ DEFAULT_TIMEOUT_S = 30.0
 #: The least timeout a budget sets: a worker's start and its first int8 build (which registers the
 #: VNNI intrinsic) take several seconds on a busy 2-core machine; a shorter one times them out.
 MIN_TIMEOUT_S = 10.0
-#: Candidates in a task's first round when it starts past the deadline: one build batch of the
-#: search's best-ranked (HeronSearch puts projected and analytical programs first), the second a
-#: spare in case the first fails.
+#: Candidates in a task's first round when it starts past the deadline, all measured: one build
+#: batch of the search's leading picks (HeronSearch's: a program projected from another task and
+#: an analytical choice), the faster kept, and a spare where one fails.
 LATE_ROUND = 2
 
 
@@ -41,8 +40,8 @@ class Budget:
     (the rest of a round is left unmeasured).
 
     A task's first round is ``guaranteed`` (the search sets it): past the deadline it is measured
-    until one candidate is valid or one times out, so every task of a model gets a kernel and a
-    round of hanging candidates still costs one timeout at most.
+    (:meth:`BudgetedRunner._owes`) until one candidate is valid or one times out, so every task of
+    a model gets a kernel and a round of hanging candidates still costs one timeout at most.
     """
 
     def __init__(self, deadline: float | None = None, reserve_s: Callable[[], float] | None = None):
@@ -101,16 +100,23 @@ class BudgetedRunner(PyRunner):
 
     def run(self, runner_inputs):
         results = []
-        settled = False  # a guaranteed round has a valid candidate, or a timed-out one
+        valid = timed_out = False
         for start in range(0, len(runner_inputs), self.width):
             chunk = list(runner_inputs[start : start + self.width])
-            if self.budget.spent() and (settled or not self.budget.guaranteed):
+            if self.budget.spent() and not self._owes(start, valid, timed_out):
                 results += [ms.runner.RunnerResult(None, NOT_RUN) for _ in chunk]
                 continue
             ran = [future.result() for future in self.inner.run(chunk)]
-            settled = settled or any(r.error_msg is None or "Timeout" in r.error_msg for r in ran)
+            valid = valid or any(r.error_msg is None for r in ran)
+            timed_out = timed_out or any("Timeout" in (r.error_msg or "") for r in ran)
             results += ran
         return [_Done(r) for r in results]
+
+    def _owes(self, measured: int, valid: bool, timed_out: bool) -> bool:
+        """Whether a round past the deadline measures on: a task's first round does, its first
+        :data:`LATE_ROUND` candidates (the best of two picks) and on until one is valid, unless one
+        hung (a round of hanging candidates costs one timeout)."""
+        return self.budget.guaranteed and not timed_out and (not valid or measured < LATE_ROUND)
 
 
 @derived_object
