@@ -119,15 +119,19 @@ def test_a_graph_with_inference_dropout_tunes_and_matches_onnxruntime(tmp_path, 
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
 
 
-def _lrn_model(size: int, x: np.ndarray):
-    node = helper.make_node("LRN", ["x"], ["y"], size=size, alpha=0.3, beta=0.75, bias=2.0)
+def _one_node_model(node, x: np.ndarray):
+    """An ONNX model (opset 13) of one float node from input ``x`` (its shape) to ``y``."""
     graph = helper.make_graph(
         [node],
-        "lrn",
+        node.op_type.lower(),
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
     )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def _lrn_model(size: int, x: np.ndarray):
+    return _one_node_model(helper.make_node("LRN", ["x"], ["y"], size=size, alpha=0.3, beta=0.75, bias=2.0), x)
 
 
 @pytest.mark.parametrize("size", [3, 5, 4])
@@ -148,6 +152,32 @@ def test_lrn_is_one_kernel_and_computes_the_onnx_specification(size, cpu_target)
     if size % 2:
         (expected,), _ = onnxruntime_model(model, {"x": x}, threads=1)
         np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "op, attrs, rewritten",
+    [
+        ("AveragePool", {"kernel_shape": [32, 32], "strides": [32, 32], "ceil_mode": 1}, True),  # EfficientNet's
+        ("MaxPool", {"kernel_shape": [32, 32], "strides": [32, 32], "ceil_mode": 1}, True),
+        ("AveragePool", {"kernel_shape": [9, 9], "pads": [1, 1, 1, 1], "count_include_pad": 0}, True),
+        ("AveragePool", {"kernel_shape": [9, 9], "pads": [1, 1, 1, 1], "count_include_pad": 1}, False),
+        ("AveragePool", {"kernel_shape": [3, 3], "strides": [2, 2]}, False),  # a true sliding window
+    ],
+)
+def test_a_pooling_whose_window_holds_the_whole_input_is_a_mean_and_matches_onnxruntime(
+    op, attrs, rewritten, cpu_target
+):
+    """Hugging Face's EfficientNet pools a 7 x 7 map with a 1280-wide window (ceil mode): TVM padded
+    the input to the window, an 8.5 GB buffer. Such a pooling is a mean or max over the image; one
+    whose divisor counts padding, or whose windows slide, stays a pooling."""
+    x = np.random.default_rng(0).standard_normal((1, 16, 7, 7)).astype("float32")
+    node = helper.make_node(op, ["x"], ["y"], **attrs)
+    lowered = lower_for_tuning(from_onnx(_one_node_model(node, x)), None, cpu_target)
+    pooling = [t.task_name for t in extract_tasks(lowered, cpu_target) if "pool" in t.task_name]
+    assert bool(pooling) != rewritten, pooling
+    (got,) = run_model(untuned(_one_node_model(node, x), cpu_target), {"x": x})
+    (expected,), _ = onnxruntime_model(_one_node_model(node, x), {"x": x}, threads=1)
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
 
 
 def _dropout_tuple_module(cpu_target):

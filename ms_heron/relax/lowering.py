@@ -35,6 +35,7 @@ from .passes import (
     never_failing,
     quantization_parameters_as_tensors,
     record_narrow_weights,
+    whole_window_pools_as_reductions,
     winograd_convolutions,
 )
 from .tasks import untuned_tasks
@@ -89,7 +90,8 @@ def lower_for_tuning(
 
     First what ONNX Runtime's graph optimizer does before it runs a model (:mod:`.passes`): ops
     that do nothing at inference (Dropout) go, LRN's channel window becomes element-wise ops, zero
-    pads in front of convolutions join their padding,
+    pads in front of convolutions join their padding, poolings whose window holds the whole input
+    become means,
     BatchNorms and constant per-channel scales are folded into the weights and bias of the
     convolution or matmul before them, and n-ary sums are chained adds, so that a ResNet's
     residual add and ReLU fuse into the convolution's kernel.
@@ -122,6 +124,7 @@ def lower_for_tuning(
         drop_inference_noops,
         channel_window_as_slices,
         fold_explicit_pads,
+        whole_window_pools_as_reductions,
         chain_stacked_reductions,
         fold_scale_shift,
         never_failing(relax.transform.DeadCodeElimination()),

@@ -6,6 +6,8 @@ says so (:mod:`.guard`).
 * :func:`drop_inference_noops`: Dropout (and casts and reshapes that change nothing) removed;
 * :func:`channel_window_as_slices`: LRN's window over channels as slices that fuse into one kernel;
 * :func:`fold_explicit_pads`: a zero ``Pad`` node in front of a convolution into its padding;
+* :func:`whole_window_pools_as_reductions`: a pooling whose one window holds its whole input (an
+  exporter's global pooling) as a mean or max over the image's axes;
 * :func:`fold_scale_shift`: inference BatchNorm and constant per-channel scales and shifts folded
   into the convolution's or matmul's weight and bias;
 * :func:`chain_stacked_reductions`: ONNX's n-ary ``Sum``/``Mean``/``Max``/``Min`` as chained binary
@@ -29,6 +31,7 @@ from .lrn import channel_window_as_slices
 from .narrow_weights import record_narrow_weights
 from .nary import chain_stacked_reductions
 from .pads import fold_explicit_pads
+from .pooling import whole_window_pools_as_reductions
 from .quantized import channels_last_epilogues, integer_qdq, keep_int8_matmuls, quantization_parameters_as_tensors
 from .winograd import winograd_convolutions
 
@@ -48,5 +51,6 @@ __all__ = [
     "quantization_parameters_as_tensors",
     "record_narrow_weights",
     "skipped_passes",
+    "whole_window_pools_as_reductions",
     "winograd_convolutions",
 ]
