@@ -43,6 +43,7 @@ from ms_heron.hardware.targets import (
 from ms_heron.intrinsics import TVM_VNNI_INTRIN, ensure_registered
 from ms_heron.relax import compile_model, extract_tasks, from_onnx, lower_for_tuning, run_model
 from ms_heron.schedule.annotations import NARROW_WEIGHTS
+from ms_heron.schedule.operand_layout import widen_activation
 from ms_heron.testing import models
 from ms_heron.tuning import tune_model
 from ms_heron.workloads.evaluate import build, run_and_check
@@ -60,11 +61,13 @@ def _target(dot):
     return Target({"kind": "llvm", "mcpu": MCPU[dot.isa], "num-cores": 2})
 
 
-def _tensorized_dense(intrin, tile, M=32, N=64, K=32):
-    lanes, red = tile
-    workload = workloads.gemm(M=M, N=N, K=K, tile=tile)
+def _tensorized_dense(intrin, dot, M=32, N=64, K=32):
+    lanes, red = dot.tile
+    workload = workloads.gemm(M=M, N=N, K=K, dot=dot)
     sch = Schedule(workload.func)
     block = sch.get_sblock("C")
+    if dot.widens:
+        widen_activation(sch, block, dot.activation_dtype)
     i, j, k = sch.get_loops(block)
     j_outer, j_lane = sch.split(j, [None, lanes])
     k_outer, k_lane = sch.split(k, [None, red])
@@ -113,7 +116,7 @@ def test_a_cpu_without_avx2_is_refused_naming_it():
 def test_every_dot_product_tensorizes_emits_its_instruction_and_is_bit_exact(dot):
     ensure_registered()
     target = _target(dot)
-    workload, sch = _tensorized_dense(dot.name, dot.tile)
+    workload, sch = _tensorized_dense(dot.name, dot)
     lib = build(sch.mod, target)
     asm = lib.mod.inspect_source("asm")
     assert dot.form in asm
@@ -128,7 +131,7 @@ def test_every_dot_product_tensorizes_emits_its_instruction_and_is_bit_exact(dot
 
 def test_tvm_vnni_name_builds_and_is_bit_exact_where_the_host_has_vnni(vnni_target):
     ensure_registered()
-    workload, sch = _tensorized_dense(TVM_VNNI_INTRIN, VNNI.tile)
+    workload, sch = _tensorized_dense(TVM_VNNI_INTRIN, VNNI)
     lib = build(sch.mod, vnni_target)
     assert "vpdpbusd" in lib.mod.inspect_source("asm")
     for seed in range(3):
@@ -255,6 +258,12 @@ def test_narrow_weights_get_the_byte_multiply_and_full_range_ones_the_exact_form
     lowered = lower_for_tuning(mod, None, haswell)
     convs = [f for g, f in lowered.functions_items() if isinstance(f, tvm.tirx.PrimFunc) and "conv2d" in g.name_hint]
     assert len(convs) == 3 and all((NARROW_WEIGHTS in (f.attrs or {})) == reduce_range for f in convs)
+    # the others are stored as vpmaddwd reads them, widened at compile time (on a VNNI CPU they stay s8)
+    weight_dtypes = {str(p.ty.dtype) for f in convs for p in f.params} & {"int8", "int16"}
+    assert weight_dtypes == {"int8" if reduce_range else "int16"}, weight_dtypes
+    znver4 = Target({"kind": "llvm", "mcpu": "znver4", "num-cores": 2})
+    vnni_convs = [f for g, f in lower_for_tuning(mod, None, znver4).functions_items() if "conv2d" in g.name_hint]
+    assert not any("int16" in f.script() for f in vnni_convs)
     tasks = extract_tasks(lowered, haswell)
     db = tune_model(mod, None, haswell, str(tmp_path), 4 * len(tasks), num_trials_per_iter=4, seed=0)
     with warnings.catch_warnings():

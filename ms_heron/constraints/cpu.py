@@ -141,7 +141,11 @@ def _add_registers(model, block, block_name: str, micro: list, target) -> list[_
     width, registers = vector_bytes(target), vector_registers(target)
     name = f"register_tile[{block_name}]"
     intrinsic = per_iteration > dtype_bytes(out.source.dtype)  # it writes whole vectors per iteration
-    if intrinsic:
+    # A dot product writes one vector per call, like one lane of an FMA kernel: its innermost tiled
+    # iterator (output channels) counts the streamed weight vectors, the others the broadcast rows.
+    # A tile product (AMX) writes a whole accumulator tile: its factors count tiles.
+    tiles = intrinsic and per_iteration != width
+    if tiles:
         rows, lanes = factors, [per_iteration]
     else:
         rows, lanes = [f for lp in micro[:-1] for f in lp.factors], [*micro[-1].factors, per_iteration]
@@ -156,7 +160,7 @@ def _add_registers(model, block, block_name: str, micro: list, target) -> list[_
     model.cp.AddMultiplicationEquality(accumulators, [mr, vectors])
     model.cp.Add(accumulators + vectors + 1 <= registers)
     model.maximize("registers", [(accumulators, 1)])
-    if not intrinsic and not isinstance(mr, int):
+    if not tiles and not isinstance(mr, int):
         _add_load_objectives(model, name, mr, vectors, accumulators, width // dtype_bytes(out.source.dtype), registers)
     if not intrinsic and _fills_vectors(model, micro[-1].factors, dtype_bytes(out.source.dtype), width):
         model.cp.Add(vectors * width == lane_bytes)

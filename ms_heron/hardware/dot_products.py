@@ -4,10 +4,14 @@ Each computes ``lanes`` s32 sums of ``reduction`` byte products per step:
 
 * AVX-512 VNNI: ``vpdpbusd`` on 512 bits, 16 lanes x 4.
 * AVX-VNNI: the 256-bit VEX ``vpdpbusd`` of Alder Lake and later client parts (Zen 5 too), 8 x 4.
-* AVX-512BW without VNNI, and AVX2: both operands widened to s16 and multiplied by ``vpmaddwd``
-  (pairs of s16 products summed into s32), 16 or 8 lanes x 2. Widening costs no extra instruction
-  per step in a micro-kernel: the weight's ``vpmovsxbw`` is its load, the activation pair is widened
-  once per broadcast.
+* AVX-512BW without VNNI, and AVX2: ``vpmaddwd`` multiplies s16 pairs and sums each pair into s32,
+  16 or 8 lanes x 2. Its operands are widened to s16 in memory, not in the micro-kernel: the
+  weight once at compile time (the lowering stores it as s16, the suite's packed weight is s16
+  there) and the activation by a copy the schedule places
+  (:func:`ms_heron.schedule.operand_layout.widen_activation`). Widened per step, each broadcast
+  cost a load, a zero-extension and a shuffle, and each weight vector a sign-extension: shuffle-port
+  work that held AVX2 kernels to two thirds of the instruction's peak. Widened in memory, the
+  micro-kernel issues only loads, broadcasts from memory and ``vpmaddwd``.
 * The same two, on narrow weights only: ``vpmaddubsw`` multiplies the bytes directly (16 or 8 lanes
   x 4), but it saturates each pair's sum at s16 (255 x 127 x 2 does not fit; that is why ONNX
   Runtime's int8 is not exact on these CPUs), so it is exact only where every weight lies within
@@ -79,9 +83,24 @@ class DotProduct:
         return self.lanes, self.reduction
 
     @property
+    def widens(self) -> bool:
+        """Whether it multiplies s16 (``vpmaddwd``): its operands are stored widened."""
+        return self.form == "vpmaddwd"
+
+    @property
+    def weight_dtype(self) -> str:
+        """The dtype a weight is stored in for it: s8 values as s8, or widened to s16."""
+        return "int16" if self.widens else "int8"
+
+    @property
+    def activation_dtype(self) -> str:
+        """The dtype its activation operand is read in: u8 values as u8, or widened to s16."""
+        return "int16" if self.widens else "uint8"
+
+    @property
     def operand_type(self) -> str:
-        """The vector type of the two multiplicands: bytes as loaded, or widened to s16."""
-        return f"{'int16' if self.form == 'vpmaddwd' else 'int8'}x{self.lanes * self.reduction}"
+        """The vector type of the two multiplicands as one step reads them."""
+        return f"{self.weight_dtype}x{self.lanes * self.reduction}"
 
     @property
     def ops_per_step(self) -> int:
@@ -89,8 +108,8 @@ class DotProduct:
         return 2 * self.lanes * self.reduction
 
     def step(self, acc: tirx.PrimExpr, a: tirx.PrimExpr, b: tirx.PrimExpr) -> tirx.PrimExpr:
-        """``acc`` (``int32 x lanes``) plus the dot products of ``a`` (u8) and ``b`` (s8), both of
-        :attr:`operand_type`."""
+        """``acc`` (``int32 x lanes``) plus the dot products of ``a`` (u8 values) and ``b`` (s8
+        values), both of :attr:`operand_type`."""
         ops = [T.llvm_lookup_intrinsic_id(i) for i in self.instructions]
         out = f"int32x{self.lanes}"
         if self.form == "vpdpbusd":
@@ -101,19 +120,9 @@ class DotProduct:
         return acc + T.call_llvm_pure_intrin(ops[1], pairs, T.broadcast(T.int16(1), 2 * self.lanes), dtype=out)
 
     def broadcast(self, word: tirx.PrimExpr) -> tirx.PrimExpr:
-        """A 32-bit word repeated across the lanes, as a multiplicand."""
+        """A 32-bit word (one activation group: 4 bytes, or 2 s16) repeated across the lanes, as a
+        multiplicand."""
         return T.reinterpret(T.broadcast(word, self.lanes), dtype=self.operand_type)
-
-    def activation(self, group: tirx.PrimExpr) -> tirx.PrimExpr:
-        """One activation group (``uint8 x reduction``), widened where the form needs it, broadcast
-        across the lanes: 4 bytes, or 2 widened to s16, are one 32-bit word."""
-        if self.form == "vpmaddwd":
-            group = T.Cast(f"int16x{self.reduction}", group)
-        return self.broadcast(T.reinterpret(group, dtype="int32"))
-
-    def weights(self, tile: tirx.PrimExpr) -> tirx.PrimExpr:
-        """A packed weight tile (``int8 x lanes*reduction``) as a multiplicand."""
-        return T.Cast(self.operand_type, tile) if self.form == "vpmaddwd" else tile
 
     def runs_on(self, target: Target) -> bool:
         """Whether the target's CPU has the instructions, from LLVM's feature set."""

@@ -2,7 +2,9 @@
 
 Each computes ``C[lanes] += A[reduction] . B[lanes, reduction]``: one u8 activation group broadcast
 against ``lanes`` rows of s8 weights, read in the packed layout ``[n // lanes, k // reduction,
-n % lanes, k % reduction]`` (:mod:`ms_heron.schedule.operand_layout` packs a weight to it).
+n % lanes, k % reduction]`` (:mod:`ms_heron.schedule.operand_layout` packs a weight to it). Where the
+instruction multiplies s16 (``vpmaddwd``), both operands are read widened: an s16 weight, and the s16
+copy of the u8 activation that :func:`~ms_heron.schedule.operand_layout.widen_activation` makes.
 
 TVM 0.27 ships AVX-512 VNNI's as ``dot_16x4_vnni``, but its implementation passes ``<16 x i32>``
 operands to ``llvm.x86.avx512.vpdpbusd.512``; the bundled LLVM 22 wants ``<64 x i8>`` and rejects
@@ -36,11 +38,16 @@ def _desc_and_impl(dot: DotProduct):
 
 def _parsed(dot: DotProduct):
     lanes, red = dot.tile
+    a_dtype, w_dtype = dot.activation_dtype, dot.weight_dtype
+
+    def activation(value):
+        # a widened activation holds u8 values: the schedule's widening copy reads them back as u8
+        return T.cast(value if a_dtype == "uint8" else T.cast(value, "uint8"), "int32")
 
     @T.prim_func(s_tir=True)
     def desc(
-        A: T.Buffer((red,), "uint8", offset_factor=1),
-        B: T.Buffer((lanes, red), "int8", offset_factor=1),
+        A: T.Buffer((red,), a_dtype, offset_factor=1),
+        B: T.Buffer((lanes, red), w_dtype, offset_factor=1),
         C: T.Buffer((lanes,), "int32", offset_factor=1),
     ) -> None:
         with T.sblock("root"):
@@ -50,12 +57,12 @@ def _parsed(dot: DotProduct):
                 for k in T.serial(0, red):
                     with T.sblock("update"):
                         vi, vk = T.axis.remap("SR", [i, k])
-                        C[vi] = C[vi] + T.cast(A[vk], "int32") * T.cast(B[vi, vk], "int32")
+                        C[vi] = C[vi] + activation(A[vk]) * T.cast(B[vi, vk], "int32")
 
     @T.prim_func(s_tir=True)
     def impl(
-        A: T.Buffer((red,), "uint8", offset_factor=1),
-        B: T.Buffer((lanes, red), "int8", offset_factor=1),
+        A: T.Buffer((red,), a_dtype, offset_factor=1),
+        B: T.Buffer((lanes, red), w_dtype, offset_factor=1),
         C: T.Buffer((lanes,), "int32", offset_factor=1),
     ) -> None:
         with T.sblock("root"):
@@ -63,8 +70,8 @@ def _parsed(dot: DotProduct):
             T.writes(C[0:lanes])
             C[T.ramp(T.int32(0), 1, lanes)] = dot.step(
                 C.vload([0], dtype=f"int32x{lanes}"),
-                dot.activation(A.vload([0], dtype=f"uint8x{red}")),
-                dot.weights(B.vload([0, 0], dtype=f"int8x{lanes * red}")),
+                dot.broadcast(T.reinterpret(A.vload([0], dtype=f"{a_dtype}x{red}"), dtype="int32")),
+                B.vload([0, 0], dtype=dot.operand_type),
             )
 
     return desc, impl

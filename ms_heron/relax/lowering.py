@@ -35,6 +35,7 @@ from .passes import (
     never_failing,
     quantization_parameters_as_tensors,
     record_narrow_weights,
+    s16_weights,
     whole_window_pools_as_reductions,
     winograd_convolutions,
 )
@@ -96,8 +97,9 @@ def lower_for_tuning(
     convolution or matmul before them, and n-ary sums are chained adds, so that a ResNet's
     residual add and ReLU fuse into the convolution's kernel.
     Weights that reach a TIR function as constants are marked layout-free, so schedules may store
-    them in whatever layout their kernels read best, and s8 ones within +-64 narrow
-    (:func:`.passes.record_narrow_weights`), so that a CPU without VNNI may multiply them as bytes.
+    them in whatever layout their kernels read best. On a CPU without VNNI, s8 ones within +-64 are
+    marked narrow (:func:`.passes.record_narrow_weights`), so that it may multiply them as bytes, and
+    the others are stored as s16 (:func:`.passes.s16_weights`), as its exact dot product reads them.
     Floating-point convolutions run channels-last (:mod:`.passes.channels_last`), so their vector
     lanes run along contiguous channels;
     transposes (the int8 convolutions' channels-last layout, :mod:`.passes.quantized`) move past the
@@ -121,6 +123,7 @@ def lower_for_tuning(
         integer_qdq,  # both before constant folding widens the s8 weights
         keep_int8_matmuls,
         never_failing(relax.transform.FoldConstant()),  # a bias reshaped by the importer becomes a constant
+        s16_weights,
         drop_inference_noops,
         channel_window_as_slices,
         fold_explicit_pads,

@@ -20,7 +20,7 @@ from ..intrinsics import (
 )
 from ..schedule.analysis import extents, is_tiled, padded_volume_ratio, param_index
 from ..schedule.annotations import AUTO_TENSORIZE, BLOCKIZED, NARROW_WEIGHTS, iter_kinds
-from ..schedule.operand_layout import match_operands, prepare_operands
+from ..schedule.operand_layout import match_operands, prepare_operands, widen_activation
 from ..schedule.options import check, heron_object
 from .base import HeronRule
 
@@ -37,11 +37,12 @@ def intrinsics_for(target) -> list[str]:
 
 
 def matching_intrinsics(sch: Schedule, block: SBlockRV, target) -> list[str]:
-    """The target's intrinsics whose operand dtypes are the block's (u8 x s8 -> s32 on x86)."""
+    """The target's intrinsics whose operand dtypes are the block's (u8 x s8 -> s32 on x86; u8 x s16
+    where the lowering widened the weight for ``vpmaddwd``)."""
     if not intrinsics_for(target):
         return []
     ensure_registered(target)
-    return [i for i in intrinsics_for(target) if _dtypes(sch, block) == _desc_dtypes(TensorIntrin.get(i).desc)]
+    return [i for i in intrinsics_for(target) if _dtypes(sch, block) == _block_dtypes(i)]
 
 
 def _dtypes(sch: Schedule, block: SBlockRV) -> set[str]:
@@ -49,16 +50,22 @@ def _dtypes(sch: Schedule, block: SBlockRV) -> set[str]:
     return {str(region.source.dtype) for region in (*blk.reads, *blk.writes)}
 
 
-def _desc_dtypes(desc) -> set[str]:
-    # TVM's loop-mapping analysis matches the loop structure only, not the operand dtypes.
-    return {str(info.dtype) for info in ArgInfo.from_prim_func(desc)}
+def _block_dtypes(intrin: str) -> set[str]:
+    """The operand dtypes of a block ``intrin`` tensorizes: its description's, but a u8 activation
+    where a dot product reads it widened (:func:`~ms_heron.schedule.operand_layout.widen_activation`
+    makes the copy). TVM's loop-mapping analysis matches the loop structure only, not the dtypes."""
+    dot = by_name(intrin)
+    if dot is not None:
+        return {"uint8", dot.weight_dtype, "int32"}
+    return {str(info.dtype) for info in ArgInfo.from_prim_func(TensorIntrin.get(intrin).desc)}
 
 
 @heron_object
 class Tensorize(HeronRule):
     """Condition: the block (a reduction not yet tiled) matches a tensor intrinsic the target
     executes -- TVM's loop-mapping analysis finds its description inside the block, dtypes included
-    (u8 x s8 -> s32 16x4 for AVX-512 VNNI, 8x2 for AVX2) -- and each operand either holds the
+    (u8 x s8 -> s32 16x4 for AVX-512 VNNI; u8 x s16 8x2 for AVX2, whose u8 activation it widens
+    too) -- and each operand either holds the
     intrinsic's tile in place or can be packed (:mod:`.operand_layout`): a layout-free weight, or a
     padded copy.
 
@@ -115,7 +122,7 @@ class Tensorize(HeronRule):
     def _tensorized(self, sch: Schedule, block: SBlockRV, intrin: str) -> Schedule | None:
         """A copy of ``sch`` with ``block`` split for ``intrin`` and marked for tensorizing, or None."""
         desc = TensorIntrin.get(intrin).desc
-        if _dtypes(sch, block) != _desc_dtypes(desc):
+        if _dtypes(sch, block) != _block_dtypes(intrin):
             return None
         dot = by_name(intrin)
         if dot is not None and dot.narrow_weights and not _weights_are_narrow(sch, block):
@@ -135,6 +142,8 @@ class Tensorize(HeronRule):
         operands = match_operands(work, block, layout, mapping) if mapping is not None else None
         if operands is None or not prepare_operands(work, block, operands, panels_in_tile_order=amx):
             return None
+        if dot is not None and dot.widens:
+            widen_activation(work, block, dot.activation_dtype)
         inner = tile_with_tensor_intrin(work, block, intrin)
         if inner is None:
             return None

@@ -23,6 +23,7 @@ from .annotations import (
     PLACED,
     REDUCE_ITER,
     TILING_STRUCTURE,
+    WIDENED,
     block_annotations,
     iter_kinds,
     split_by_structure,
@@ -224,6 +225,7 @@ def needs_sampled_location(sch: Schedule, block: SBlockRV) -> bool:
         or is_tiled(sch, block)
         or placed_by_rule(sch, block)
         or LAYOUT_REWRITE_PREPROC in block_annotations(sch, block)  # stays at the root, folded away
+        or WIDENED in block_annotations(sch, block)
         or set(iter_kinds(sch, block)) != {"S"}
     ):
         return False

@@ -22,7 +22,7 @@ from tvm.s_tir.schedule import SBlockRV, ScheduleError
 from tvm.tirx import IndexMap
 
 from .analysis import block_realize, is_layout_free, param_index
-from .annotations import LAYOUT_REWRITE_PREPROC, UNROLL_TILE
+from .annotations import LAYOUT_REWRITE_PREPROC, UNROLL_TILE, WIDENED
 
 
 @dataclass
@@ -208,3 +208,26 @@ def _write_in_packed_order(sch: Schedule, block: SBlockRV, op: Operand, packed_i
     except ScheduleError:  # the copy's iterators are not the buffer's dims: leave its order
         return
     sch.annotate(producer, UNROLL_TILE, len(op.tile_shape))  # wherever its place is sampled
+
+
+def widen_activation(sch: Schedule, block: SBlockRV, dtype: str) -> None:
+    """Make ``block`` read its u8 operand from a copy of type ``dtype`` (s16, for ``vpmaddwd``), so
+    the micro-kernel broadcasts widened pairs straight from memory instead of widening them per step.
+
+    An intermediate operand (a padded copy, an epilogue's output) is written widened by its
+    producer, at no extra pass; a function input gets a widening copy (a pass per call). Either
+    stays where it is, unsampled (:data:`~.annotations.WIDENED`): a sampled location may inline it.
+    Its consumers read it back as u8 (``unsafe_set_dtype`` casts every read), which is what the
+    widened intrinsics' descriptions match.
+    """
+    index, region = next((i, r) for i, r in enumerate(sch.get(block).reads) if str(r.source.dtype) == "uint8")
+    name = region.source.name
+    producer = next((p for p in sch.get_producers(block) if sch.get(p).writes[0].source.name == name), None)
+    if (
+        producer is None
+        or LAYOUT_REWRITE_PREPROC in sch.get(producer).annotations
+        or len(sch.get(producer).writes) != 1
+    ):
+        producer = sch.cache_read(block, index, "global")
+    sch.unsafe_set_dtype(producer, 0, dtype)
+    sch.annotate(producer, WIDENED, 1)

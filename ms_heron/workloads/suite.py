@@ -5,7 +5,9 @@ as a matmul with a lower-triangular ones matrix). Every one of these comes in th
 
 * ``int8``: u8 activations, s8 weights in the packed layout the target CPU's dot product reads
   (``[o // lanes, *kernel, i // reduction, o % lanes, i % reduction]``; ``make(..., target=...)``,
-  AVX-512 VNNI's 16 x 4 without one: :mod:`ms_heron.hardware.dot_products`), s32 accumulation;
+  AVX-512 VNNI's 16 x 4 without one: :mod:`ms_heron.hardware.dot_products`), stored as s16 where it
+  multiplies s16 pairs (AVX2: the weight is widened offline, as a model's is at compile time), s32
+  accumulation;
   checked bit-exactly. Where the tiles do not divide ``o`` and ``i`` (1000 classes, 3 input
   channels), the weight is stored as fp32's and the Tensorize rule pads the block to whole tiles.
 * ``fp32``: everything fp32 (CPU); weights as ``[*kernel, i, o]``.
@@ -28,7 +30,7 @@ import numpy as np
 from tvm import te, tirx, topi
 from tvm.target import Target
 
-from ..hardware.dot_products import VNNI, require_dot_product
+from ..hardware.dot_products import VNNI, DotProduct, require_dot_product
 from ..hardware.targets import is_cpu
 from ..intrinsics import DOT_MAX_PADDING_WASTE
 from .workload import Workload, WorkloadError, random_array
@@ -43,8 +45,9 @@ _TYPES = {
 }
 
 
-def _workload(family, dtype, shape, tensors, ops, inputs, reference, tile=VNNI.tile) -> Workload:
+def _workload(family, dtype, shape, tensors, ops, inputs, reference, dot: DotProduct = VNNI) -> Workload:
     """Package TE ``tensors`` (inputs..., output) as a :class:`Workload`."""
+    tile = dot.tile
     out = tensors[-1]
     output = (tuple(int(d) for d in out.shape), str(out.dtype))
     func = te.create_prim_func(list(tensors))
@@ -84,12 +87,15 @@ def _fp_layout(weight: np.ndarray, batch_dims: int = 0) -> np.ndarray:
 class _Operand:
     """How the TE compute reads the weight operand, and how numpy lays it out, for one dtype form."""
 
-    def __init__(self, dtype: str, batch: Sequence[int], o: int, kernel: Sequence[int], i: int, tile: tuple[int, int]):
-        lanes, red = self.tile = tile
+    def __init__(self, dtype: str, batch: Sequence[int], o: int, kernel: Sequence[int], i: int, dot: DotProduct):
+        lanes, red = self.tile = dot.tile
         #: The dot product's layout, where its tiles divide the weight; else fp32's, padded when tensorized.
         self.packed = dtype == "int8" and o % lanes == 0 and i % red == 0
         self.batch, self.o, self.kernel, self.i = tuple(batch), o, tuple(kernel), i
-        self.dtype = wdtype = _TYPES[dtype][1]
+        #: The weight's values (s8 for int8), and the dtype they are stored in: s16 for a dot
+        #: product that multiplies s16 pairs, widened offline as a model's weight is at compile time.
+        self.dtype = _TYPES[dtype][1]
+        wdtype = dot.weight_dtype if dtype == "int8" else self.dtype
         shape = (*batch, o // lanes, *kernel, i // red, lanes, red) if self.packed else (*batch, *kernel, i, o)
         self.placeholder = te.placeholder(shape, wdtype, name="W")
 
@@ -101,7 +107,8 @@ class _Operand:
 
     def layout(self, logical: np.ndarray) -> np.ndarray:
         nb = len(self.batch)
-        return pack_int8(logical, self.tile, nb) if self.packed else _fp_layout(logical, nb)
+        stored = pack_int8(logical, self.tile, nb) if self.packed else _fp_layout(logical, nb)
+        return stored.astype(str(self.placeholder.dtype), copy=False)
 
 
 #: Per family, the weight dims a dot product's tiles split: (output lanes, reduction).
@@ -164,13 +171,13 @@ def _positive(**dims: int) -> None:
 
 
 def _batched_matmul(
-    family: str, dtype: str, shape: dict, batch: tuple[int, ...], m: int | None, n: int, k: int, tile: tuple[int, int]
+    family: str, dtype: str, shape: dict, batch: tuple[int, ...], m: int | None, n: int, k: int, dot: DotProduct
 ) -> Workload:
     """``C[*b, (m,) n] = sum_k A[*b, (m,) k] * W(*b, n, k)`` -- gemm, bmm and gemv in one definition."""
     adt, _, odt = _check_dtype(dtype)
     rows = () if m is None else (m,)
     a = te.placeholder((*batch, *rows, k), adt, name="A")
-    w = _Operand(dtype, batch, n, (), k, tile)
+    w = _Operand(dtype, batch, n, (), k, dot)
     r = te.reduce_axis((0, k), name="k")
 
     def body(*idx):
@@ -188,7 +195,7 @@ def _batched_matmul(
         return out.astype(odt)
 
     ops = 2 * int(np.prod(batch, dtype=np.int64)) * (m or 1) * n * k
-    return _workload(family, dtype, shape, [a, w.placeholder, c], ops, inputs, reference, tile)
+    return _workload(family, dtype, shape, [a, w.placeholder, c], ops, inputs, reference, dot)
 
 
 def _unlayout(operand: _Operand, stored: np.ndarray) -> np.ndarray:
@@ -204,25 +211,25 @@ def _unlayout(operand: _Operand, stored: np.ndarray) -> np.ndarray:
     return x.transpose(*range(nb), nb + nk + 1, *range(nb, nb + nk), nb + nk)
 
 
-def gemm(M: int, N: int, K: int, dtype: str = "int8", *, tile: tuple[int, int] = VNNI.tile) -> Workload:
+def gemm(M: int, N: int, K: int, dtype: str = "int8", *, dot: DotProduct = VNNI) -> Workload:
     """``C[M, N] = A[M, K] · W[N, K]ᵀ``."""
     _positive(M=M, N=N, K=K)
-    return _batched_matmul("gemm", dtype, dict(M=M, N=N, K=K), (), M, N, K, tile)
+    return _batched_matmul("gemm", dtype, dict(M=M, N=N, K=K), (), M, N, K, dot)
 
 
-def bmm(B: int, M: int, N: int, K: int, dtype: str = "int8", *, tile: tuple[int, int] = VNNI.tile) -> Workload:
+def bmm(B: int, M: int, N: int, K: int, dtype: str = "int8", *, dot: DotProduct = VNNI) -> Workload:
     """``C[B, M, N] = A[B, M, K] · W[B, N, K]ᵀ`` (both operands batched, as in attention)."""
     _positive(B=B, M=M, N=N, K=K)
-    return _batched_matmul("bmm", dtype, dict(B=B, M=M, N=N, K=K), (B,), M, N, K, tile)
+    return _batched_matmul("bmm", dtype, dict(B=B, M=M, N=N, K=K), (B,), M, N, K, dot)
 
 
-def gemv(M: int, K: int, dtype: str = "int8", *, tile: tuple[int, int] = VNNI.tile) -> Workload:
+def gemv(M: int, K: int, dtype: str = "int8", *, dot: DotProduct = VNNI) -> Workload:
     """``y[M] = W[M, K] · x[K]``."""
     _positive(M=M, K=K)
-    return _batched_matmul("gemv", dtype, dict(M=M, K=K), (), None, M, K, tile)
+    return _batched_matmul("gemv", dtype, dict(M=M, K=K), (), None, M, K, dot)
 
 
-def scan(B: int, M: int, N: int, dtype: str = "int8", *, tile: tuple[int, int] = VNNI.tile) -> Workload:
+def scan(B: int, M: int, N: int, dtype: str = "int8", *, dot: DotProduct = VNNI) -> Workload:
     """Prefix sum along M of ``x[B, M, N]``, computed as ``Tri[M, M] · x`` (Heron's formulation).
 
     The 0/1 lower-triangular matrix is a stage of the PrimFunc (the activation operand); ``x`` is the
@@ -231,7 +238,7 @@ def scan(B: int, M: int, N: int, dtype: str = "int8", *, tile: tuple[int, int] =
     """
     _positive(B=B, M=M, N=N)
     adt, _, odt = _check_dtype(dtype)
-    x = _Operand(dtype, (B,), N, (), M, tile)
+    x = _Operand(dtype, (B,), N, (), M, dot)
     tri = te.compute((M, M), lambda i, k: tirx.Select(k <= i, tirx.const(1, adt), tirx.const(0, adt)), name="Tri")
     r = te.reduce_axis((0, M), name="k")
     out = te.compute((B, M, N), lambda b, i, n: te.sum(_mac(tri[i, r], x((b,), n, (), r), odt), axis=r), name="C")
@@ -244,7 +251,7 @@ def scan(B: int, M: int, N: int, dtype: str = "int8", *, tile: tuple[int, int] =
         return np.cumsum(logical, axis=2).transpose(0, 2, 1).astype(odt)
 
     ops = 2 * B * M * M * N
-    return _workload("scan", dtype, dict(B=B, M=M, N=N), [x.placeholder, out], ops, inputs, reference, tile)
+    return _workload("scan", dtype, dict(B=B, M=M, N=N), [x.placeholder, out], ops, inputs, reference, dot)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -267,7 +274,7 @@ def _conv(
     stride: int,
     pad: int,
     dilation: int,
-    tile: tuple[int, int],
+    dot: DotProduct,
 ) -> Workload:
     adt, _, odt = _check_dtype(dtype)
     _positive(N=n, CI=ci, CO=co, stride=stride, dilation=dilation, **{f"S{d}": s for d, s in enumerate(spatial)})
@@ -278,7 +285,7 @@ def _conv(
         raise WorkloadError(f"{family}: kernel {kernel} with dilation {dilation} does not fit input {spatial}")
     nd = len(spatial)
     data = te.placeholder((n, *spatial, ci), adt, name="X")
-    w = _Operand(dtype, (), co, kernel, ci, tile)
+    w = _Operand(dtype, (), co, kernel, ci, dot)
     if pad:
         padded = tuple(s + 2 * pad for s in spatial)
 
@@ -315,7 +322,7 @@ def _conv(
         return acc.astype(odt)
 
     ops = 2 * n * int(np.prod(out_sp)) * co * ci * int(np.prod(kernel))
-    return _workload(family, dtype, shape, [data, w.placeholder, out], ops, inputs, reference, tile)
+    return _workload(family, dtype, shape, [data, w.placeholder, out], ops, inputs, reference, dot)
 
 
 def c1d(
@@ -329,11 +336,11 @@ def c1d(
     dilation: int = 1,
     dtype: str = "int8",
     *,
-    tile: tuple[int, int] = VNNI.tile,
+    dot: DotProduct = VNNI,
 ) -> Workload:
     """1-D convolution, NWC."""
     shape = dict(N=N, W=W, CI=CI, CO=CO, KW=KW, stride=stride, pad=pad, dilation=dilation)
-    return _conv("c1d", dtype, shape, N, (W,), CI, CO, (KW,), stride, pad, dilation, tile)
+    return _conv("c1d", dtype, shape, N, (W,), CI, CO, (KW,), stride, pad, dilation, dot)
 
 
 def c2d(
@@ -349,11 +356,11 @@ def c2d(
     dilation: int = 1,
     dtype: str = "int8",
     *,
-    tile: tuple[int, int] = VNNI.tile,
+    dot: DotProduct = VNNI,
 ) -> Workload:
     """2-D convolution, NHWC."""
     shape = dict(N=N, H=H, W=W, CI=CI, CO=CO, KH=KH, KW=KW, stride=stride, pad=pad, dilation=dilation)
-    return _conv("c2d", dtype, shape, N, (H, W), CI, CO, (KH, KW), stride, pad, dilation, tile)
+    return _conv("c2d", dtype, shape, N, (H, W), CI, CO, (KH, KW), stride, pad, dilation, dot)
 
 
 def dil(
@@ -369,11 +376,11 @@ def dil(
     dilation: int = 2,
     dtype: str = "int8",
     *,
-    tile: tuple[int, int] = VNNI.tile,
+    dot: DotProduct = VNNI,
 ) -> Workload:
     """Dilated 2-D convolution, NHWC (Heron's ``dil``: c2d with dilation 2)."""
     shape = dict(N=N, H=H, W=W, CI=CI, CO=CO, KH=KH, KW=KW, stride=stride, pad=pad, dilation=dilation)
-    return _conv("dil", dtype, shape, N, (H, W), CI, CO, (KH, KW), stride, pad, dilation, tile)
+    return _conv("dil", dtype, shape, N, (H, W), CI, CO, (KH, KW), stride, pad, dilation, dot)
 
 
 def c3d(
@@ -391,11 +398,11 @@ def c3d(
     dilation: int = 1,
     dtype: str = "int8",
     *,
-    tile: tuple[int, int] = VNNI.tile,
+    dot: DotProduct = VNNI,
 ) -> Workload:
     """3-D convolution, NDHWC."""
     shape = dict(N=N, D=D, H=H, W=W, CI=CI, CO=CO, KD=KD, KH=KH, KW=KW, stride=stride, pad=pad, dilation=dilation)
-    return _conv("c3d", dtype, shape, N, (D, H, W), CI, CO, (KD, KH, KW), stride, pad, dilation, tile)
+    return _conv("c3d", dtype, shape, N, (D, H, W), CI, CO, (KD, KH, KW), stride, pad, dilation, dot)
 
 
 def t2d(
@@ -410,7 +417,7 @@ def t2d(
     pad: int = 0,
     dtype: str = "int8",
     *,
-    tile: tuple[int, int] = VNNI.tile,
+    dot: DotProduct = VNNI,
 ) -> Workload:
     """Transposed 2-D convolution, NHWC: ``out[hi*s - p + kh] += x[hi] · W[kh]``.
 
@@ -426,7 +433,7 @@ def t2d(
     out_sp = tuple((s - 1) * stride - 2 * pad + k for s, k in zip(sizes, kernel))
     edge = tuple(k - 1 - pad for k in kernel)
     data = te.placeholder((N, H, W, CI), adt, name="X")
-    w = _Operand(dtype, (), CO, kernel, CI, tile)
+    w = _Operand(dtype, (), CO, kernel, CI, dot)
     grown = tuple(o + k - 1 for o, k in zip(out_sp, kernel))
 
     def dilate_body(b, h, ww, c):
@@ -461,7 +468,7 @@ def t2d(
 
     shape = dict(N=N, H=H, W=W, CI=CI, CO=CO, KH=KH, KW=KW, stride=stride, pad=pad)
     ops = 2 * N * H * W * CI * CO * KH * KW
-    return _workload("t2d", dtype, shape, [data, w.placeholder, out], ops, inputs, reference, tile)
+    return _workload("t2d", dtype, shape, [data, w.placeholder, out], ops, inputs, reference, dot)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -605,8 +612,8 @@ def make(family: str, dtype: str = "int8", *, target: Target | None = None, **sh
         raise WorkloadError(f"unknown workload {family!r}; valid ones: {', '.join(FAMILIES)}")
     _check_dtype(dtype)
     cpu_int8 = target is not None and is_cpu(target) and dtype == "int8"
-    tile = require_dot_product(target).tile if cpu_int8 else VNNI.tile
-    layout = {} if family in FP32_ONLY else {"tile": tile}
+    dot = require_dot_product(target) if cpu_int8 else VNNI
+    layout = {} if family in FP32_ONLY else {"dot": dot}
     try:
         return FAMILIES[family](dtype=dtype, **layout, **shape)
     except TypeError as err:

@@ -19,6 +19,8 @@ says so (:mod:`.guard`).
   and convolutions (QDQ, ``MatMulInteger``, ``ConvInteger``) in the u8 x s8 form the CPU's dot product executes, their
   epilogues fused;
 * :func:`quantization_parameters_as_tensors`: quantized layers of one shape are one tuning task;
+* :func:`s16_weights`: on a CPU without VNNI, s8 weights stored widened to s16, as its exact dot
+  product multiplies them, unless they are narrow;
 * :func:`record_narrow_weights` (after fusion): which s8 weights are narrow enough for the byte
   multiply of CPUs without VNNI.
 """
@@ -28,7 +30,7 @@ from .fold_scale_shift import fold_scale_shift
 from .guard import SKIPPED_PASSES_ATTR, failure_reason, never_failing, skipped_passes
 from .inference import drop_inference_noops
 from .lrn import channel_window_as_slices
-from .narrow_weights import record_narrow_weights
+from .narrow_weights import record_narrow_weights, s16_weights
 from .nary import chain_stacked_reductions
 from .pads import fold_explicit_pads
 from .pooling import whole_window_pools_as_reductions
@@ -50,6 +52,7 @@ __all__ = [
     "never_failing",
     "quantization_parameters_as_tensors",
     "record_narrow_weights",
+    "s16_weights",
     "skipped_passes",
     "whole_window_pools_as_reductions",
     "winograd_convolutions",
