@@ -19,7 +19,7 @@ from tvm.tirx import PrimFunc
 
 from .hardware.targets import is_cuda
 from .intrinsics import ensure_registered, import_x86_intrinsics
-from .postprocs import DisallowBlocksInVectorLoops, PackPanels, UnrollTiles, VectorizeTileInit
+from .postprocs import DisallowBlocksInVectorLoops, FuseTileInit, PackPanels, UnrollTiles, VectorizeTileInit
 from .rules import default_rules
 from .schedule.analysis import needs_sampled_location
 from .schedule.annotations import METASCHEDULE_SPACE, SPACE_ORIGIN
@@ -51,6 +51,7 @@ def default_postprocs(target=None) -> list:
         ms.postproc.RewriteReductionBlock(),
         VectorizeTileInit(),  # AMX's 32 x 32 accumulator: RewriteTensorize vectorizes one loop only
         ms.postproc.RewriteTensorize(vectorize_init_loop=True),
+        FuseTileInit(),  # an init over many micro-tiles: one loop, not a nest LLVM unrolls whole
         # Layout-free weights (a model's constants) get the layout the tiled kernel streams: packed
         # panels. The re-layout is dropped when measuring and folded into the constant at compile time.
         ms.postproc.RewriteLayout(),

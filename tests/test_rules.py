@@ -3,6 +3,7 @@ its design space builds and computes the right answer for randomly sampled decis
 
 import dataclasses
 import math
+import time
 
 import numpy as np
 import pytest
@@ -10,10 +11,13 @@ import tvm
 from conftest import HOST_DOT, SMALL_SHAPES, suite
 from rule_helpers import allocations, block_names, check_random_samples, finished, schedule_steps, stock_design_spaces
 from tvm import te
+from tvm.s_tir import Schedule
+from tvm.s_tir.meta_schedule.builder.local_builder import default_export
 from tvm.target import Target
 
 from ms_heron import workloads
-from ms_heron.hardware.targets import vector_bytes
+from ms_heron.hardware.dot_products import dot_product
+from ms_heron.hardware.targets import cpu_name, host_target, runs_here, vector_bytes
 from ms_heron.rules import (
     AddCacheStage,
     AlwaysInline,
@@ -39,6 +43,7 @@ from ms_heron.schedule.annotations import (
     TRANSPOSE_TILE,
 )
 from ms_heron.space import default_postprocs
+from ms_heron.tuning.builder import build_candidate, local_builder
 from ms_heron.workloads import Workload, from_func
 from ms_heron.workloads.evaluate import build, run_and_check
 
@@ -588,3 +593,35 @@ def test_blocked_transpose_tiles_a_layout_change_with_its_epilogue(cpu_target):
     (space,) = stock_design_spaces(kept.func, rules, cpu_target)
     assert TRANSPOSE_TILE not in space.get(space.get_sblock("Relu")).annotations
     check_random_samples(space, kept, cpu_target, samples=1)
+
+
+@pytest.mark.parametrize("swept", [True, False], ids=["swept_micro_tiles", "one_micro_tile"])
+def test_an_init_over_many_micro_tiles_is_one_loop_and_builds_in_seconds(swept):
+    """A 1x1 int8 convolution (14 x 14, 256 -> 1024 channels, ResNet-50's) whose middle spatial tile
+    level sweeps 7 x 7 x 32 micro-tiles inside its outer reduction level zeroes all of them in its
+    accumulator tile before the reduction: as the nest of constant loops RewriteReductionBlock
+    writes, LLVM unrolled it into one block and took 2 minutes to generate its code (the builder
+    gives 30 s). FuseTileInit
+    makes it one loop over micro-tiles (each zeroed by the unrolled micro-tile loops), which builds
+    in seconds and is exact; tiled so that the init zeroes one micro-tile, it is left as it is."""
+    target = Target({"kind": "llvm", "mcpu": "haswell", "num-cores": 2})
+    workload = workloads.c2d(N=1, H=14, W=14, CI=256, CO=1024, KH=1, KW=1, dot=dot_product(target))
+    rules = [Tensorize(), MultiLevelTiling(), AddCacheStage(levels=(0,))]  # accumulated in a tile buffer
+    (space,) = stock_design_spaces(workload.func, rules, target)
+    trace = space.trace.simplified(remove_postproc=True)
+    tiles = [i for i in trace.insts if i.kind.name == "SamplePerfectTile"]  # n, h, w, co / 8, kh, kw, ci / 2
+    middle = [[1, 1, 7, 2], [1, 1, 7, 2], [2, 1, 32, 2]] if swept else [[1, 7, 1, 2], [1, 7, 1, 2], [2, 32, 1, 2]]
+    for inst, decision in zip(tiles, [[1, 1, 1, 1], *middle, [1, 1], [1, 1], [2, 64]], strict=True):
+        trace = trace.with_decision(inst, decision, remove_postproc=True)
+    sch = Schedule(workload.func)
+    trace.apply_to_schedule(sch, remove_postproc=True)
+    assert all(p.apply(sch) for p in default_postprocs())
+    init = [int(sch.get(lp).extent) for lp in sch.get_loops(sch.get_sblock("C_o_init"))]
+    # one loop over micro-tiles, each 2 x 2 x 2 vectors unrolled; or the one micro-tile's loops
+    assert init[-5:] == ([7 * 7 * 32, 1, 2, 2, 2] if swept else [1, 1, 2, 2, 2])
+    started = time.perf_counter()
+    default_export(build_candidate(sch.mod, target, None))  # what the builder does, code generation included
+    assert time.perf_counter() - started < local_builder().timeout_sec
+    if not runs_here(target):
+        pytest.skip(f"compiled for haswell; the host CPU ({cpu_name(host_target())}) has no AVX2 to run it")
+    run_and_check(build(sch.mod, target), workload)

@@ -1,9 +1,14 @@
-"""Vectorize the zeroing of a tensorized block's accumulator tile along its rows."""
+"""The zeroing of an accumulator tile: vectorized along its rows, and kept a loop where it is large."""
 
 from __future__ import annotations
 
-from tvm.s_tir import Schedule
+import math
 
+from tvm.s_tir import Schedule
+from tvm.s_tir.schedule import SBlockRV
+from tvm.tirx import ForKind, IntImm
+
+from ..schedule.analysis import reduction_loops
 from ..schedule.annotations import AUTO_TENSORIZE
 from ..schedule.options import heron_object
 from .base import HeronPostproc
@@ -35,3 +40,54 @@ class VectorizeTileInit(HeronPostproc):
         if len(loops) > 1:
             sch.vectorize(loops[-1])
             sch.unannotate(block, AUTO_TENSORIZE)
+
+
+@heron_object
+class FuseTileInit(HeronPostproc):
+    """Zero an accumulator tile larger than one micro-tile in one loop over micro-tile chunks.
+
+    Where the reduction is split at an outer level, RewriteReductionBlock puts the init before it,
+    over every micro-tile the block sweeps (a 14 x 14 x 1024 int8 convolution's: 12544 vector
+    stores in a nest of constant loops). LLVM unrolled that nest into one basic block and its code
+    generator took 2 minutes on it: the candidate timed out in the builder, and 5 of a ResNet's
+    first rounds waited 70 s each on such builds. The init's own loops are fused into one, apart
+    from the innermost ones that zero at most one micro-tile (what the update's spatial loops
+    inside its reduction cover), which LLVM unrolls into that loop's body. An init of one
+    micro-tile is left as it is: unrolled, its accumulators stay in registers. Runs after
+    RewriteReductionBlock (which names the two blocks ``*_init`` and ``*_update``).
+    """
+
+    def apply(self, sch: Schedule) -> bool:
+        names = {sch.get(b).name_hint: b for b in _blocks(sch, sch.get_sblock("root"))}
+        for name, init in names.items():
+            update = names.get(name.removesuffix("_init") + "_update") if name.endswith("_init") else None
+            if update is not None:
+                _fuse_init(sch, init, update)
+        return True
+
+
+def _blocks(sch: Schedule, parent: SBlockRV) -> list[SBlockRV]:
+    """Every block under ``parent``, depth first."""
+    out = []
+    for child in sch.get_child_blocks(parent):
+        out += [child, *_blocks(sch, child)]
+    return out
+
+
+def _fuse_init(sch: Schedule, init: SBlockRV, update: SBlockRV) -> None:
+    own = [lp for lp in sch.get_loops(init) if len(sch.get_child_blocks(lp)) == 1]  # the init's alone
+    loops = sch.get_loops(update)
+    reductions = {sch.get(lp).loop_var.name for lp in reduction_loops(sch, update)}
+    last = max((i for i, lp in enumerate(loops) if sch.get(lp).loop_var.name in reductions), default=len(loops) - 1)
+    micro = math.prod(_extent(sch, lp) for lp in loops[last + 1 :])
+    chunk = len(own)  # the innermost own loops that together zero at most one micro-tile stay
+    while chunk > 0 and math.prod(_extent(sch, lp) for lp in own[chunk - 1 :]) <= micro:
+        chunk -= 1
+    outer = own[:chunk]
+    if len(outer) > 1 and all(sch.get(lp).kind == ForKind.SERIAL for lp in outer):
+        sch.fuse(*outer)
+
+
+def _extent(sch: Schedule, loop) -> int:
+    extent = sch.get(loop).extent
+    return int(extent) if isinstance(extent, IntImm) else 1 << 30  # symbolic: larger than any tile
