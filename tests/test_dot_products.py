@@ -15,6 +15,7 @@ import onnx
 import pytest
 import tvm
 from conftest import ms_heron_cli
+from rule_helpers import finished, stock_design_spaces
 from tvm.s_tir import Schedule, TensorIntrin
 from tvm.s_tir import meta_schedule as ms
 from tvm.target import Target
@@ -42,6 +43,7 @@ from ms_heron.hardware.targets import (
 )
 from ms_heron.intrinsics import TVM_VNNI_INTRIN, ensure_registered
 from ms_heron.relax import compile_model, extract_tasks, from_onnx, lower_for_tuning, run_model
+from ms_heron.rules import MultiLevelTiling, Tensorize
 from ms_heron.schedule.annotations import NARROW_WEIGHTS
 from ms_heron.schedule.operand_layout import widen_activation
 from ms_heron.testing import models
@@ -75,6 +77,17 @@ def _tensorized_dense(intrin, dot, M=32, N=64, K=32):
     sch.decompose_reduction(block, k_outer)
     sch.tensorize(j_lane, intrin)
     return workload, sch
+
+
+def _tensorized_conv(dot):
+    """A padded 3x3 convolution through the Tensorize rule: its padded copy is the operand a
+    widening dot product reads as s16, written so by the padding itself. The weight is marked narrow,
+    as the lowering records a narrow constant, for a form exact on such weights only."""
+    workload = workloads.c2d(N=1, H=6, W=6, CI=32, CO=32, KH=3, KW=3, pad=1, dot=dot)
+    func = workload.func.with_attr(NARROW_WEIGHTS, [1]) if dot.narrow_weights else workload.func
+    spaces = stock_design_spaces(func, [Tensorize(), MultiLevelTiling()], _target(dot))
+    space = next(s for s in spaces if dot.name in str(s.trace))
+    return workload, finished(space, func)
 
 
 def _adversarial(workload, seed, dot):
@@ -112,11 +125,12 @@ def test_a_cpu_without_avx2_is_refused_naming_it():
         require_dot_product(Target({"kind": "llvm", "mcpu": "x86-64", "num-cores": 2}))
 
 
-@pytest.mark.parametrize("dot", DOT_PRODUCTS, ids=lambda d: d.isa)
-def test_every_dot_product_tensorizes_emits_its_instruction_and_is_bit_exact(dot):
+@pytest.mark.parametrize("kernel", ["gemm", "conv"])
+@pytest.mark.parametrize("dot", DOT_PRODUCTS, ids=lambda d: d.name)
+def test_every_dot_product_tensorizes_a_gemm_and_a_conv_emits_its_instruction_and_is_bit_exact(dot, kernel):
     ensure_registered()
     target = _target(dot)
-    workload, sch = _tensorized_dense(dot.name, dot)
+    workload, sch = _tensorized_dense(dot.name, dot) if kernel == "gemm" else _tensorized_conv(dot)
     lib = build(sch.mod, target)
     asm = lib.mod.inspect_source("asm")
     assert dot.form in asm
