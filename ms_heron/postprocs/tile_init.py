@@ -26,20 +26,15 @@ class VectorizeTileInit(HeronPostproc):
     """
 
     def apply(self, sch: Schedule) -> bool:
-        for block in sch.get_child_blocks(sch.get_sblock("root")):
-            self._vectorize_inits(sch, block)
+        for block in _blocks(sch, sch.get_sblock("root")):
+            children = sch.get_child_blocks(block)
+            if sch.get(block).annotations.get(AUTO_TENSORIZE, None) != "" or len(children) != 1:
+                continue
+            loops = sch.get_loops(children[0])
+            if len(loops) > 1:
+                sch.vectorize(loops[-1])
+                sch.unannotate(block, AUTO_TENSORIZE)
         return True
-
-    def _vectorize_inits(self, sch: Schedule, block) -> None:
-        children = sch.get_child_blocks(block)
-        for child in children:
-            self._vectorize_inits(sch, child)
-        if sch.get(block).annotations.get(AUTO_TENSORIZE, None) != "" or len(children) != 1:
-            return
-        loops = sch.get_loops(children[0])
-        if len(loops) > 1:
-            sch.vectorize(loops[-1])
-            sch.unannotate(block, AUTO_TENSORIZE)
 
 
 @heron_object

@@ -39,8 +39,8 @@ UNROLL_TILE = "ms_heron.unroll_tile"
 #: and Relax folds it into the constant, both only where it stays at the root.
 LAYOUT_REWRITE_PREPROC = "meta_schedule.layout_rewrite_preproc"
 #: On the copy that widens a dot product's u8 operand to s16 (``operand_layout.widen_activation``): it
-#: stays at the root, unsampled, since TVM's sampler may inline it, and the kernel then widens per
-#: step, which the widened intrinsic's description does not match.
+#: stays where the rule leaves it, unsampled, since TVM's sampler may inline it, and the kernel then
+#: widens per step, which the widened intrinsic's description does not match.
 WIDENED = "ms_heron.widened"
 #: Block annotations of stages a rule already placed (inside another block's tiles, or parallel itself).
 PLACED = (CACHE_LEVEL, SPM_LEVEL, LANE_REDUCTION, TRANSPOSE_TILE)
