@@ -38,7 +38,7 @@ import numpy as np
 import onnx
 import results_io
 
-from ms_heron.baselines import quantized
+from ms_heron.baselines import output_step, quantized
 from ms_heron.hardware.targets import host_cpu_model, host_target
 from ms_heron.testing import classics, models
 from ms_heron.testing.models import OnnxModel
@@ -108,10 +108,7 @@ def _output_bound(model: OnnxModel, expected: list[np.ndarray], onnxruntime: lis
     scale = max(1.0, *(float(np.abs(e).max()) for e in expected))
     if not quantized(model.proto):
         return 1e-4 * scale
-    inits = {i.name: onnx.numpy_helper.to_array(i) for i in model.proto.graph.initializer}
-    dequant = [n for n in model.proto.graph.node if n.op_type == "DequantizeLinear" and n.input[1] in inits]
-    dynamic = any(n.op_type == "DynamicQuantizeLinear" for n in model.proto.graph.node)
-    step = float(inits[dequant[-1].input[1]].max()) if dequant and not dynamic else 1e-3 * scale
+    step = output_step(model.proto) or 1e-3 * scale
     return max(step, *(float(np.abs(o - e).max()) for o, e in zip(onnxruntime, expected)))
 
 

@@ -231,6 +231,16 @@ def _retimed_ratios(r: dict) -> str:
     return " / ".join(f"{r[f'{arm} {RETIMED} ms'] / r[f'{arm} ms']:.2f}" for arm in ARMS)
 
 
+def _reference_steps(r: dict) -> str:
+    """How far ms_heron's and ONNX Runtime's outputs are from the exact reference, in quantization
+    steps of the output ("-" for float networks and rows timed before the check existed)."""
+    if not r.get("output step"):
+        return "-"
+    return " / ".join(
+        f"{r[f'{who} max abs diff vs reference'] / r['output step']:.1f}" for who in (ARMS[0], "ONNX Runtime")
+    )
+
+
 def _markdown(data: dict, budget: str) -> list[str]:
     from ms_heron.relax import TaskTime, task_table, timing_note  # pylint: disable=import-outside-toplevel
 
@@ -251,8 +261,9 @@ def _markdown(data: dict, budget: str) -> list[str]:
         "",
         "| network | CPU | commit | tasks | ms_heron ms | MS default ms | ONNX Runtime ms | vs MS default | vs ORT "
         "| records (ms_heron / default) | estimate / measured (ms_heron / default) "
-        "| retimed estimate / measured (ms_heron / default) | max abs diff vs ORT |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| retimed estimate / measured (ms_heron / default) | max abs diff vs ORT "
+        "| int8: max abs diff vs exact reference, in output steps (ms_heron / ORT) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, r in data.items():
         ours, default, ort = r["ms_heron ms"], r["MetaSchedule default ms"], r["ONNX Runtime ms"]
@@ -264,7 +275,7 @@ def _markdown(data: dict, budget: str) -> list[str]:
             f"| **{default / ours:.2f}x** | **{ort / ours:.2f}x** | "
             f"{r['ms_heron records']} / {r['MetaSchedule default records']} | "
             f"{r['ms_heron estimate ms'] / ours:.2f} / {r['MetaSchedule default estimate ms'] / default:.2f} | "
-            f"{_retimed_ratios(r)} | {r['ms_heron max abs diff']:.2g} |"
+            f"{_retimed_ratios(r)} | {r['ms_heron max abs diff']:.2g} | {_reference_steps(r)} |"
         )
     ratios = [r["MetaSchedule default ms"] / r["ms_heron ms"] for r in data.values()]
     vs_ort = results_io.geomean(r["ONNX Runtime ms"] / r["ms_heron ms"] for r in data.values())

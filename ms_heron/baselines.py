@@ -83,6 +83,20 @@ def quantized(model) -> bool:
     return bool((INTEGER_OPS | {"QuantizeLinear", "DynamicQuantizeLinear"}) & {n.op_type for n in model.graph.node})
 
 
+def output_step(model) -> float | None:
+    """The quantization step of an int8 graph's output: the scale of its last ``DequantizeLinear``
+    with a constant scale (the largest, if per channel). None for float graphs and for dynamically
+    quantized ones, whose outputs leave the integer domain through a scale computed at run time.
+    An exact kernel may still land one step off the reference: the reference (QDQ run as written)
+    requantizes float sums, which can round the other way."""
+    if not quantized(model) or any(n.op_type == "DynamicQuantizeLinear" for n in model.graph.node):
+        return None
+    onnx, _ = _onnx_modules()
+    inits = {i.name: i for i in model.graph.initializer}
+    scales = [n.input[1] for n in model.graph.node if n.op_type == "DequantizeLinear" and n.input[1] in inits]
+    return float(onnx.numpy_helper.to_array(inits[scales[-1]]).max()) if scales else None
+
+
 def onnxruntime_int8_saturates() -> bool:
     """Whether ONNX Runtime's u8 x s8 kernels saturate on this host: without AVX-512 VNNI or AVX-VNNI
     they multiply with ``vpmaddubsw``, which clamps each pair of products to s16 (255 x 127 x 2 does
