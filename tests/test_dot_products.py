@@ -16,6 +16,7 @@ import pytest
 import tvm
 from conftest import ms_heron_cli
 from rule_helpers import finished, stock_design_spaces
+from tvm import relax
 from tvm.s_tir import Schedule, TensorIntrin
 from tvm.s_tir import meta_schedule as ms
 from tvm.target import Target
@@ -26,6 +27,7 @@ from ms_heron.hardware.dot_products import (
     DOT_PRODUCTS,
     NARROW_WEIGHT,
     VNNI,
+    bytes_multiply_exactly,
     dot_product,
     dot_products,
     native_dtype,
@@ -91,17 +93,58 @@ def _tensorized_conv(dot):
 
 
 def _adversarial(workload, seed, dot):
-    """Seed 0: u8 255 against the extreme weights in alternate rows -- s8 127 and -128, every pair
-    of products 64770 or -65280, past s16 (what ``vpmaddubsw`` would saturate); +-64 for a form
-    exact on narrow weights only, whose pairs reach 32640. Other seeds: random (narrow: in +-64)."""
+    """Seed 0: u8 255 against the extreme weights in alternate rows of the reduction -- s8 127 and
+    -128, every pair of products 64770 or -65280, past s16 (what ``vpmaddubsw`` would saturate); for a
+    form exact on narrow weights only, the widest pairs it still sums exactly (127 with 1, -128 with
+    0, -128 with 127, 64 with 64: 32640 or -32640). Other seeds: random (narrow: in +-64)."""
     a, w = workload.random_inputs(seed)
-    high, low = (NARROW_WEIGHT, -NARROW_WEIGHT) if dot.narrow_weights else (127, -128)
+    row = np.arange(w.shape[-2])[:, None] % 4
     if seed == 0:
         a[...] = 255
-        w[...] = np.where(np.arange(w.shape[-2])[:, None] % 2 == 0, high, low).astype(w.dtype)
+        if dot.narrow_weights:
+            even, odd = np.array([127, 1, -128, 0])[row], np.array([-128, 127, 64, 64])[row]
+            w[...] = np.where(np.arange(w.shape[-1]) % 2 == 0, even, odd).astype(w.dtype)
+            assert bytes_multiply_exactly(w.astype(np.int8), w.ndim - 2)
+        else:
+            w[...] = np.where(row % 2 == 0, 127, -128).astype(w.dtype)
     elif dot.narrow_weights:
         w[...] = np.clip(w, -NARROW_WEIGHT, NARROW_WEIGHT)
     return [a, w]
+
+
+def test_a_byte_multiply_is_exact_where_no_pair_of_weights_it_sums_can_leave_s16():
+    """``vpmaddubsw`` sums the products of weights 2i and 2i + 1 along the reduction: with u8 up to
+    255, a pair's positive weights may sum to 128 (32640) and its negative ones to -128, whatever
+    the other weights are; without the axis, every weight within +-64."""
+    fits = np.array([[127, -128, 100, 100], [1, 127, 0, -128]], np.int8)  # pairs down axis 0
+    assert bytes_multiply_exactly(fits, 0)
+    assert not bytes_multiply_exactly(fits, 1)  # (127, -128) fits, (100, 100) does not
+    assert not bytes_multiply_exactly(np.array([65, 64], np.int8), 0)  # 255 x 129 = 32895
+    assert not bytes_multiply_exactly(np.array([-128, -1], np.int8), 0)
+    assert bytes_multiply_exactly(np.array([[127], [1], [-128]], np.int8), 0)  # the odd one pairs with 0
+    assert not bytes_multiply_exactly(fits, None) and bytes_multiply_exactly(np.clip(fits, -64, 64), None)
+    assert not bytes_multiply_exactly(fits.astype(np.int16), 0)  # stored widened: not bytes
+
+
+@pytest.mark.parametrize("pairs", ["fit", "saturate"])
+def test_the_lowering_multiplies_bytes_where_the_weights_pairs_fit_and_widens_where_one_would_saturate(pairs):
+    """A u8 x s8 matmul's constant weight, full range (127, -128, 1, 0 along K): its pairs down K fit
+    s16, so an AVX2 lowering keeps it s8 and marks it narrow for ``vpmaddubsw``. Transposed, two
+    127s pair up: it is stored widened for ``vpmaddwd``, and not marked."""
+    column = np.array([127, 1, -128, 0, 127, -128, 0, 1], np.int8)
+    weight = np.tile(column[:, None], (1, 8)) if pairs == "fit" else np.tile(column[None, :], (8, 1))
+    builder = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((4, 8), "uint8"))
+    with builder.function("main", [x]):
+        with builder.dataflow():
+            y = builder.emit_output(relax.op.matmul(x, relax.const(weight), out_dtype="int32"))
+        builder.emit_func_output(y)
+    haswell = Target({"kind": "llvm", "mcpu": "haswell", "num-cores": 2})
+    lowered = lower_for_tuning(builder.get(), None, haswell)
+    (func,) = [f for g, f in lowered.functions_items() if "matmul" in g.name_hint]
+    weight_dtypes = {str(p.ty.dtype) for p in func.params} & {"int8", "int16"}
+    assert weight_dtypes == ({"int8"} if pairs == "fit" else {"int16"}), func.script()
+    assert (NARROW_WEIGHTS in (func.attrs or {})) == (pairs == "fit")
 
 
 def test_each_cpu_gets_its_best_dot_product_from_its_llvm_features():

@@ -14,8 +14,8 @@ Each computes ``lanes`` s32 sums of ``reduction`` byte products per step:
   micro-kernel issues only loads, broadcasts from memory and ``vpmaddwd``.
 * The same two, on narrow weights only: ``vpmaddubsw`` multiplies the bytes directly (16 or 8 lanes
   x 4), but it saturates each pair's sum at s16 (255 x 127 x 2 does not fit; that is why ONNX
-  Runtime's int8 is not exact on these CPUs), so it is exact only where every weight lies within
-  +-:data:`NARROW_WEIGHT`.
+  Runtime's int8 is not exact on these CPUs), so it is exact only where no pair of weights it sums
+  can leave s16 (:func:`bytes_multiply_exactly`).
 
 Each is exact where it is used. The intrinsics (:mod:`ms_heron.intrinsics.x86_dot`) and the peak
 probe (:mod:`.probes`) issue the same :meth:`DotProduct.step`.
@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
 from tvm import tirx
 from tvm.script import tirx as T
 from tvm.target import Target, codegen
@@ -36,12 +37,36 @@ from .targets import TargetError, cpu_name, is_cpu, vector_bytes
 #: ``vpdpbusd`` sums four u8 x s8 products into each s32 accumulator; ``vpmaddwd`` multiplies
 #: operands widened to s16 and sums pairs into s32 (exact, half the products per instruction);
 #: ``vpmaddubsw`` sums pairs of u8 x s8 products into s16, saturating, then ``vpmaddwd`` by ones
-#: widens them (exact only on narrow weights: :data:`NARROW_WEIGHT`).
+#: widens them (exact only on narrow weights: :func:`bytes_multiply_exactly`).
 Form = Literal["vpdpbusd", "vpmaddwd", "vpmaddubsw"]
 
-#: Weights within +-64 ("narrow": the 7-bit weights of ONNX Runtime's ``reduce_range``) keep every
-#: pair of u8 x s8 products within s16 (255 x 64 x 2 = 32640), so ``vpmaddubsw`` is exact on them.
+#: Weights within +-64 (the 7-bit weights of ONNX Runtime's ``reduce_range``) keep every pair of u8 x
+#: s8 products within s16 (255 x 64 x 2 = 32640), however they are paired.
 NARROW_WEIGHT = 64
+
+
+def bytes_multiply_exactly(weights: np.ndarray, axis: int | None) -> bool:
+    """Whether ``vpmaddubsw`` is exact on these s8 weights ("narrow") for every u8 activation: no pair
+    it sums -- elements ``2i`` and ``2i + 1`` along the reduction ``axis``, as the weight is packed; an
+    odd last one pairs with the padding's zero -- can leave s16. That is 255 x (the pair's positive
+    weights) <= 32767 and 255 x (its negative ones) >= -32768: a pair of 127 and -128 fits, 65 and 64
+    do not. With ``axis`` None (the pairing is not known) every weight must lie within
+    +-:data:`NARROW_WEIGHT`, which fits whatever the pairing. A constraint on data, not on shapes:
+    only the lowering, where weights are constants, can check it."""
+    if weights.dtype != np.int8:
+        return False
+    if weights.size == 0:
+        return True
+    if axis is None:
+        return int(np.abs(weights.astype(np.int16)).max()) <= NARROW_WEIGHT
+    w = np.moveaxis(weights.astype(np.int32), axis, -1)
+    if w.shape[-1] % 2:
+        w = np.concatenate([w, np.zeros((*w.shape[:-1], 1), np.int32)], axis=-1)
+    pairs = w.reshape(*w.shape[:-1], -1, 2)
+    most, least = np.iinfo(np.int16).max, np.iinfo(np.int16).min
+    return bool(
+        (255 * np.clip(pairs, 0, None).sum(-1) <= most).all() and (255 * np.clip(pairs, None, 0).sum(-1) >= least).all()
+    )
 
 
 @dataclass(frozen=True)
@@ -63,7 +88,7 @@ class DotProduct:
     lanes, reduction
         The s32 results per step and the products each sums.
     narrow_weights
-        Exact only where every weight lies within ``[-NARROW_WEIGHT, NARROW_WEIGHT]`` (else for
+        Exact only on weights :func:`bytes_multiply_exactly` accepts (else for
         every s8 weight).
     """
 

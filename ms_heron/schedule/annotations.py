@@ -12,8 +12,9 @@ from __future__ import annotations
 from tvm.s_tir import Schedule
 from tvm.s_tir.schedule import SBlockRV
 
-#: PrimFunc attribute: the parameters that are constant s8 weights within +-NARROW_WEIGHT
-#: (``ms_heron.hardware.dot_products``), recorded by Relax's lowering where the values are known.
+#: PrimFunc attribute: the parameters that are constant s8 weights a byte multiply is exact on
+#: (``ms_heron.hardware.dot_products.bytes_multiply_exactly``), recorded by Relax's lowering where
+#: the values are known.
 NARROW_WEIGHTS = "ms_heron.narrow_weights"
 
 #: Block annotation holding the tile structure, e.g. "SSRSRS" (MetaSchedule uses the same key).

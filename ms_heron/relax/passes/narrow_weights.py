@@ -1,13 +1,14 @@
-"""Constant s8 weights on a CPU without VNNI: narrow ones (within +-64) stay bytes, the others widen.
+"""Constant s8 weights on a CPU without VNNI: narrow ones stay bytes, the others widen.
 
 On a CPU without VNNI the exact dot product multiplies s16 (``vpmaddwd``, two products per lane):
 :func:`s16_weights` stores such weights widened, once at compile time, so that no kernel widens
-them per step. Where every weight lies within +-64 -- the 7-bit weights of ONNX Runtime's
-``reduce_range`` quantization, which its guide suggests for such CPUs -- the bytes can be multiplied
-as they are (``vpmaddubsw``, four per lane) without a pair of products overflowing s16. That is a
-constraint on data, not on shapes: the values are known only here, where the weights are constants,
-so this pass states it on the function (:data:`~ms_heron.schedule.annotations.NARROW_WEIGHTS`) and
-the Tensorize rule offers the faster intrinsic only to functions whose weights satisfy it.
+them per step. Where no pair of weights the faster ``vpmaddubsw`` sums (four bytes per lane) can
+overflow s16 (:func:`~ms_heron.hardware.dot_products.bytes_multiply_exactly`: the 7-bit weights of
+ONNX Runtime's ``reduce_range`` quantization, which its guide suggests for such CPUs, and any
+weight whose large values pair with small or opposite ones), the bytes are multiplied as they are.
+That is a constraint on data, not on shapes: the values are known only here, where the weights are
+constants, so this pass states it on the function (:data:`~ms_heron.schedule.annotations.NARROW_WEIGHTS`)
+and the Tensorize rule offers the faster intrinsic only to functions whose weights satisfy it.
 """
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ import numpy as np
 import tvm
 from tvm import IRModule, relax
 from tvm.relax.dpl import is_const, is_op, rewrite_call, wildcard
+from tvm.s_tir import Schedule
 from tvm.target import Target
 
-from ...hardware.dot_products import NARROW_WEIGHT, dot_product
+from ...hardware.dot_products import bytes_multiply_exactly, dot_product
+from ...schedule.analysis import param_index
 from ...schedule.annotations import NARROW_WEIGHTS
 from .guard import never_failing
 from .sinking import constant_value
@@ -42,7 +45,7 @@ def s16_weights(func: relax.Function, _mod: IRModule, _ctx) -> relax.Function:
         activation, weight = expr.args
         values = constant_value(weight)
         integer = (str(activation.ty.dtype), str(expr.ty.dtype), values.dtype) == ("uint8", "int32", np.int8)
-        if not integer or _is_narrow(values):
+        if not integer or bytes_multiply_exactly(values, _paired_axis(expr, values.ndim)):
             return expr
         return relax.Call(expr.op, [activation, relax.const(values.astype(np.int16))], expr.attrs)
 
@@ -61,7 +64,9 @@ def record_narrow_weights(mod: IRModule, _ctx) -> IRModule:
             return
         callee, args = expr.args[0], expr.args[1]
         for index, arg in enumerate(args.fields if isinstance(args, relax.Tuple) else [args]):
-            fits = isinstance(arg, tvm.ir.expr.Constant) and _is_narrow(arg.value.numpy())
+            fits = isinstance(arg, tvm.ir.expr.Constant) and bytes_multiply_exactly(
+                arg.value.numpy(), _reduced_axis(mod[callee], index)
+            )
             (narrow if fits else wide).setdefault(callee, set()).add(index)
 
     for _, func in mod.functions_items():
@@ -74,5 +79,27 @@ def record_narrow_weights(mod: IRModule, _ctx) -> IRModule:
     return mod
 
 
-def _is_narrow(values: np.ndarray) -> bool:
-    return values.dtype == np.int8 and (values.size == 0 or int(np.abs(values.astype(np.int16)).max()) <= NARROW_WEIGHT)
+def _paired_axis(call: relax.Call, ndim: int) -> int | None:
+    """The weight axis the dot product pairs, as the op's TIR will reduce it innermost: a matmul's
+    K, a channels-last convolution's input channels (None: another layout, pairing unknown)."""
+    if call.op.name == "relax.matmul":
+        return max(0, ndim - 2)
+    data, kernel = str(call.attrs.data_layout), str(call.attrs.kernel_layout)
+    return kernel.index("I") if data.endswith("C") and "I" in kernel else None
+
+
+def _reduced_axis(func, index: int) -> int | None:
+    """The axis of parameter ``index`` that its reading block's innermost reduction iterator
+    indexes -- the one the Tensorize rule splits into dot-product steps, so the one it pairs --
+    or None when no block reads it so."""
+    if not isinstance(func, tvm.tirx.PrimFunc):
+        return None
+    sch = Schedule(func)
+    for block in sch.get_child_blocks(sch.get_sblock("root")):
+        stmt = sch.get(block)
+        reduced = [iv.var for iv in stmt.iter_vars if iv.iter_type == tvm.tirx.IterVar.CommReduce]
+        for region in stmt.reads:
+            if reduced and param_index(sch, region.source) == index:
+                dims = [d for d, r in enumerate(region.region) if r.min.same_as(reduced[-1])]
+                return dims[0] if len(dims) == 1 else None
+    return None
