@@ -18,6 +18,7 @@ import tvm
 from tvm import IRModule, relax
 from tvm.relax.dpl import is_const, is_op, rewrite_call, wildcard
 from tvm.s_tir import Schedule
+from tvm.s_tir.schedule import ScheduleError
 from tvm.target import Target
 
 from ...hardware.dot_products import bytes_multiply_exactly, dot_product
@@ -95,7 +96,11 @@ def _reduced_axis(func, index: int) -> int | None:
     if not isinstance(func, tvm.tirx.PrimFunc):
         return None
     sch = Schedule(func)
-    for block in sch.get_child_blocks(sch.get_sblock("root")):
+    try:
+        blocks = sch.get_child_blocks(sch.get_sblock("root"))
+    except ScheduleError:  # a hand-written function without blocks: the pairing is not known
+        return None
+    for block in blocks:
         stmt = sch.get(block)
         reduced = [iv.var for iv in stmt.iter_vars if iv.iter_type == tvm.tirx.IterVar.CommReduce]
         for region in stmt.reads:
