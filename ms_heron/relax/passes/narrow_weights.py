@@ -65,8 +65,12 @@ def record_narrow_weights(mod: IRModule, _ctx) -> IRModule:
             return
         callee, args = expr.args[0], expr.args[1]
         for index, arg in enumerate(args.fields if isinstance(args, relax.Tuple) else [args]):
-            fits = isinstance(arg, tvm.ir.expr.Constant) and bytes_multiply_exactly(
-                arg.value.numpy(), _reduced_axis(mod[callee], index)
+            values = arg.value.numpy() if isinstance(arg, tvm.ir.expr.Constant) else None
+            # the paired axis only for s8 constants: finding it schedules the function
+            fits = (
+                values is not None
+                and values.dtype == np.int8
+                and bytes_multiply_exactly(values, _reduced_axis(mod[callee], index))
             )
             (narrow if fits else wide).setdefault(callee, set()).add(index)
 
