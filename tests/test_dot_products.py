@@ -199,7 +199,11 @@ def test_the_int8_peak_is_measured_with_the_hosts_dot_product_and_beats_fp32_whe
     dot = dot_product(cpu_target)
     if dot is None:
         pytest.skip(f"the host CPU ({cpu_name(cpu_target)}) has no x86 dot product")
-    int8, fp32 = dot_peak_gops(cpu_target), fma_peak_gops(cpu_target)
+    int8 = fp32 = 0.0
+    for _ in range(3):  # in turn, fastest of each: another test's kernels slow whichever probe they overlap
+        dot_peak_gops.cache_clear()
+        fma_peak_gops.cache_clear()
+        int8, fp32 = max(int8, dot_peak_gops(cpu_target)), max(fp32, fma_peak_gops(cpu_target))
     assert (native_dtype(cpu_target) == "int8") == (int8 > fp32), (dot.isa, int8, fp32)
 
 
