@@ -38,7 +38,7 @@ import numpy as np
 import onnx
 import results_io
 
-from ms_heron.baselines import output_step, quantized
+from ms_heron.baselines import max_abs_diff, output_step, quantized
 from ms_heron.hardware.targets import host_cpu_model, host_target
 from ms_heron.testing import classics, models
 from ms_heron.testing.models import OnnxModel
@@ -109,7 +109,7 @@ def _output_bound(model: OnnxModel, expected: list[np.ndarray], onnxruntime: lis
     if not quantized(model.proto):
         return 1e-4 * scale
     step = output_step(model.proto) or 1e-3 * scale
-    return max(step, *(float(np.abs(o - e).max()) for o, e in zip(onnxruntime, expected)))
+    return max(step, max_abs_diff(onnxruntime, expected))
 
 
 def tune_one(name: str, exports: pathlib.Path, budget_s: float, work_root: pathlib.Path, out: pathlib.Path) -> dict:
@@ -131,7 +131,7 @@ def tune_one(name: str, exports: pathlib.Path, budget_s: float, work_root: pathl
     executable.export_library(str(out / f"{name}_ms_heron.so"))
     got = run_model(executable, model.inputs)
     expected = reference_outputs(model.proto, model.inputs)
-    diff = max(float(np.abs(g - e).max()) for g, e in zip(got, expected))
+    diff = max_abs_diff(got, expected)
     bound = _output_bound(model, expected, onnxruntime_session(model.proto, threads=1).run(None, model.inputs))
     row = {
         "opset": model.proto.opset_import[0].version,

@@ -83,6 +83,7 @@ def time_exported(
 
     # pylint: disable-next=import-outside-toplevel
     from ms_heron.baselines import (
+        max_abs_diff,
         median_seconds,
         medians_in_turn,
         onnxruntime_model,
@@ -102,12 +103,12 @@ def time_exported(
         session = onnxruntime_session(model, threads)
         libs = {arm: tvm.runtime.load_module(str(out / f"{name}_{arm.replace(' ', '_')}.so")) for arm in arms}
         outputs = {arm: run_model(lib, inputs) for arm, lib in libs.items()}
-        row = {f"{arm} max abs diff": _max_abs_diff(got, expected) for arm, got in outputs.items()}
+        row = {f"{arm} max abs diff": max_abs_diff(got, expected) for arm, got in outputs.items()}
         if quantized(model):  # ONNX Runtime is not exact on every CPU: held against the exact reference too
             reference = reference_outputs(model, inputs)
             row["output step"] = output_step(model)
             for who, got in {"ONNX Runtime": expected, **outputs}.items():
-                row[f"{who} max abs diff vs reference"] = _max_abs_diff(got, reference)
+                row[f"{who} max abs diff vs reference"] = max_abs_diff(got, reference)
         samplers = {
             "ONNX Runtime": lambda: median_seconds(lambda: session.run(None, inputs)),
             **{arm: (lambda lib=lib: time_model(lib, inputs)) for arm, lib in libs.items()},
@@ -117,10 +118,6 @@ def time_exported(
             row[f"{who} ms"] = secs * 1e3
         rows[name] = row
     return rows
-
-
-def _max_abs_diff(got: list[np.ndarray], expected: list[np.ndarray]) -> float:
-    return max(float(np.abs(a - b).max()) for a, b in zip(got, expected))
 
 
 def _task_ratio(task, others) -> float:

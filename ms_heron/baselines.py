@@ -83,6 +83,11 @@ def quantized(model) -> bool:
     return bool((INTEGER_OPS | {"QuantizeLinear", "DynamicQuantizeLinear"}) & {n.op_type for n in model.graph.node})
 
 
+def max_abs_diff(got, expected) -> float:
+    """The largest absolute difference between two lists of outputs, over all of them."""
+    return max(float(np.abs(np.asarray(a) - np.asarray(b)).max()) for a, b in zip(got, expected))
+
+
 def output_step(model) -> float | None:
     """The quantization step of an int8 graph's output: the scale of its last ``DequantizeLinear``
     with a constant scale (the largest, if per channel). None for float graphs and for dynamically

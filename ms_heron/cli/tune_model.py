@@ -91,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
     import numpy as np
     from tvm.s_tir import meta_schedule as ms
 
-    from ..baselines import BaselineUnavailable, onnxruntime_model, reference_outputs
+    from ..baselines import BaselineUnavailable, max_abs_diff, onnxruntime_model, reference_outputs
     from ..relax import run_model, task_table, time_model
     from ..relax.passes import skipped_passes
 
@@ -159,7 +159,7 @@ def run(args: argparse.Namespace) -> int:
         _check_outputs(outputs, reference_outputs(run.onnx_model, ort_inputs), "the exact reference")
     else:
         _check_outputs(outputs, ort_outputs, "ONNX Runtime")
-    diff = max(float(np.abs(a - b).max()) for a, b in zip(outputs, ort_outputs))
+    diff = max_abs_diff(outputs, ort_outputs)
     print(f"{'ONNX Runtime':28s}{ort_s * 1e3:10.3f} ms")
     print(f"speed-up over ONNX Runtime: {ort_s / tuned_s:.2f}x; max abs difference of the outputs: {diff:.3g}")
     return 0
