@@ -199,11 +199,15 @@ def test_the_int8_peak_is_measured_with_the_hosts_dot_product_and_beats_fp32_whe
     dot = dot_product(cpu_target)
     if dot is None:
         pytest.skip(f"the host CPU ({cpu_name(cpu_target)}) has no x86 dot product")
+    # One core, in turn, fastest of five each: the suite's other worker holds a core at times, and a
+    # probe on both cores runs at the pace of the one it shares (on a Zen 3 under the suite, int8 read
+    # 157 GOPS against fp32's 181, where the quiet peaks are 297 and 205)
+    one_core = Target({**cpu_target.export(), "num-cores": 1})
     int8 = fp32 = 0.0
-    for _ in range(3):  # in turn, fastest of each: another test's kernels slow whichever probe they overlap
+    for _ in range(5):
         dot_peak_gops.cache_clear()
         fma_peak_gops.cache_clear()
-        int8, fp32 = max(int8, dot_peak_gops(cpu_target)), max(fp32, fma_peak_gops(cpu_target))
+        int8, fp32 = max(int8, dot_peak_gops(one_core)), max(fp32, fma_peak_gops(one_core))
     assert (native_dtype(cpu_target) == "int8") == (int8 > fp32), (dot.isa, int8, fp32)
 
 
