@@ -9,6 +9,10 @@ ResNet-50's stem ran 1.9x faster so, tuned with the same trials. Relax's ``Conve
 layout through the element-wise ops, pooling and reductions between convolutions, so a network pays
 two transposes in all (its input and its output); the weights are constants, re-laid out at compile
 time. Quantized convolutions already run channels-last (:mod:`.quantized`) and are left alone.
+
+``ConvertLayout`` runs out of memory (``std::bad_alloc``) on a ``squeeze`` with a negative axis that
+the layout reaches, as in Swin's pooled output (``torch.onnx`` writes ``Squeeze(axes=[-2])``), so
+those axes are counted from the front first.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from collections.abc import Callable
 
 import tvm
 from tvm import IRModule, relax
+from tvm.relax.dpl import is_op, rewrite_call, wildcard
 
 from .guard import failure_reason, never_failing, with_skipped
 
@@ -54,6 +59,21 @@ def _convert(mod: IRModule, chosen: Callable[[int], bool]) -> IRModule:
     return relax.transform.ConvertLayout({}, desired)(mod)
 
 
+@relax.transform.function_pass(opt_level=0, name="SqueezeAxesFromTheFront")
+def _squeeze_axes_from_the_front(func: relax.Function, _mod: IRModule, _ctx) -> relax.Function:
+    """``squeeze(x, axis=[-k])`` as ``squeeze(x, axis=[ndim - k])``: the same op, in the form
+    ConvertLayout's squeeze rule handles."""
+    x = wildcard()
+
+    def counted(expr: relax.Call, matches) -> relax.Expr:
+        axes, ndim = expr.attrs.axis, getattr(matches[x].ty, "ndim", -1)
+        if axes is None or ndim < 0 or all(int(a) >= 0 for a in axes):
+            return expr
+        return relax.op.squeeze(matches[x], axis=[int(a) % ndim for a in axes])
+
+    return rewrite_call(is_op("relax.squeeze")(x), counted, func)
+
+
 @tvm.transform.module_pass(opt_level=0, name="ChannelsLastConvolutions")
 def _channels_last(mod: IRModule, _ctx) -> IRModule:
     """Every convolution at once; when ConvertLayout raises (an op after some convolution it cannot
@@ -75,7 +95,9 @@ def _channels_last(mod: IRModule, _ctx) -> IRModule:
 
 
 channels_last_convolutions = never_failing(
-    tvm.transform.Sequential([_channels_last, relax.transform.FoldConstant()], name="ChannelsLastConvolutions")
+    tvm.transform.Sequential(
+        [_squeeze_axes_from_the_front, _channels_last, relax.transform.FoldConstant()], name="ChannelsLastConvolutions"
+    )
 )
 channels_last_convolutions.__doc__ = (
     "Run every floating-point NCHW convolution in NHWC (weights HWIO, folded); those ConvertLayout "
