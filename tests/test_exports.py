@@ -117,6 +117,32 @@ def test_a_graph_with_inference_dropout_tunes_and_matches_onnxruntime(tmp_path, 
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
 
 
+def test_an_embedding_lookup_tunes_on_the_tuners_random_indices_and_matches_onnxruntime(tmp_path, cpu_target):
+    """A Gather of a weight by the model's int64 input (every exported language model's embedding):
+    the tuner times kernels on random indices, far out of range, on which TVM's unchecked gather
+    crashed every candidate and left the task untuned; clamped, each candidate runs, and in-range
+    indices (a negative one counts from the end, as ONNX says) read what ONNX Runtime reads."""
+    weight = np.random.default_rng(0).standard_normal((50, 16)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["w", "ids"], ["y"], axis=0)],
+        "embedding",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 6, 16])],
+        initializer=[onnx.numpy_helper.from_array(weight, "w")],
+    )
+    path = tmp_path / "embedding.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    run = TuningRun.create(tmp_path / "wd", RunSpec.of_model(path, {}, cpu_target, seed=0))
+    run.tune(len(run.task_times()) * 2, per_round=2)
+    take = [t for t in run.task_times() if t.name.startswith("take")]
+    assert len(take) == 1 and take[0].seconds < float("inf"), run.task_times()
+    assert all(r.run_secs and min(float(s) for s in r.run_secs) < 1e9 for r in run.database().get_all_tuning_records())
+    ids = np.array([[0, 3, 49, -1, -50, 7]], np.int64)
+    (got,) = run_model(run.compile(), {"ids": ids})
+    (expected,), _ = onnxruntime_model(onnx.load(path), {"ids": ids}, threads=1)
+    np.testing.assert_array_equal(got, expected)
+
+
 def _one_node_model(node, x: np.ndarray):
     """An ONNX model (opset 13) of one float node from input ``x`` (its shape) to ``y``."""
     graph = helper.make_graph(

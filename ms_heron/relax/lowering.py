@@ -26,6 +26,7 @@ from .passes import (
     channel_window_as_slices,
     channels_last_convolutions,
     channels_last_epilogues,
+    clamped_gathers,
     drop_inference_noops,
     failure_reason,
     fold_explicit_pads,
@@ -90,7 +91,8 @@ def lower_for_tuning(
     """Bind weights, legalize and fuse: the fused TIR functions are the tuning tasks.
 
     First what ONNX Runtime's graph optimizer does before it runs a model (:mod:`.passes`): ops
-    that do nothing at inference (Dropout) go, LRN's channel window becomes element-wise ops, zero
+    that do nothing at inference (Dropout) go, gathers clamp their indices, LRN's channel window
+    becomes element-wise ops, zero
     pads in front of convolutions join their padding, poolings whose window holds the whole input
     become means,
     BatchNorms and constant per-channel scales are folded into the weights and bias of the
@@ -125,6 +127,7 @@ def lower_for_tuning(
         never_failing(relax.transform.FoldConstant()),  # a bias reshaped by the importer becomes a constant
         s16_weights,
         drop_inference_noops,
+        clamped_gathers,
         channel_window_as_slices,
         fold_explicit_pads,
         whole_window_pools_as_reductions,

@@ -4,6 +4,8 @@ leaves what it does not recognize as it was; one that fails leaves the whole mod
 says so (:mod:`.guard`).
 
 * :func:`drop_inference_noops`: Dropout (and casts and reshapes that change nothing) removed;
+* :func:`clamped_gathers`: ``Gather``'s indices clamped, so that no input (the tuner's random ones)
+  makes an embedding lookup read out of bounds;
 * :func:`channel_window_as_slices`: LRN's window over channels as slices that fuse into one kernel;
 * :func:`fold_explicit_pads`: a zero ``Pad`` node in front of a convolution into its padding;
 * :func:`whole_window_pools_as_reductions`: a pooling whose one window holds its whole input (an
@@ -27,6 +29,7 @@ says so (:mod:`.guard`).
 
 from .channels_last import channels_last_convolutions
 from .fold_scale_shift import fold_scale_shift
+from .gathers import clamped_gathers
 from .guard import SKIPPED_PASSES_ATTR, failure_reason, never_failing, skipped_passes
 from .inference import drop_inference_noops
 from .lrn import channel_window_as_slices
@@ -40,6 +43,7 @@ from .winograd import winograd_convolutions
 __all__ = [
     "SKIPPED_PASSES_ATTR",
     "chain_stacked_reductions",
+    "clamped_gathers",
     "channel_window_as_slices",
     "channels_last_convolutions",
     "channels_last_epilogues",
