@@ -202,7 +202,7 @@ def test_the_int8_peak_is_measured_with_the_hosts_dot_product_and_beats_fp32_whe
     # One core, in turn, fastest of five each: the suite's other worker holds a core at times, and a
     # probe on both cores runs at the pace of the one it shares (on a Zen 3 under the suite, int8 read
     # 157 GOPS against fp32's 181, where the quiet peaks are 297 and 205)
-    one_core = Target({**cpu_target.export(), "num-cores": 1})
+    one_core = host_target(num_cores=1)
     int8 = fp32 = 0.0
     for _ in range(5):
         dot_peak_gops.cache_clear()
