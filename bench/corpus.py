@@ -13,7 +13,7 @@ Exporting needs torch and transformers (the ``corpus`` extra), which the tuning 
 reads them from ``--exports DIR``. Each graph is tuned with ``TuningRun.tune`` (as ``ms-heron
 tune-model --time-budget`` does), its output checked (fp32: within 1e-4 of ONNX Runtime's, relative
 to the output's range; int8: within one quantization step of the exact reference,
-``ms_heron.baselines.reference_outputs``, or no further from it than ONNX Runtime's outputs), and the
+``ms_heron.report.baselines.reference_outputs``, or no further from it than ONNX Runtime's outputs), and the
 compiled model and ONNX Runtime are timed in turn in one fresh process. Usage (repository root, nothing else running):
 
     /path/to/corpus-venv/bin/python bench/corpus.py --export exports
@@ -38,8 +38,8 @@ import numpy as np
 import onnx
 import results_io
 
-from ms_heron.baselines import max_abs_diff, output_step, quantized
 from ms_heron.hardware.targets import host_cpu_model, host_target
+from ms_heron.report.baselines import max_abs_diff, output_step, quantized
 from ms_heron.testing import classics, models
 from ms_heron.testing.models import OnnxModel
 
@@ -115,9 +115,9 @@ def _output_bound(model: OnnxModel, expected: list[np.ndarray], onnxruntime: lis
 def tune_one(name: str, exports: pathlib.Path, budget_s: float, work_root: pathlib.Path, out: pathlib.Path) -> dict:
     """Tune ``name`` for ``budget_s``, check its outputs, export the compiled model for timing."""
     # pylint: disable=import-outside-toplevel
-    from ms_heron.baselines import onnxruntime_session, reference_outputs
     from ms_heron.relax import run_model
     from ms_heron.relax.passes import skipped_passes
+    from ms_heron.report.baselines import onnxruntime_session, reference_outputs
     from ms_heron.tuning.run import RunSpec, TuningRun
 
     model = graph(name, exports)

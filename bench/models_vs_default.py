@@ -81,8 +81,10 @@ def time_exported(
     minute (a neighbour's load); timed one after the other, that drift would land on one of them."""
     import tvm  # pylint: disable=import-outside-toplevel
 
+    from ms_heron.relax import run_model, time_model  # pylint: disable=import-outside-toplevel
+
     # pylint: disable-next=import-outside-toplevel
-    from ms_heron.baselines import (
+    from ms_heron.report.baselines import (
         max_abs_diff,
         median_seconds,
         medians_in_turn,
@@ -92,7 +94,6 @@ def time_exported(
         quantized,
         reference_outputs,
     )
-    from ms_heron.relax import run_model, time_model  # pylint: disable=import-outside-toplevel
 
     threads = num_cores(host_target())
     rows = {}
@@ -177,7 +178,8 @@ def main() -> None:
         f"Geometric mean ms_heron / MetaSchedule default: **{results_io.geomean(ratios):.2f}x** "
         f"({sum(x >= 1.0 for x in ratios)} of {len(ratios)} models >= 1.0x).",
     ]
-    from ms_heron.relax import TaskTime, task_table, timing_note  # pylint: disable=import-outside-toplevel
+    from ms_heron.relax import TaskTime
+    from ms_heron.report import task_table, timing_note  # pylint: disable=import-outside-toplevel
 
     for name, r in data.items():
         arms = {arm: [TaskTime(**t) for t in times] for arm, times in r["per task"].items()}

@@ -244,7 +244,8 @@ def _reference_distance(r: dict) -> str:
 
 
 def _markdown(data: dict, budget: str) -> list[str]:
-    from ms_heron.relax import TaskTime, task_table, timing_note  # pylint: disable=import-outside-toplevel
+    from ms_heron.relax import TaskTime
+    from ms_heron.report import task_table, timing_note  # pylint: disable=import-outside-toplevel
 
     lines = [
         f"# Whole networks, {budget} of tuning per arm, {num_cores(host_target())} cores",

@@ -27,16 +27,16 @@ from collections.abc import Callable
 import results_io
 
 from ms_heron import workloads
-from ms_heron.baselines import (
+from ms_heron.hardware.peak import fma_peak_gops, int8_peak
+from ms_heron.hardware.targets import ISA_MCPU, TargetError, host_target, narrowed, num_cores
+from ms_heron.records import record_seconds
+from ms_heron.report.baselines import (
     median_seconds,
     medians_in_turn,
     numpy_matmul,
     onnxruntime_matmul_integer,
     onnxruntime_operator,
 )
-from ms_heron.hardware.peak import fma_peak_gops, int8_peak
-from ms_heron.hardware.targets import ISA_MCPU, TargetError, host_target, narrowed, num_cores
-from ms_heron.records import record_seconds
 from ms_heron.tuning import RunSpec, Search, TuningRun
 from ms_heron.workloads.evaluate import build, run_and_check, time_lib
 

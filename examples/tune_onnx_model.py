@@ -16,9 +16,9 @@ import tempfile
 
 import numpy as np
 
-from ms_heron.baselines import onnxruntime_model
 from ms_heron.hardware.targets import host_target, num_cores
 from ms_heron.relax import compile_model, from_onnx, run_model, time_model
+from ms_heron.report.baselines import onnxruntime_model
 from ms_heron.testing import models
 from ms_heron.tuning import tune_model
 

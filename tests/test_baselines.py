@@ -3,7 +3,7 @@
 import pytest
 
 from ms_heron import workloads
-from ms_heron.baselines import onnxruntime_operator_seconds
+from ms_heron.report.baselines import onnxruntime_operator_seconds
 
 
 @pytest.mark.parametrize(

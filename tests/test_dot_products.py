@@ -22,7 +22,6 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.target import Target
 
 from ms_heron import HeronSearch, HeronSpace, workloads
-from ms_heron.baselines import reference_outputs
 from ms_heron.hardware.dot_products import (
     DOT_PRODUCTS,
     NARROW_WEIGHT,
@@ -45,6 +44,7 @@ from ms_heron.hardware.targets import (
 )
 from ms_heron.intrinsics import TVM_VNNI_INTRIN, ensure_registered
 from ms_heron.relax import compile_model, extract_tasks, from_onnx, lower_for_tuning, run_model
+from ms_heron.report.baselines import reference_outputs
 from ms_heron.rules import MultiLevelTiling, Tensorize
 from ms_heron.schedule.annotations import NARROW_WEIGHTS
 from ms_heron.schedule.operand_layout import widen_activation

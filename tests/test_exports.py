@@ -17,11 +17,11 @@ from onnx import TensorProto, helper
 from tvm import relax
 
 from ms_heron import report
-from ms_heron.baselines import onnxruntime_model
 from ms_heron.records import record_seconds
 from ms_heron.relax import ModelError, extract_tasks, from_onnx, lower_for_tuning, run_model
 from ms_heron.relax import passes as heron_passes
 from ms_heron.relax.passes import skipped_passes
+from ms_heron.report.baselines import onnxruntime_model
 from ms_heron.testing import classics, corpus
 from ms_heron.testing.models import OnnxModel
 from ms_heron.tuning.run import RunSpec, TuningRun

@@ -15,11 +15,11 @@ from rule_helpers import finished, schedule_steps
 from tvm.relax.frontend import nn
 from tvm.s_tir import meta_schedule as ms
 
-from ms_heron.baselines import onnxruntime_model, reference_outputs
 from ms_heron.hardware.targets import has_avx_vnni, has_vnni, host_target
 from ms_heron.records import confirmed_seconds, open_database, record_seconds
 from ms_heron.relax import ModelError, bind_params, compile_model, extract_tasks, from_onnx, lower_for_tuning, run_model
 from ms_heron.relax.passes.winograd import padded_rows
+from ms_heron.report.baselines import onnxruntime_model, reference_outputs
 from ms_heron.space import design_spaces
 from ms_heron.testing import models
 from ms_heron.tuning import static_shape_tuning_pipeline, tune_model, tune_pass

@@ -29,13 +29,13 @@ def add_parser(sub, shared: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     # pylint: disable=import-outside-toplevel
-    from ..baselines import (
+    from ..hardware.peak import fma_peak_gops, int8_peak
+    from ..report.baselines import (
         BaselineUnavailable,
         onnxruntime_int8_saturates,
         onnxruntime_matmul_integer_seconds,
         onnxruntime_operator_seconds,
     )
-    from ..hardware.peak import fma_peak_gops, int8_peak
     from ..tuning.run import RunSpec, TuningRun
     from ..workloads.evaluate import build, run_and_check, time_lib
 

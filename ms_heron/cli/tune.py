@@ -12,7 +12,8 @@ import time
 from .. import workloads
 from ..hardware.dot_products import native_dtype, require_dot_product
 from ..hardware.targets import cpu_name, parse_target, runs_here
-from ..tuning.run import TRIALS_PER_ROUND, RunSpec, TuningRun, summary_rows
+from ..report.tables import summary_rows
+from ..tuning.run import TRIALS_PER_ROUND, RunSpec, TuningRun
 from ..tuning.setup import Search
 from ..workloads import Workload, load_kernel
 from .common import (

@@ -91,9 +91,10 @@ def run(args: argparse.Namespace) -> int:
     import numpy as np
     from tvm.s_tir import meta_schedule as ms
 
-    from ..baselines import BaselineUnavailable, max_abs_diff, onnxruntime_model, reference_outputs
-    from ..relax import run_model, task_table, time_model
+    from ..relax import run_model, time_model
     from ..relax.passes import skipped_passes
+    from ..report.baselines import BaselineUnavailable, max_abs_diff, onnxruntime_model, reference_outputs
+    from ..report.tables import task_table
 
     started = time.monotonic()  # the budget counts the model's import and lowering too
     path = Path(args.model)
@@ -185,7 +186,7 @@ def _check_outputs(outputs, expected, reference: str) -> None:
 
 def _saturates(model) -> bool:
     """Whether ONNX Runtime runs ``model`` on u8 x s8 kernels that saturate on this host."""
-    from ..baselines import onnxruntime_int8_saturates, quantized  # pylint: disable=import-outside-toplevel
+    from ..report.baselines import onnxruntime_int8_saturates, quantized  # pylint: disable=import-outside-toplevel
 
     return quantized(model) and onnxruntime_int8_saturates()
 

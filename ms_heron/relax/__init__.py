@@ -13,7 +13,7 @@ from .lowering import (
     run_model,
     time_model,
 )
-from .tasks import TaskTime, extract_tasks, task_table, task_times, timing_note, untuned_tasks
+from .tasks import TaskTime, extract_tasks, task_times, untuned_tasks
 
 __all__ = [
     "ModelError",
@@ -26,9 +26,7 @@ __all__ = [
     "lower_for_tuning",
     "require_static_shapes",
     "run_model",
-    "task_table",
     "task_times",
     "time_model",
-    "timing_note",
     "untuned_tasks",
 ]

@@ -219,33 +219,6 @@ class Progress:
         return ops / self.best_seconds / 1e9 if self.best_seconds < math.inf else 0.0
 
 
-def summary_rows(
-    states: list[Progress], ops: float | None, peak: tuple[str, float] | None = None
-) -> dict[str, list[str]]:
-    """The comparison the console table and report.md both show: row name -> one cell per search.
-    ``ops`` None: a model run, whose best is the estimated model latency; ``peak``: the unit whose
-    measured peak the kernel is held against ("AVX2", "AMX", "FMA", ...) and that peak in GOPS."""
-    found = [s.best_seconds < math.inf for s in states]
-    rows = {
-        "best latency" if ops is not None else "estimated model latency": [
-            f"{s.best_seconds * 1e3:.4f} ms" if ok else "no valid record" for s, ok in zip(states, found)
-        ],
-    }
-    if ops is not None:
-        rows["GOPS"] = [f"{s.best_gops(ops):.1f}" if ok else "-" for s, ok in zip(states, found)]
-    if peak and ops is not None:
-        unit, gops = peak
-        rows[f"% of measured {unit} peak"] = [
-            f"{s.best_gops(ops) / gops:.0%}" if ok else "-" for s, ok in zip(states, found)
-        ]
-    rows["trials"] = [str(s.trials) for s in states]
-    rows["valid share"] = [f"{s.valid / max(s.trials, 1):.0%}" for s in states]
-    rows["tuning time"] = [f"{s.elapsed_s:.0f} s" for s in states]
-    if len(states) == 2 and all(found):
-        rows["speed-up"] = [f"{states[1].best_seconds / states[0].best_seconds:.2f}x", ""]
-    return rows
-
-
 class TuningRun:
     """One work dir. ``TuningRun.create(...)`` starts or resumes; ``TuningRun.open(dir)`` reads one."""
 

@@ -6,12 +6,12 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from .constraints import derive
-from .intrinsics import ensure_registered
-from .relax import task_table
-from .relax.passes import skipped_passes
-from .space import design_spaces
-from .tuning.run import Progress, TuningRun, summary_rows
+from ..constraints import derive
+from ..intrinsics import ensure_registered
+from ..relax.passes import skipped_passes
+from ..space import design_spaces
+from ..tuning.run import Progress, TuningRun
+from .tables import summary_rows, task_table
 
 REPORT_FILE = "report.md"
 CURVE_FILE = "tuning_curve.png"

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from .errors import HeronError
+from ..errors import HeronError
 
 
 class BaselineUnavailable(HeronError, RuntimeError):
@@ -107,8 +107,8 @@ def onnxruntime_int8_saturates() -> bool:
     they multiply with ``vpmaddubsw``, which clamps each pair of products to s16 (255 x 127 x 2 does
     not fit), so its int8 results are fast but not exact there."""
     # pylint: disable-next=import-outside-toplevel
-    from .hardware.dot_products import dot_product
-    from .hardware.targets import host_target  # pylint: disable=import-outside-toplevel
+    from ..hardware.dot_products import dot_product
+    from ..hardware.targets import host_target  # pylint: disable=import-outside-toplevel
 
     dot = dot_product(host_target())
     return dot is None or dot.form != "vpdpbusd"
