@@ -129,7 +129,7 @@ def test_decision_model_ranks_only_once_it_can_score_every_design_space():
     ranking = Ranking([["a"], ["b"], []], seed=0, cost_model=ms.cost_model.XGBModel(num_tuning_cores=1))
     rows = {name: [{name: rng.choice([1, 2, 4, 8])} for _ in range(12)] for name in "ab"}
     ranking.decision_models[0].fit(rows["a"], [r["a"] / 8 for r in rows["a"]])
-    mixed = [Program(0, {"a": 8}), Program(1, {"b": 8}), Program(2, {})]
+    mixed = [Program(space=0, values={"a": 8}), Program(space=1, values={"b": 8}), Program(space=2, values={})]
     assert ranking.ranking_model() == FEATURES and ranking.predict(DECISIONS, mixed, None) is None
 
     ranking.decision_models[1].fit(rows["b"], [1 / r["b"] for r in rows["b"]])
@@ -178,7 +178,13 @@ def test_first_round_measures_every_design_space(cpu_target):
     (before, the one program could lose every pick to the nine spaces' samples)."""
     from ms_heron.search.genetic import Program, untried_spaces_first  # pylint: disable=import-outside-toplevel
 
-    ranked = [Program(1, {"a": 1}), Program(1, {"a": 2}), Program(2, {"b": 1}), Program(0, {}), Program(2, {"b": 2})]
+    ranked = [
+        Program(space=1, values={"a": 1}),
+        Program(space=1, values={"a": 2}),
+        Program(space=2, values={"b": 1}),
+        Program(space=0, values={}),
+        Program(space=2, values={"b": 2}),
+    ]
 
     def keys(programs, indices):
         return [p.key for p in programs] == [ranked[i].key for i in indices]
@@ -187,7 +193,7 @@ def test_first_round_measures_every_design_space(cpu_target):
     assert keys(lead, (0, 3)) and keys(rest, (1, 2, 4))
     # A space's analytical choices, the first also ranked: the first leads, the second follows the
     # other untried spaces' leaders; each listed once.
-    preferred = {1: [Program(1, {"a": 2}), Program(1, {"a": 3})]}
+    preferred = {1: [Program(space=1, values={"a": 2}), Program(space=1, values={"a": 3})]}
     lead, rest = untried_spaces_first(ranked, tried={2}, preferred=preferred)
     assert keys(lead[:2], (1, 3)) and lead[2].key == preferred[1][1].key and len(lead) == 3
     assert keys(rest, (0, 2, 4))

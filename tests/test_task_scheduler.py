@@ -15,9 +15,9 @@ from ms_heron.tuning import tune_model
 
 def test_next_round_goes_to_the_most_latency_above_the_bound_and_a_task_at_its_bound_stops():
     tasks = [
-        TaskProgress("t", calls=1, bound_s=1e-3, best_s=1.05e-3, rounds=3),  # at 95% of its bound
-        TaskProgress("t", calls=4, bound_s=1e-4, best_s=4e-4, rounds=1),  # 4 calls x 0.3 ms above its bound
-        TaskProgress("t", calls=1, bound_s=2e-4, best_s=1e-3, rounds=2, stale=2),  # 0.8 ms above, stuck twice
+        TaskProgress(name="t", calls=1, bound_s=1e-3, best_s=1.05e-3, rounds=3),  # at 95% of its bound
+        TaskProgress(name="t", calls=4, bound_s=1e-4, best_s=4e-4, rounds=1),  # 4 calls x 0.3 ms above its bound
+        TaskProgress(name="t", calls=1, bound_s=2e-4, best_s=1e-3, rounds=2, stale=2),  # 0.8 ms above, stuck twice
     ]
     assert at_bound(tasks, 0.9) == [0]
     assert next_round(tasks, [1, 2], discount=0.5) == 1  # 1.2 ms vs 0.8 ms x 0.25
@@ -25,13 +25,13 @@ def test_next_round_goes_to_the_most_latency_above_the_bound_and_a_task_at_its_b
     tasks[1].best_s = 1.5e-4  # improved: 0.2 ms above; the stuck task now has more to win
     assert next_round(tasks, [1, 2], discount=1.0) == 2
     # Never-measured tasks go first, the largest (calls x bound) first; nothing live: tuning ends.
-    fresh = [TaskProgress("t", calls=1, bound_s=1e-3), TaskProgress("t", calls=6, bound_s=5e-4)]
+    fresh = [TaskProgress(name="t", calls=1, bound_s=1e-3), TaskProgress(name="t", calls=6, bound_s=5e-4)]
     assert next_round([*tasks, *fresh], [1, 3, 4], discount=0.5) == 4
     assert next_round(tasks, [], discount=0.5) == -1
 
 
 def test_a_task_never_valid_yields_once_it_failed_and_measured_tasks_are_not_at_their_bound():
-    failed = TaskProgress("t", calls=1, bound_s=1e-4, rounds=1, stale=1)
+    failed = TaskProgress(name="t", calls=1, bound_s=1e-4, rounds=1, stale=1)
     assert failed.share_of_bound() == 0.0 and at_bound([failed], 0.9) == []
     assert failed.gain(0.5) == pytest.approx(0.5 * (10 * 1e-4 - 1e-4))
 

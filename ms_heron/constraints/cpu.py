@@ -63,7 +63,10 @@ def _add_parallel(model: ConstraintModel, loop: Loop | None, cores: int, name: s
     model.cp.Add(jobs >= need)
     model.add(
         Constraint(
-            f"{name}: parallel jobs >= {need}", "parallel", lambda v, n=name, k=need: v[n] >= k, performance=True
+            name=f"{name}: parallel jobs >= {need}",
+            kind="parallel",
+            holds=lambda v, n=name, k=need: v[n] >= k,
+            performance=True,
         )
     )
 
@@ -74,15 +77,17 @@ def _add_vector(model: ConstraintModel, loop: Loop | None, options, name: str) -
         return
     lanes, limit = extent[0], options.max_vector_extent
     model.cp.Add(lanes <= limit)
-    model.add(Constraint(f"{name}: vector lanes <= {limit}", "vector", lambda v, n=name, k=limit: v[n] <= k))
+    model.add(
+        Constraint(name=f"{name}: vector lanes <= {limit}", kind="vector", holds=lambda v, n=name, k=limit: v[n] <= k)
+    )
     if options.power_of_two_lanes:
         powers = [1 << i for i in range(max(1, limit).bit_length())]
         model.cp.AddLinearExpressionInDomain(lanes, cp_model.Domain.FromValues(powers))
         model.add(
             Constraint(
-                f"{name}: vector lanes a power of two",
-                "vector",
-                lambda v, n=name: v[n] & (v[n] - 1) == 0,
+                name=f"{name}: vector lanes a power of two",
+                kind="vector",
+                holds=lambda v, n=name: v[n] & (v[n] - 1) == 0,
                 performance=True,
             )
         )
@@ -166,9 +171,9 @@ def _add_registers(model, block, block_name: str, micro: list, target) -> list[_
         model.cp.Add(vectors * width == lane_bytes)
         model.add(
             Constraint(
-                f"{name}: NR lanes fill whole {width}-byte vectors",
-                "register",
-                lambda v, lanes=tuple(lanes), w=width: _value(v, lanes) % w == 0,
+                name=f"{name}: NR lanes fill whole {width}-byte vectors",
+                kind="register",
+                holds=lambda v, lanes=tuple(lanes), w=width: _value(v, lanes) % w == 0,
                 performance=True,
             )
         )
@@ -180,13 +185,17 @@ def _add_registers(model, block, block_name: str, micro: list, target) -> list[_
     model.derived[name] = used
     model.add(
         Constraint(
-            f"{name}: accumulators + operand vectors <= {registers} vector registers",
-            "register",
-            lambda v, n=name, k=registers: v[n] <= k,
+            name=f"{name}: accumulators + operand vectors <= {registers} vector registers",
+            kind="register",
+            holds=lambda v, n=name, k=registers: v[n] <= k,
             performance=True,
         )
     )
-    return [] if intrinsic else [_Latency(name, accumulators, tuple(rows), tuple(lanes), width)]
+    return (
+        []
+        if intrinsic
+        else [_Latency(name=name, accumulators=accumulators, rows=tuple(rows), lanes=tuple(lanes), width=width)]
+    )
 
 
 def _add_load_objectives(model, name: str, mr, vectors, accumulators, lanes: int, registers: int) -> None:
@@ -207,7 +216,7 @@ def _minimize_excess(model, stage: ObjectiveStage, name: str, amount, upper: int
     model.maximize(stage, [(excess, -1)])
 
 
-@dataclass(frozen=True)
+@dataclass(kw_only=True, frozen=True)
 class _Latency:
     """BLIS's ``MR x NR / lanes >= N_vfma x L_vfma`` for one register tile: enough independent
     accumulators that an FMA issues on every port every cycle (fewer leave the units waiting on the
@@ -233,9 +242,9 @@ class _Latency:
 
         model.add(
             Constraint(
-                f"{self.name}: accumulators >= {need} (FMA latency x FMA ports)",
-                "register",
-                lambda v, c=count, k=need: c(v) >= k,
+                name=f"{self.name}: accumulators >= {need} (FMA latency x FMA ports)",
+                kind="register",
+                holds=lambda v, c=count, k=need: c(v) >= k,
                 performance=True,
             )
         )
@@ -274,7 +283,13 @@ def _read_windows(model, block, block_name: str, inside: list, scope: str) -> li
         if dims is None:
             return []
         model.product_of_dims(name, dims)
-        footprint = Footprint(name, str(region.source.name), scope, dtype_bytes(region.source.dtype), block_name)
+        footprint = Footprint(
+            variable=name,
+            buffer=str(region.source.name),
+            scope=scope,
+            dtype_bytes=dtype_bytes(region.source.dtype),
+            block=block_name,
+        )
         windows.append((footprint, math.prod(upper for _, upper, _ in dims)))
     return windows
 

@@ -46,7 +46,7 @@ def derive(space: Schedule, target: Target, options: ConstraintOptions = Constra
     trace = space.trace.simplified(remove_postproc=True)
     if is_metaschedule_space(trace):
         options = options.validity_only()
-    state = Walk(space, trace, target, options)
+    state = Walk(space=space, trace=trace, target=target, options=options)
     for inst in trace.insts:
         kind = inst.kind.name
         handler = ANNOTATIONS.get(str(inst.attrs[0])) if kind == "Annotate" else INSTRUCTIONS.get(kind)

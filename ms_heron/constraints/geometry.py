@@ -103,12 +103,12 @@ def on_compute_at(walk: Walk, inst) -> None:
     model.product_of_dims(name, dims)
     model.footprints.append(
         Footprint(
-            name,
-            str(buffer.name),
-            str(buffer.scope()),
-            dtype_bytes(buffer.dtype),
-            anchor.block,
-            block_name(space, stage_rv),
+            variable=name,
+            buffer=str(buffer.name),
+            scope=str(buffer.scope()),
+            dtype_bytes=dtype_bytes(buffer.dtype),
+            block=anchor.block,
+            stage=block_name(space, stage_rv),
         )
     )
 
@@ -242,6 +242,9 @@ def add_summed_bytes(
         name = label.format(block=block, buffers=" + ".join(fp.buffer for fp in fps), limit=limit)
         model.add(
             Constraint(
-                name, kind, lambda v, t=terms, k=limit: sum(v[n] * b for n, b in t) <= k, performance=performance
+                name=name,
+                kind=kind,
+                holds=lambda v, t=terms, k=limit: sum(v[n] * b for n, b in t) <= k,
+                performance=performance,
             )
         )

@@ -64,9 +64,9 @@ def _add_threads(model: ConstraintModel, kernels: dict, limits: GpuLimits) -> No
         model.cp.Add(threads <= cap)
         model.add(
             Constraint(
-                f"{name}: {' x '.join(kernel.threads)}{f' x {lanes} lanes' if lanes > 1 else ''} <= {cap}",
-                "threads",
-                lambda v, n=name, k=cap: v[n] <= k,
+                name=f"{name}: {' x '.join(kernel.threads)}{f' x {lanes} lanes' if lanes > 1 else ''} <= {cap}",
+                kind="threads",
+                holds=lambda v, n=name, k=cap: v[n] <= k,
             )
         )
 
@@ -98,8 +98,8 @@ def _add_fetch_vectors(model: ConstraintModel, fetch_vectors: dict) -> None:
         model.cp.AddMultiplicationEquality(model.vars[elements], [width, count])
         model.add(
             Constraint(
-                f"vector load of {fp.buffer}: width divides its {elements}",
-                "vector",
-                lambda v, c=choice, w=widths, n=elements: v[n] % w[v[c]] == 0,
+                name=f"vector load of {fp.buffer}: width divides its {elements}",
+                kind="vector",
+                holds=lambda v, c=choice, w=widths, n=elements: v[n] % w[v[c]] == 0,
             )
         )

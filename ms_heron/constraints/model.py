@@ -49,7 +49,7 @@ BLOCKING_STAGES: dict[Blocking, tuple[ObjectiveStage, ...]] = {
 MAX_BOUND = (1 << 62) - 1
 
 
-@dataclass(frozen=True)
+@dataclass(kw_only=True, frozen=True)
 class Decision:
     """One sampling instruction of the trace and the primary variables that decide it."""
 
@@ -81,7 +81,7 @@ class Decision:
         return {self.variables[0]: value}
 
 
-@dataclass(frozen=True)
+@dataclass(kw_only=True, frozen=True)
 class Constraint:
     """One condition on a design space's values, named for messages and checkable in Python
     (the soundness tests and replay's repair check evaluate ``holds``; CP-SAT gets its own form)."""
@@ -93,7 +93,7 @@ class Constraint:
     performance: bool = False
 
 
-@dataclass(frozen=True)
+@dataclass(kw_only=True, frozen=True)
 class Footprint:
     """A cache / scratchpad buffer's size in elements, as the derived variable ``variable``."""
 

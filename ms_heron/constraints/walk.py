@@ -21,7 +21,7 @@ from ..schedule.analysis import feeds_tensorized
 from .model import Constraint, ConstraintModel, Decision, divisors
 
 
-@dataclass(frozen=True)
+@dataclass(kw_only=True, frozen=True)
 class ConstraintOptions:
     """Which performance constraints to add (validity constraints are always added)."""
 
@@ -42,7 +42,7 @@ class ConstraintOptions:
         return dataclasses.replace(self, parallel_jobs=False, cache_capacity=False, power_of_two_lanes=False)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Loop:
     """A loop of the trace: the block and iterator it tiles, and the factors of its extent."""
 
@@ -64,7 +64,7 @@ class Kernel:
     warp_lanes: bool = False
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Walk:
     """What the walk knows so far; every handler reads and extends it."""
 
@@ -116,7 +116,7 @@ def on_get_loops(walk: Walk, inst) -> None:
         if known is not None and pos >= len(outs) - len(known):
             walk.loops[rv] = known[pos - (len(outs) - len(known))]
         else:
-            walk.loops[rv] = Loop(name, pos, ())
+            walk.loops[rv] = Loop(block=name, iter_index=pos, factors=())
 
 
 def on_sample_perfect_tile(walk: Walk, inst) -> None:
@@ -128,7 +128,7 @@ def on_sample_perfect_tile(walk: Walk, inst) -> None:
         model.new_var(name, divisors(extent))
     for rv, name in zip(inst.outputs, names):
         walk.sampled[rv] = name
-    decision = Decision(inst, "tile", tuple(names), extent=extent)
+    decision = Decision(inst=inst, kind="tile", variables=tuple(names), extent=extent)
     model.add_decision(decision)
     _add_split(model, decision, max_inner)
 
@@ -147,10 +147,12 @@ def on_sample_compute_location(walk: Walk, inst) -> None:
 
 def on_split(walk: Walk, inst) -> None:
     ins = list(inst.inputs)
-    parent = walk.loops.get(ins[0], Loop(None, None, ()))
+    parent = walk.loops.get(ins[0], Loop(block=None, iter_index=None, factors=()))
     for rv, factor in zip(inst.outputs, ins[1:]):
         term = walk.sampled.get(factor, int(factor) if isinstance(factor, (int, tirx.IntImm)) else None)
-        walk.loops[rv] = Loop(parent.block, parent.iter_index, (term,) if term is not None else ())
+        walk.loops[rv] = Loop(
+            block=parent.block, iter_index=parent.iter_index, factors=(term,) if term is not None else ()
+        )
 
 
 def on_reorder(walk: Walk, inst) -> None:
@@ -160,10 +162,12 @@ def on_reorder(walk: Walk, inst) -> None:
 
 
 def on_fuse(walk: Walk, inst) -> None:
-    parts = [walk.loops.get(rv, Loop(None, None, ())) for rv in inst.inputs]
+    parts = [walk.loops.get(rv, Loop(block=None, iter_index=None, factors=())) for rv in inst.inputs]
     known = all(p.factors for p in parts)
     factors = tuple(f for p in parts for f in p.factors) if known else ()
-    walk.loops[inst.outputs[0]] = Loop(parts[0].block, None, factors, tuple(c for p in parts for c in p.constituents()))
+    walk.loops[inst.outputs[0]] = Loop(
+        block=parts[0].block, iter_index=None, factors=factors, parts=tuple(c for p in parts for c in p.constituents())
+    )
 
 
 HANDLERS = {
@@ -185,8 +189,12 @@ HANDLERS = {
 def _add_categorical(model: ConstraintModel, inst, kind: str, cands: tuple, name: str) -> None:
     """One variable: the index of the chosen candidate."""
     model.new_var(name, lo=0, hi=len(cands) - 1)
-    model.add_decision(Decision(inst, kind, (name,), candidates=cands))
-    model.add(Constraint(f"{name} in candidates {cands}", "candidates", lambda v, n=name, k=len(cands): 0 <= v[n] < k))
+    model.add_decision(Decision(inst=inst, kind=kind, variables=(name,), candidates=cands))
+    model.add(
+        Constraint(
+            name=f"{name} in candidates {cands}", kind="candidates", holds=lambda v, n=name, k=len(cands): 0 <= v[n] < k
+        )
+    )
 
 
 def _location_candidates(space: Schedule, block: str | None) -> tuple[int, ...]:
@@ -229,13 +237,17 @@ def _add_split(model: ConstraintModel, decision: Decision, max_inner: int) -> No
     label = " * ".join(names)
     model.add(
         Constraint(
-            f"split {label} == {extent}", "split", lambda v, ns=names, e=extent: math.prod(v[n] for n in ns) == e
+            name=f"split {label} == {extent}",
+            kind="split",
+            holds=lambda v, ns=names, e=extent: math.prod(v[n] for n in ns) == e,
         )
     )
     if max_inner > 0:
         model.cp.Add(model.vars[names[-1]] <= max_inner)
         model.add(
             Constraint(
-                f"split innermost {names[-1]} <= {max_inner}", "split", lambda v, n=names[-1], m=max_inner: v[n] <= m
+                name=f"split innermost {names[-1]} <= {max_inner}",
+                kind="split",
+                holds=lambda v, n=names[-1], m=max_inner: v[n] <= m,
             )
         )

@@ -69,7 +69,7 @@ def bytes_multiply_exactly(weights: np.ndarray, axis: int | None) -> bool:
     )
 
 
-@dataclass(frozen=True)
+@dataclass(kw_only=True, frozen=True)
 class DotProduct:
     """One x86 integer dot product: ``lanes`` s32 sums of ``reduction`` u8 x s8 products per step.
 

@@ -285,7 +285,7 @@ def _caches_from_env() -> dict[str, int]:
     return sizes
 
 
-@dataclass(frozen=True)
+@dataclass(kw_only=True, frozen=True)
 class GpuLimits:
     """The per-block limits that bound a GPU kernel's schedule."""
 

@@ -21,7 +21,7 @@ def extract_tasks(lowered: IRModule, target: Target) -> list[ms.ExtractedTask]:
     return list(ms.relax_integration.extract_tasks(lowered, target))
 
 
-@dataclass(frozen=True)
+@dataclass(kw_only=True, frozen=True)
 class TaskTime:
     """One fused kernel of a model: how often the model calls it, its best measured time and how many
     candidates were measured for it (the task scheduler shares the trials unevenly)."""
@@ -60,13 +60,13 @@ def task_times(
         record, seconds = chosen_record(database, mod, confirmed)
         out.append(
             TaskTime(
-                task.task_name,
-                float(task.weight),
-                seconds,
-                _space_kind(record),
-                len(top_records(database, mod, _ALL)),
-                bound_seconds(mod, target),
-                record is not None and record_key(record) in confirmed,
+                name=task.task_name,
+                calls=float(task.weight),
+                seconds=seconds,
+                space=_space_kind(record),
+                trials=len(top_records(database, mod, _ALL)),
+                bound_s=bound_seconds(mod, target),
+                confirmed=record is not None and record_key(record) in confirmed,
             )
         )
     return out

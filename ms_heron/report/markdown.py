@@ -17,7 +17,7 @@ REPORT_FILE = "report.md"
 CURVE_FILE = "tuning_curve.png"
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Arm:
     """One search's results in a work dir: its records in measured order and its round log."""
 
@@ -28,7 +28,7 @@ class Arm:
 
     @staticmethod
     def of(label: str, run: TuningRun) -> Arm:
-        return Arm(label, run, run.seconds(), run.progress())
+        return Arm(label=label, run=run, seconds=run.seconds(), rounds=run.progress())
 
     def best_so_far_gops(self, ops: float) -> list[float]:
         out, best = [], math.inf

@@ -25,7 +25,7 @@ from .analysis import block_realize, is_layout_free, param_index
 from .annotations import LAYOUT_REWRITE_PREPROC, UNROLL_TILE, WIDENED
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Operand:
     """One buffer access of the block, matched against the intrinsic's access to the same role."""
 
@@ -143,7 +143,11 @@ def match_operands(sch: Schedule, block: SBlockRV, desc, tensorize_info) -> list
         region, read_index = candidates[0]
         operands.append(
             Operand(
-                region.source, read_index, [rng.min for rng in region.region], tile_vars, [int(s) for s in buf.shape]
+                buffer=region.source,
+                read_index=read_index,
+                indices=[rng.min for rng in region.region],
+                tile_vars=tile_vars,
+                tile_shape=[int(s) for s in buf.shape],
             )
         )
     return operands

@@ -72,7 +72,7 @@ BUILD_TIMEOUT = "LocalBuilder: Timeout"
 logger = logging.getLogger(__name__)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class RoundStats:
     """What one round did; logged through MetaSchedule's task logger and kept in ``HeronSearch.stats``."""
 
@@ -240,7 +240,7 @@ class HeronSearch(PySearchStrategy):
             solved = list(pool.map(Solver.analytical, self.solvers))
         choices = {}
         for space, picks in enumerate(solved):
-            programs = unique([Program(space, values) for values in picks.values()])
+            programs = unique([Program(space=space, values=values) for values in picks.values()])
             if programs:
                 choices[space] = programs
         return choices
@@ -321,7 +321,7 @@ class HeronSearch(PySearchStrategy):
                 for donated in self.donors.for_task(sig, self.context.task_name, self.transfer):
                     values = project(solver, donated)
                     if values is not None:
-                        out.append(Program(space, values))
+                        out.append(Program(space=space, values=values))
         out = unique(out)[: self.transfer]
         if out:
             self.logger.info("HeronSearch: round 0 starts with %d programs projected from tasks tuned before", len(out))
@@ -348,7 +348,7 @@ class HeronSearch(PySearchStrategy):
                 values = values_from_trace(model, trace, record.trace)
                 if values is None:
                     continue
-                program = Program(space, values)
+                program = Program(space=space, values=values)
                 self.measured[program.key] = record_seconds(record.run_secs)
                 ok = self.measured[program.key] < float("inf")
                 if self._build([program]):
@@ -426,11 +426,11 @@ class HeronSearch(PySearchStrategy):
             with self._timed("replay"):
                 drawn = native_sample(model, self.traces[space], self.mod, self.rng.randrange(1 << 30))
             if drawn is not None and not model.violations(drawn):
-                out.append(Program(space, drawn))
+                out.append(Program(space=space, values=drawn))
                 continue
             try:
                 with self._timed("solver"):
-                    out.append(Program(space, self.solvers[space].complete({}, hints=drawn)))
+                    out.append(Program(space=space, values=self.solvers[space].complete({}, hints=drawn)))
             except Infeasible:
                 continue
         self.now.sampled += len(out)
@@ -478,7 +478,7 @@ class HeronSearch(PySearchStrategy):
 
     def _elite(self) -> list[Program]:
         done = sorted((s, k) for k, s in self.measured.items() if s < float("inf"))
-        return [Program(k[0], dict(k[1])) for _, k in done[: self.elite]]
+        return [Program(space=k[0], values=dict(k[1])) for _, k in done[: self.elite]]
 
     def _crossover(self, a: Program, b: Program) -> Program | None:
         keys = choose_keys(self.models[a.space].primary, self.ranking.importance(a.space), self.key_ratio, self.rng)

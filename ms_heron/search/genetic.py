@@ -16,7 +16,7 @@ import numpy as np
 from ..constraints import Infeasible, Solver
 
 
-@dataclass(eq=False)
+@dataclass(kw_only=True, eq=False)
 class Program:
     """One point of the search: a design space and a CP-SAT solution of its constraint model."""
 
@@ -128,6 +128,6 @@ def crossover(a: Program, b: Program, keys: list[str], solver: Solver, rng: rand
     fixed = {k: parent[k] for k in keys if k != free}
     hints = {n: v for n, v in parent.items() if n != free}
     try:
-        return Program(a.space, solver.complete(fixed, hints=hints))
+        return Program(space=a.space, values=solver.complete(fixed, hints=hints))
     except Infeasible:
         return None

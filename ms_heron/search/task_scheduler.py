@@ -31,7 +31,7 @@ from ..records import best_seconds, record_seconds
 from ..schedule.options import check
 
 
-@dataclass
+@dataclass(kw_only=True)
 class TaskProgress:
     """What the scheduler knows of one task."""
 
@@ -121,7 +121,9 @@ def next_round(tasks: Sequence[TaskProgress], live: Sequence[int], discount: flo
 def _start(record, database) -> TaskProgress:
     """A task's call count, bound, and best record so far (a resumed work dir's)."""
     mod = record.ctx.mod
-    task = TaskProgress(record.ctx.task_name, float(record.task_weight), bound_seconds(mod, record.ctx.target))
+    task = TaskProgress(
+        name=record.ctx.task_name, calls=float(record.task_weight), bound_s=bound_seconds(mod, record.ctx.target)
+    )
     if database is not None:
         task.best_s = best_seconds(database, mod)
     return task

@@ -112,7 +112,7 @@ def tune_func(
         )
 
 
-@dataclass
+@dataclass(kw_only=True)
 class TuningRound:
     """Where tuning stands after one measured round of one task (a kernel run has one task)."""
 
@@ -161,14 +161,14 @@ class _ReportRounds(PyMeasureCallback):
         self.best[name] = min([self.best[name], *seconds])
         self.on_round(
             TuningRound(
-                name,
-                self.trials,
-                self.max_trials,
-                len(seconds),
-                sum(s < float("inf") for s in seconds),
-                dict(self.best),
-                self.weights,
-                time.monotonic() - self.started,
+                task=name,
+                trials=self.trials,
+                max_trials=self.max_trials,
+                measured=len(seconds),
+                valid=sum(s < float("inf") for s in seconds),
+                best_seconds=dict(self.best),
+                weights=self.weights,
+                elapsed_s=time.monotonic() - self.started,
             )
         )
 

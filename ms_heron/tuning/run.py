@@ -86,7 +86,7 @@ class RunError(HeronError, ValueError):
     """A work dir that cannot hold this run; the message names the fix."""
 
 
-@dataclass(frozen=True)
+@dataclass(kw_only=True, frozen=True)
 class RunSpec:
     """What a work dir tunes, as stored in its run file: enough to rebuild the task(s) alone."""
 
@@ -111,7 +111,13 @@ class RunSpec:
     def of(workload: Workload, target: Target, seed: int) -> RunSpec:
         kernel = workload.func.script() if workload.family == KERNEL else ""
         return RunSpec(
-            workload.family, dict(workload.shape), workload.dtype, target_json(target), seed, kernel, workload.label
+            family=workload.family,
+            shape=dict(workload.shape),
+            dtype=workload.dtype,
+            target=target_json(target),
+            seed=seed,
+            kernel=kernel,
+            label=workload.label,
         )
 
     @staticmethod
@@ -126,11 +132,11 @@ class RunSpec:
         path = Path(path).resolve()
         shapes = {name: [int(d) for d in dims] for name, dims in input_shapes.items()}
         return RunSpec(
-            MODEL,
-            {},
-            "",
-            target_json(target),
-            seed,
+            family=MODEL,
+            shape={},
+            dtype="",
+            target=target_json(target),
+            seed=seed,
             label=path.stem,
             model=str(path),
             model_sha256=_sha256(path),
@@ -158,11 +164,11 @@ class RunSpec:
         if not (Path(work_dir) / name).exists():
             (Path(work_dir) / name).write_text(text)
         return RunSpec(
-            MODEL,
-            {},
-            "",
-            target_json(target),
-            seed,
+            family=MODEL,
+            shape={},
+            dtype="",
+            target=target_json(target),
+            seed=seed,
             label=label,
             model=name,
             model_sha256=digest,
@@ -198,7 +204,7 @@ class RunSpec:
         return f"{self.family} {dims} {self.dtype}"
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Progress:
     """The state after a measured round, as written to ``progress.jsonl``."""
 
@@ -372,14 +378,14 @@ class TuningRun:
         rows = json_lines(self.work_dir / PROGRESS_FILE)
         return [
             Progress(
-                r["trials"],
-                r["valid"],
-                float(r["best_seconds"]),
-                r["elapsed_s"],
-                r.get("task", ""),
-                float(r.get("task_seconds", math.inf)),
-                r.get("search_s_per_round", 0.0),
-                r.get("confirmed", False),
+                trials=r["trials"],
+                valid=r["valid"],
+                best_seconds=float(r["best_seconds"]),
+                elapsed_s=r["elapsed_s"],
+                task=r.get("task", ""),
+                task_seconds=float(r.get("task_seconds", math.inf)),
+                search_s_per_round=r.get("search_s_per_round", 0.0),
+                confirmed=r.get("confirmed", False),
             )
             for r in rows
         ]
@@ -392,8 +398,10 @@ class TuningRun:
         elapsed = rows[-1].elapsed_s if rows else 0.0
         if self.is_model:
             best = sum(t.calls * t.seconds for t in self.task_times()) if secs else math.inf
-            return Progress(len(secs), len(valid), best, elapsed)
-        return Progress(len(secs), len(valid), min(valid, default=math.inf), elapsed)
+            return Progress(trials=len(secs), valid=len(valid), best_seconds=best, elapsed_s=elapsed)
+        return Progress(
+            trials=len(secs), valid=len(valid), best_seconds=min(valid, default=math.inf), elapsed_s=elapsed
+        )
 
     # -- tuning -------------------------------------------------------------------------------
 
@@ -439,19 +447,32 @@ class TuningRun:
         self.work_dir.mkdir(parents=True, exist_ok=True)
         with _work_dir_lock(self.work_dir):
             return self._tune(
-                trials,
-                search,
-                time_budget_s,
-                on_round,
-                per_round,
-                stop,
-                runner,
-                space,
-                strategy,
-                say or (lambda _: None),
+                trials=trials,
+                search=search,
+                time_budget_s=time_budget_s,
+                on_round=on_round,
+                per_round=per_round,
+                stop=stop,
+                runner=runner,
+                space=space,
+                strategy=strategy,
+                say=say or (lambda _: None),
             )
 
-    def _tune(self, trials, search, time_budget_s, on_round, per_round, stop, runner, space, strategy, say) -> Progress:
+    def _tune(
+        self,
+        *,
+        trials: int,
+        search: Search,
+        time_budget_s: float | None,
+        on_round: Callable[[Progress], None] | None,
+        per_round: int,
+        stop: Callable[[], bool] | None,
+        runner: ms.runner.Runner | None,
+        space: HeronSpace | None,
+        strategy: Any,
+        say: Callable[[str], None],
+    ) -> Progress:
         before = self.state()
         todo = trials - before.trials
         if todo <= 0:
@@ -460,7 +481,9 @@ class TuningRun:
         if before.trials:
             say(f"resuming from {before.trials} records in {self.work_dir}")
         started = time.monotonic()
-        current = Progress(before.trials, before.valid, before.best_seconds, before.elapsed_s)
+        current = Progress(
+            trials=before.trials, valid=before.valid, best_seconds=before.best_seconds, elapsed_s=before.elapsed_s
+        )
 
         space, strategy = search_parts(search, space, strategy)
         watched = WatchedSearch(strategy, stop=stop)

@@ -53,7 +53,15 @@ def _workload(family, dtype, shape, tensors, ops, inputs, reference, dot: DotPro
     func = te.create_prim_func(list(tensors))
     int8 = dtype == "int8"
     workload = Workload(
-        family, dtype, dict(shape), func, int(ops), inputs, reference, output, tile=tuple(tile) if int8 else None
+        family=family,
+        dtype=dtype,
+        shape=dict(shape),
+        func=func,
+        ops=int(ops),
+        _make_inputs=inputs,
+        _reference=reference,
+        _output=output,
+        tile=tuple(tile) if int8 else None,
     )
     return _check_int8_shape(workload, tile) if int8 else workload
 

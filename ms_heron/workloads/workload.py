@@ -24,7 +24,7 @@ class WorkloadError(HeronError, ValueError):
     """A workload, case, dtype or shape that does not exist or cannot be built; names the fix."""
 
 
-@dataclass(frozen=True)
+@dataclass(kw_only=True, frozen=True)
 class Workload:
     """One operator instance: the PrimFunc to tune and what is needed to check and rate it."""
 
@@ -106,14 +106,14 @@ def from_func(func: tirx.PrimFunc, name: str = "kernel") -> Workload:
     dtypes = {dtype for _, dtype in inputs}
     form = "int8" if dtypes & {"int8", "uint8"} else "fp16" if "float16" in dtypes else "fp32"
     return Workload(
-        KERNEL,
-        form,
-        {},
-        func,
-        int(analysis.estimate_tir_flops(mod)),
-        lambda g: [random_array(g, shape, dtype) for shape, dtype in inputs],
-        lambda *xs: run([*xs, np.zeros(output[0], output[1])])[-1],
-        output,
+        family=KERNEL,
+        dtype=form,
+        shape={},
+        func=func,
+        ops=int(analysis.estimate_tir_flops(mod)),
+        _make_inputs=lambda g: [random_array(g, shape, dtype) for shape, dtype in inputs],
+        _reference=lambda *xs: run([*xs, np.zeros(output[0], output[1])])[-1],
+        _output=output,
         label=name,
     )
 
