@@ -1,14 +1,15 @@
 """Tune a kernel or a whole model with MetaSchedule and Heron, and fetch the best.
 
-:func:`tune_func` and :func:`tune_model` are ``ms.tune_tir`` and ``tune_relax`` with the set-up of
-:mod:`.setup`; :func:`tune_pass` and :func:`static_shape_tuning_pipeline` put the same tuning in a
-Relax pipeline; :func:`best_schedule` gives a clear error when the database holds no valid record.
+:func:`tune_tasks` is the one call into MetaSchedule's task loop, with the set-up of :mod:`.setup`:
+a kernel is one task (:func:`tune_func`), a model its fused kernels (:func:`tune_model`).
+:func:`tune_pass` and :func:`static_shape_tuning_pipeline` put the same tuning in a Relax pipeline;
+:func:`best_schedule` gives a clear error when the database holds no valid record.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,7 +18,9 @@ from tvm import IRModule, relax
 from tvm.ir.utils import derived_object
 from tvm.s_tir import Schedule
 from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.meta_schedule.logging import get_loggers_from_work_dir
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
+from tvm.s_tir.meta_schedule.utils import fork_seed
 from tvm.target import Target
 
 from ..errors import HeronError
@@ -25,7 +28,7 @@ from ..hardware.dot_products import require_dot_product
 from ..hardware.targets import cpu_name
 from ..intrinsics import ensure_registered
 from ..records import best_seconds, disk_errors_surface, result_seconds, was_run
-from ..relax import bind_params, lower_for_tuning
+from ..relax import bind_params, extract_tasks, lower_for_tuning
 from ..search.task_scheduler import ExpectedGain
 from ..workloads import Workload, WorkloadError
 from .setup import Search, prepare, search_parts
@@ -42,8 +45,13 @@ def tune_workload(
     max_trials: int,
     **tune_kwargs: Any,
 ) -> ms.Database:
-    """:func:`tune_func` on a suite workload, refusing first an int8 one the target has no dot product
-    for, or whose weight is packed for another CPU's."""
+    """:func:`tune_func` on a suite workload, refusing first one the target cannot run (:func:`workload_task`)."""
+    return tune_tasks([workload_task(workload, target)], target, work_dir, max_trials, **_kernel_options(tune_kwargs))
+
+
+def workload_task(workload: Workload, target: Target) -> Task:
+    """A workload as a kernel run's one task; an int8 one the target has no dot product for, or
+    whose weight is packed for another CPU's, is refused here, with the fix."""
     if workload.dtype == "int8":
         dot = require_dot_product(target)
         if workload.tile not in (None, dot.tile):
@@ -53,7 +61,7 @@ def tune_workload(
                 f"int8 dot product ({dot.isa}) reads {dot.lanes} x {dot.reduction}; build it for the target: "
                 "workloads.make(..., target=target) or workloads.case(..., target=target)"
             )
-    return tune_func(workload.func, target, work_dir, max_trials, **tune_kwargs)
+    return kernel_task(workload.func)
 
 
 def tune_func(
@@ -61,54 +69,123 @@ def tune_func(
     target: Target,
     work_dir: str,
     max_trials: int,
+    **options: Any,
+) -> ms.Database:
+    """``ms.tune_tir`` on any PrimFunc into a JSONDatabase under ``work_dir``: :func:`tune_tasks` on
+    the one task."""
+    return tune_tasks([kernel_task(func)], target, work_dir, max_trials, **_kernel_options(options))
+
+
+def _kernel_options(options: dict) -> dict:
+    """A kernel alone is timed with warm operands, as ``ms.tune_tir`` times it, 64 candidates a round."""
+    return {"cold": False, "num_trials_per_iter": 64, **options}
+
+
+@dataclass(frozen=True)
+class Task:
+    """One kernel to tune: a model's fused function, called ``weight`` times per model run, or a kernel alone."""
+
+    name: str
+    mod: IRModule
+    weight: float = 1.0
+
+
+def kernel_task(func: tvm.tirx.PrimFunc) -> Task:
+    """A kernel alone as the one task of a run, named as ``ms.tune_tir`` names it."""
+    return Task("main", IRModule({"main": func}))
+
+
+def model_tasks(lowered: IRModule, target: Target) -> list[Task]:
+    """A lowered model's tasks: one per distinct fused function, weighted by its calls."""
+    return [Task(t.task_name, t.dispatched[0], float(t.weight)) for t in extract_tasks(lowered, target)]
+
+
+def tune_tasks(
+    tasks: Sequence[Task],
+    target: Target,
+    work_dir: str,
+    max_trials: int,
     *,
+    cold: bool,
     search: Search = "heron",
     space: Any = None,
     strategy: Any = None,
-    num_trials_per_iter: int = 64,
+    task_scheduler: Any = None,
+    max_trials_per_task: int | None = None,
+    num_trials_per_iter: int = 16,
     seed: int | None = None,
     on_round: Callable[[TuningRound], None] | None = None,
     time_budget_s: float | None = None,
-    **tune_tir_kwargs: Any,
+    reserve_s: Callable[[], float] | None = None,
+    **tune_kwargs: Any,
 ) -> ms.Database:
-    """``ms.tune_tir`` on any PrimFunc into a JSONDatabase under ``work_dir``, with the set-up above.
+    """The one call into MetaSchedule's task loop (``tune_tasks``, under ``ms.tune_tir`` and
+    ``tune_relax`` alike), for a kernel and for a model: ``max_trials`` in total over ``tasks``,
+    records to a JSONDatabase in ``work_dir`` (running again adds trials; HeronSearch starts from
+    the records there), with the set-up of :mod:`.setup`.
 
     Parameters
     ----------
+    cold
+        Time candidates with their weights out of cache, as a model's kernels run
+        (:func:`ms_heron.tuning.measure.evaluator_config`).
     search
         HeronSpace + HeronSearch, or MetaSchedule's default search (:data:`Search`).
     space, strategy
         Replace the search's own space generator or strategy.
+    task_scheduler
+        Shares the trials out over the tasks and ends a task at its bound: by default ExpectedGain
+        for ``search`` "heron", MetaSchedule's "gradient" for "metaschedule".
     on_round
         Called after every measured round, once its records are stored.
     time_budget_s
-        No round starts, and no candidate is measured, once that much wall-clock time has passed
-        (the first round always runs).
-    tune_tir_kwargs
-        Passed to ``ms.tune_tir``; a ``runner`` (e.g. :meth:`ms_heron.tuning.measure.Tracker.runner`)
-        measures elsewhere.
+        No round starts, and no candidate is measured, once that much wall-clock time has passed;
+        each task's first round always runs.
+    reserve_s
+        Keeps that many seconds of the budget free for what follows (asked as tuning goes).
+    tune_kwargs
+        Passed to MetaSchedule's ``tune_tasks``; a ``runner`` (e.g.
+        :meth:`ms_heron.tuning.measure.Tracker.runner`) measures elsewhere.
     """
     space, strategy = search_parts(search, space, strategy)
+    if task_scheduler is None:
+        task_scheduler = ExpectedGain() if search == "heron" else "gradient"
     strategy = prepare(
         target,
         work_dir,
-        tune_tir_kwargs,
+        tune_kwargs,
         strategy,
         time_budget_s=time_budget_s,
-        cold=False,
+        cold=cold,
         callbacks=_reporter(on_round, max_trials),
+        reserve_s=reserve_s,
     )
-    with disk_errors_surface(tune_tir_kwargs["measure_callbacks"]):
-        return ms.tune_tir(
-            func,
-            target,
-            work_dir,
+    names = [t.name for t in tasks]
+    contexts = [
+        ms.TuneContext(
+            mod=task.mod,
+            target=target,
+            space_generator=space,
+            search_strategy=strategy,
+            task_name=task.name,
+            logger=logger,
+            rand_state=rand_state,
+            num_threads="physical",
+        ).clone()
+        for task, logger, rand_state in zip(
+            tasks, get_loggers_from_work_dir(work_dir, names), fork_seed(seed, n=len(tasks))
+        )
+    ]
+    with disk_errors_surface(tune_kwargs["measure_callbacks"]):
+        return ms.tune.tune_tasks(
+            tasks=contexts,
+            task_weights=[t.weight for t in tasks],
+            work_dir=work_dir,
             max_trials_global=max_trials,
+            max_trials_per_task=max_trials_per_task,
             num_trials_per_iter=num_trials_per_iter,
-            space=space,
-            strategy=strategy,
-            seed=seed,
-            **tune_tir_kwargs,
+            task_scheduler=task_scheduler,
+            **tune_kwargs,
         )
 
 
@@ -185,64 +262,24 @@ def tune_model(
     work_dir: str,
     max_trials: int,
     *,
-    search: Search = "heron",
-    space: Any = None,
-    strategy: Any = None,
-    task_scheduler: Any = None,
-    max_trials_per_task: int | None = None,
-    num_trials_per_iter: int = 16,
-    seed: int | None = None,
-    on_round: Callable[[TuningRound], None] | None = None,
-    time_budget_s: float | None = None,
     exact_math: bool = False,
     lower: bool = True,
-    reserve_s: Callable[[], float] | None = None,
-    **tune_kwargs: Any,
+    **options: Any,
 ) -> ms.Database:
-    """Tune every task of the model; ``max_trials`` in total, shared out by ``task_scheduler``
-    (``search`` "heron": ExpectedGain, "metaschedule": MetaSchedule's "gradient"); ``space`` and
-    ``strategy`` replace the search's own, as in :func:`tune_func`. Records go to a JSONDatabase in
-    ``work_dir``; running
-    again on the same ``work_dir`` adds trials, and HeronSearch starts from the records there.
+    """Tune every task of the model: :func:`tune_tasks` over its fused kernels, timed cold, with
+    ``max_trials`` in total shared out by the task scheduler.
 
-    ``on_round`` is called after every measured round; ``time_budget_s`` ends tuning once that much
-    wall-clock time has passed, model lowering included, after each task's first round.
-    ``exact_math`` keeps exact exp/erf/tanh (see :func:`ms_heron.relax.lower_for_tuning`); compile
-    with the same value. On the CPU, candidates are timed with their weights out of cache
-    (:func:`ms_heron.tuning.measure.evaluator_config`), also by a ``runner`` from
-    :meth:`ms_heron.tuning.measure.Tracker.runner` with ``cold=True``. ``lower=False`` tunes ``mod`` as
-    given: a module a Relax pipeline already legalized and fused (:func:`tune_pass`). ``reserve_s``
-    keeps that many seconds of the budget free for what follows (asked as tuning goes).
+    Parameters
+    ----------
+    exact_math
+        Keep exact exp/erf/tanh (see :func:`ms_heron.relax.lower_for_tuning`); compile with the same value.
+    lower
+        False tunes ``mod`` as given: a module a Relax pipeline already legalized and fused (:func:`tune_pass`).
+    options
+        Those of :func:`tune_tasks`.
     """
-    space, strategy = search_parts(search, space, strategy)
-    if task_scheduler is None:
-        task_scheduler = ExpectedGain() if search == "heron" else "gradient"
-    strategy = prepare(
-        target,
-        work_dir,
-        tune_kwargs,
-        strategy,
-        time_budget_s=time_budget_s,
-        cold=True,
-        callbacks=_reporter(on_round, max_trials),
-        reserve_s=reserve_s,
-    )
     lowered = lower_for_tuning(mod, params, target, exact_math=exact_math) if lower else bind_params(mod, params)
-    with disk_errors_surface(tune_kwargs["measure_callbacks"]):
-        return ms.relax_integration.tune_relax(
-            lowered,
-            params={},
-            target=target,
-            work_dir=work_dir,
-            max_trials_global=max_trials,
-            max_trials_per_task=max_trials_per_task,
-            num_trials_per_iter=num_trials_per_iter,
-            space=space,
-            strategy=strategy,
-            task_scheduler=task_scheduler,
-            seed=seed,
-            **tune_kwargs,
-        )
+    return tune_tasks(model_tasks(lowered, target), target, work_dir, max_trials, cold=True, **options)
 
 
 def tune_pass(

@@ -60,10 +60,10 @@ from ..records import (
     merge_records,
     records_file,
 )
-from ..relax import TaskTime, bind_params, compile_lowered, extract_tasks, from_onnx, lower_for_tuning, task_times
+from ..relax import TaskTime, bind_params, compile_lowered, from_onnx, lower_for_tuning, task_times
 from ..space import HeronSpace
 from ..workloads import KERNEL, Workload, from_func
-from .api import NoValidRecord, TuningRound, best_schedule, tune_model, tune_workload
+from .api import NoValidRecord, Task, TuningRound, best_schedule, model_tasks, tune_tasks, workload_task
 from .budget import Budget, BudgetedRunner, CandidateCost, WatchedSearch
 from .confirm import chosen_database, confirm_best
 from .setup import Search, measuring, search_parts
@@ -332,6 +332,12 @@ class TuningRun:
         """The model bound, legalized and fused: its fused TIR functions are the tasks."""
         return lower_for_tuning(self.model, None, self.target, exact_math=self.spec.exact_math)
 
+    @functools.cached_property
+    def tasks(self) -> list[Task]:
+        """What this run tunes: a kernel run's one task, a model run's fused kernels (from
+        :attr:`lowered`, extracted once per run object)."""
+        return model_tasks(self.lowered, self.target) if self.is_model else [workload_task(self.workload, self.target)]
+
     def compile(self, database: ms.Database | None = None):
         """The model compiled with this run's chosen kernels (or ``database``'s best), from :attr:`lowered`."""
         return compile_lowered(self.chosen_database() if database is None else database, self.lowered, self.target)
@@ -350,14 +356,14 @@ class TuningRun:
         """The fastest valid schedule of the kernel, or of the model task named ``task``."""
         if not self.is_model:
             return best_schedule(self.database(), self.workload, self.target)
-        tasks = {t.task_name: t for t in extract_tasks(self.lowered, self.target)}
+        tasks = {t.name: t for t in self.tasks}
         if task not in tasks:
             raise RunError(
                 f"name a task of {self.spec.describe()}: {', '.join(tasks)}"
                 if not task
                 else f"{self.spec.describe()} has no task {task!r}; its tasks: {', '.join(tasks)}"
             )
-        func = tasks[task].dispatched[0]["main"]
+        func = tasks[task].mod["main"]
         sch = ms.tir_integration.compile_tir(self.chosen_database(), func, self.target)
         if sch is None:
             raise NoValidRecord(f"no valid tuning record for task {task} yet; tune longer (more --trials)")
@@ -496,7 +502,18 @@ class TuningRun:
             if on_round is not None:
                 on_round(current)
 
+        cut_torn_line(self.work_dir / PROGRESS_FILE)  # before this run appends to it
+        tasks = self.tasks  # a model's lowering counts in the budget, as the rest of set-up does
+        left_s = None if time_budget_s is None else max(0.0, time_budget_s - (time.monotonic() - started))
+        # built here, so that a model's confirmation measures with the same ones
+        builder, runner = measuring(self.target, cold=self.is_model, time_budget_s=left_s, runner=runner)
+        cost = CandidateCost()
+
+        def confirm_reserve_s() -> float:  # a measured candidate's cost per record timed again
+            return len(tasks) * CHOICE_TOP_K * cost.seconds() if self.is_model else 0.0
+
         def round_measured(r: TuningRound) -> None:
+            cost.add_round(r.elapsed_s, r.trials)
             current.trials += r.measured
             current.valid += r.valid
             current.best_seconds = r.model_seconds()
@@ -504,58 +521,28 @@ class TuningRun:
                 current.task, current.task_seconds = r.task, r.best_seconds[r.task]
             round_ended()
 
-        cut_torn_line(self.work_dir / PROGRESS_FILE)  # before this run appends to it
-        options = {"search": search, "space": space, "seed": self.spec.seed, "time_budget_s": time_budget_s}
-        if runner is not None:
-            options["runner"] = runner
-        if self.is_model:
-            lowered = self.lowered  # once per run object: the task table and compile read the same module
-            if time_budget_s is not None:  # the budget counts the lowering, as it counts the rest of set-up
-                options["time_budget_s"] = max(0.0, time_budget_s - (time.monotonic() - started))
-            # built here, not in tune_model, so that the confirmation measures with the same ones
-            options["builder"], options["runner"] = measuring(
-                self.target, cold=True, time_budget_s=options["time_budget_s"], runner=runner
-            )
-            tasks, cost = 0, CandidateCost()
-
-            def confirm_reserve_s() -> float:  # a measured candidate's cost per record timed again
-                return tasks * CHOICE_TOP_K * cost.seconds()
-
-            def counted_round(r: TuningRound) -> None:
-                nonlocal tasks
-                tasks = len(r.weights)
-                cost.add_round(r.elapsed_s, r.trials)
-                round_measured(r)
-
-            database = tune_model(
-                lowered,
-                None,
-                self.target,
-                str(self.work_dir),
-                todo,
-                num_trials_per_iter=per_round,
-                strategy=watched,
-                on_round=counted_round,
-                lower=False,
-                reserve_s=confirm_reserve_s,
-                **options,
-            )
-            if stop is None or not stop():
-                self._confirm(database, lowered, options["builder"], options["runner"], say)
-                current.best_seconds, current.confirmed = self.state().best_seconds, True
-                current.task, current.task_seconds = "", math.inf
-                round_ended()
-        else:
-            tune_workload(
-                self.workload,
-                self.target,
-                str(self.work_dir),
-                todo,
-                num_trials_per_iter=min(per_round, todo),
-                strategy=watched,
-                on_round=round_measured,
-                **options,
-            )
+        database = tune_tasks(
+            tasks,
+            self.target,
+            str(self.work_dir),
+            todo,
+            cold=self.is_model,
+            search=search,
+            space=space,
+            strategy=watched,
+            seed=self.spec.seed,
+            num_trials_per_iter=min(per_round, todo),
+            on_round=round_measured,
+            time_budget_s=left_s,
+            reserve_s=confirm_reserve_s,
+            builder=builder,
+            runner=runner,
+        )
+        if self.is_model and (stop is None or not stop()):
+            self._confirm(database, self.lowered, builder, runner, say)
+            current.best_seconds, current.confirmed = self.state().best_seconds, True
+            current.task, current.task_seconds = "", math.inf
+            round_ended()
         return self.state()
 
     def confirm(self) -> None:
