@@ -30,7 +30,7 @@ from ms_heron.hardware.peak import dot_peak_gops, fma_peak_gops
 from ms_heron.hardware.targets import host_target
 from ms_heron.records import open_database
 from ms_heron.report.baselines import medians_in_turn
-from ms_heron.tuning.api import best_schedule
+from ms_heron.tuning import best_schedule
 from ms_heron.workloads.evaluate import build, run_and_check, time_lib
 
 REPO = pathlib.Path(__file__).resolve().parents[1]

@@ -94,13 +94,12 @@ def _export_task_kernels(run, database, out: pathlib.Path, arm: str) -> list[dic
     # pylint: disable=import-outside-toplevel
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
-    from ms_heron.relax import extract_tasks
-    from ms_heron.tuning.api import best_schedule
+    from ms_heron.tuning import best_schedule
     from ms_heron.tuning.builder import build_candidate
 
     kernels = []
-    for i, task in enumerate(extract_tasks(run.lowered, run.target)):
-        sch = best_schedule(database, task.dispatched[0]["main"], run.target)
+    for i, task in enumerate(run.tasks):
+        sch = best_schedule(database, task.mod["main"], run.target)
         path = out / f"{arm.replace(' ', '_')}_task{i}.so"
         build_candidate(sch.mod, run.target, None).export_library(str(path))
         args = [a.as_json() for a in ArgInfo.from_entry_func(sch.mod, remove_preproc=True)]

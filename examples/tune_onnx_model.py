@@ -34,8 +34,9 @@ mod = from_onnx(model.proto, model.input_shapes())  # Relax module, weights as c
 work_dir = args.work_dir or tempfile.mkdtemp(prefix="ms_heron_model_")
 
 
-def show(r):
-    print(f"{r.trials:4d}/{r.max_trials} trials, {r.task}: best {r.best_seconds[r.task] * 1e3:.4f} ms")
+def show(p):  # the run's progress after each round; the last, once each task's best kernels were timed again
+    where = f"{p.task}: best {p.task_seconds * 1e3:.4f} ms" if p.task else "best kernels timed again"
+    print(f"{p.trials:4d}/{args.trials} trials, {where}, model ~{p.best_seconds * 1e3:.3f} ms")
 
 
 database = tune_model(mod, None, target, work_dir, args.trials, on_round=show)  # HeronSpace + HeronSearch

@@ -46,6 +46,12 @@ def records_file(work_dir: str | Path) -> Path:
     return Path(work_dir) / DATABASE_FILES[1]
 
 
+def appends_to(database: ms.Database, work_dir: str | Path) -> bool:
+    """Whether ``database`` is ``work_dir``'s own, appending to its records file."""
+    path = getattr(database, "path_tuning_record", None)
+    return path is not None and Path(path).resolve() == records_file(work_dir).resolve()
+
+
 def holds_database(work_dir: str | Path) -> bool:
     """Whether ``work_dir`` holds any file of a MetaSchedule database."""
     return any((Path(work_dir) / name).exists() for name in DATABASE_FILES)

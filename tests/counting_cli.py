@@ -1,7 +1,9 @@
 """``ms-heron`` as a user runs it, counting on the way (a test's probe, not product code): how often a
-model is lowered (``lower_for_tuning``) and how often the one tuning path (``TuningRun.tune``) is
-entered; and at its end, which modules of TVM's intrinsic library it imported (each is seconds of
-TVMScript to parse: a CPU target needs x86's alone). They are printed as the last line of stderr, as JSON."""
+model is lowered (``lower_for_tuning``), its tasks extracted (``extract_tasks``) and its records read
+from the work dir (``first_records``, ``open_database``), and how often the one tuning path
+(``TuningRun.tune``) is entered; and at its end, which modules of TVM's intrinsic library it imported
+(each is seconds of TVMScript to parse: a CPU target needs x86's alone). Run as a script, they are
+printed as the last line of stderr, as JSON; imported, :func:`install` counts in this process."""
 
 import atexit
 import functools
@@ -9,14 +11,17 @@ import json
 import sys
 
 import ms_heron.cli
+import ms_heron.records
 import ms_heron.relax.lowering
+import ms_heron.relax.tasks
+import ms_heron.tuning.api  # noqa: F401  (every module that names the counted functions, imported first)
 from ms_heron.tuning.run import TuningRun
 
-COUNTS = {"lower_for_tuning": 0, "TuningRun.tune": 0}
+COUNTS = {"lower_for_tuning": 0, "extract_tasks": 0, "database reads": 0, "TuningRun.tune": 0}
 INTRINSIC_MODULES = "tvm.s_tir.tensor_intrin."
 
 
-def counted(name, func):
+def _counted(name, func):
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
         COUNTS[name] += 1
@@ -25,17 +30,31 @@ def counted(name, func):
     return wrapper
 
 
-lower = ms_heron.relax.lowering.lower_for_tuning
-for module in [m for n, m in sys.modules.items() if n.startswith("ms_heron")]:
-    if getattr(module, "lower_for_tuning", None) is lower:  # every module that imported it by name
-        module.lower_for_tuning = counted("lower_for_tuning", lower)
-TuningRun.tune = counted("TuningRun.tune", TuningRun.tune)
+def _count_everywhere(name, func) -> None:
+    """Count calls of ``func`` in every ms_heron module that imported it by name, and its own."""
+    counted = _counted(name, func)
+    for module in [m for n, m in list(sys.modules.items()) if n.startswith("ms_heron")]:
+        if getattr(module, func.__name__, None) is func:
+            setattr(module, func.__name__, counted)
 
 
-@atexit.register
+def install() -> dict:
+    """Start counting in this process (once); the counts, updated as calls happen."""
+    if not hasattr(TuningRun.tune, "__wrapped__"):
+        _count_everywhere("lower_for_tuning", ms_heron.relax.lowering.lower_for_tuning)
+        _count_everywhere("extract_tasks", ms_heron.relax.tasks.extract_tasks)
+        _count_everywhere("database reads", ms_heron.records.first_records)
+        _count_everywhere("database reads", ms_heron.records.open_database)
+        TuningRun.tune = _counted("TuningRun.tune", TuningRun.tune)
+    return COUNTS
+
+
 def _print_counts():
     intrinsics = sorted(n.removeprefix(INTRINSIC_MODULES) for n in sys.modules if n.startswith(INTRINSIC_MODULES))
     print(json.dumps({**COUNTS, "intrinsic modules": intrinsics}), file=sys.stderr, flush=True)
 
 
-sys.exit(ms_heron.cli.main(sys.argv[1:]))
+if __name__ == "__main__":
+    install()
+    atexit.register(_print_counts)
+    sys.exit(ms_heron.cli.main(sys.argv[1:]))

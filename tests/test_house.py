@@ -11,6 +11,7 @@ import sys
 import onnx
 
 from ms_heron.testing import models
+from ms_heron.tuning import TuningRun
 
 PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "ms_heron"
 COUNTING_CLI = pathlib.Path(__file__).with_name("counting_cli.py")
@@ -69,9 +70,10 @@ def test_at_most_four_modules_sit_at_the_package_top_besides_init():
 
 
 def test_demo_and_both_tune_commands_take_the_one_tuning_path_and_a_model_is_lowered_once(tmp_path):
-    """Each command enters ``TuningRun.tune`` once; tune-model lowers its model once (tuning, the task
-    table, compiling and the untuned check all use that one lowering) and still matches ONNX Runtime.
-    None of them, all on the CPU, parses an intrinsic of TVM's library but x86's."""
+    """Each command enters ``TuningRun.tune`` once and reads each work dir's records once; tune-model
+    lowers its model and extracts its tasks once (tuning, the task table, compiling and the untuned
+    check all use them) and still matches ONNX Runtime. None of them, all on the CPU, parses an
+    intrinsic of TVM's library but x86's."""
     model = tmp_path / "mlp.onnx"
     onnx.save(models.mlp(batch=4, features=16, hidden=32, out=8).proto, model)
     commands = {
@@ -115,7 +117,8 @@ def test_demo_and_both_tune_commands_take_the_one_tuning_path_and_a_model_is_low
         assert proc.returncode == 0, f"{name}: {err[-3000:]}"
         counts = json.loads(err.strip().splitlines()[-1])
         assert counts["TuningRun.tune"] == 1, (name, counts)
-        assert counts["lower_for_tuning"] == (1 if name == "tune-model" else 0), (name, counts)
+        assert counts["lower_for_tuning"] == counts["extract_tasks"] == (name == "tune-model"), (name, counts)
+        assert counts["database reads"] == 1, (name, counts)
         assert counts["intrinsic modules"] == ["x86"], (name, counts)  # not CUDA's WMMA, ARM's, ...
         if name == "demo":  # tuned, checked, and compared with ONNX Runtime and the peak in the same run
             assert "checked against numpy" in out, out
@@ -128,10 +131,83 @@ def test_demo_and_both_tune_commands_take_the_one_tuning_path_and_a_model_is_low
             assert "outputs checked against ONNX Runtime on a random input: correct" in out, out
 
 
+def test_python_tune_model_is_the_commands_run_locked_recorded_and_choosing_by_confirmed_times(tmp_path):
+    """``tune_model`` + ``compile_model`` from Python and ``ms-heron tune-model`` on one model, seed and
+    trial count: each holds its work dir's lock while it tunes, writes the run file, times each task's
+    best kernels again and compiles the kernel those times choose; each lowers the model, extracts
+    its tasks and reads its records once per run."""
+    model = tmp_path / "mlp.onnx"
+    onnx.save(models.mlp(batch=4, features=16, hidden=32, out=8).proto, model)
+    python = (
+        "import json, os, sys\n"
+        "import counting_cli\n"
+        "counts = counting_cli.install()\n"
+        "from ms_heron.hardware.targets import host_target\n"
+        "from ms_heron.relax import compile_model, from_onnx, run_model\n"
+        "from ms_heron.tuning import RunError, RunSpec, TuningRun, tune_model\n"
+        f"model, work_dir = {str(model)!r}, {str(tmp_path / 'python')!r}\n"
+        "mod, target, refusals = from_onnx(model), host_target(), []\n"
+        "def second_process_refused(progress):  # while the run holds the lock, another tuning is refused\n"
+        "    if refusals:\n"
+        "        return\n"
+        "    try:\n"
+        "        TuningRun.open(work_dir).tune(64)\n"
+        "    except RunError as err:\n"
+        "        refusals.append(f'process {os.getpid()}' in str(err))\n"
+        "database = tune_model(mod, None, target, work_dir, 4, num_trials_per_iter=2, seed=0,\n"
+        "                      on_round=second_process_refused)\n"
+        "tuned = dict(counts)\n"
+        "compile_model(database, mod, None, target)\n"
+        "chosen = {str(r.workload.mod) : str(r.trace) for r in database.get_all_tuning_records()}\n"
+        "print(json.dumps({'tuned': tuned, 'compiled': dict(counts), 'refusals': refusals, 'chosen': len(chosen)}))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", python], capture_output=True, text=True, timeout=600, cwd=COUNTING_CLI.parent
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["refusals"] and all(got["refusals"]), got
+    assert {k: got["tuned"][k] for k in ("lower_for_tuning", "extract_tasks", "database reads", "TuningRun.tune")} == {
+        "lower_for_tuning": 1,
+        "extract_tasks": 1,
+        "database reads": 1,
+        "TuningRun.tune": 2,  # tune_model's, and the one refused
+    }, got
+    assert got["compiled"]["lower_for_tuning"] == 2 and got["compiled"]["database reads"] == 1, got  # compile's own
+    cli = subprocess.run(
+        [
+            sys.executable,
+            COUNTING_CLI,
+            *map(
+                str,
+                ["tune-model", model, "--trials", 4, "--round-size", 2, "--seed", 0, "--work-dir", tmp_path / "cli"],
+            ),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert cli.returncode == 0, cli.stderr[-3000:]
+    for work_dir in (tmp_path / "python", tmp_path / "cli"):
+        run = TuningRun.open(work_dir)
+        assert run.spec.seed == 0 and run.is_model and (work_dir / "ms_heron.lock").is_file()
+        assert run.progress()[-1].confirmed and run.state().trials >= 4
+        times = run.task_times()
+        assert len(times) == got["chosen"] and all(t.confirmed for t in times), times
+
+
 def test_measuring_workers_import_neither_the_search_nor_the_frontend():
     """MetaSchedule's builder and runner workers import ms_heron to unpickle their jobs; the public
     names of ``ms_heron`` and ``ms_heron.tuning`` are imported when first used, not by that."""
-    heavy = ("ortools", "xgboost", "ms_heron.search", "ms_heron.space", "ms_heron.relax", "ms_heron.tuning.api")
+    heavy = (
+        "ortools",
+        "xgboost",
+        "ms_heron.search",
+        "ms_heron.space",
+        "ms_heron.relax",
+        "ms_heron.tuning.api",
+        "ms_heron.tuning.loop",
+    )
     probe = (
         "import sys\n"
         "import ms_heron.tuning.builder, ms_heron.tuning.measure\n"

@@ -7,10 +7,10 @@ import onnx
 import pytest
 
 from ms_heron.hardware.peak import bound_seconds, fma_peak_gops, memory_bandwidth_gbps, share_of_bound
-from ms_heron.relax import from_onnx
+from ms_heron.relax import from_onnx, lower_for_tuning, model_tasks
 from ms_heron.search.task_scheduler import ExpectedGain, TaskProgress, at_bound, next_round
 from ms_heron.testing import models
-from ms_heron.tuning import tune_model
+from ms_heron.tuning import tune_tasks
 
 
 def test_next_round_goes_to_the_most_latency_above_the_bound_and_a_task_at_its_bound_stops():
@@ -75,16 +75,16 @@ def test_a_task_at_its_bound_gets_no_further_round_and_tuning_ends(tmp_path, cpu
     each gets exactly that round and tuning ends far below its trial limit; with none at its bound,
     rounds go on, and each one goes to a task with latency above its bound when the round begins
     (the round itself may take it past the bound)."""
-    mod = _small_model(tmp_path)
+    tasks = model_tasks(lower_for_tuning(_small_model(tmp_path), None, cpu_target), cpu_target)
 
     def rounds_of(scheduler: ExpectedGain, trials: int) -> list:
         rounds = []
-        tune_model(
-            mod,
-            None,
+        tune_tasks(
+            tasks,
             cpu_target,
             str(tmp_path / f"at_bound_{scheduler.at_bound}"),
             trials,
+            cold=True,
             num_trials_per_iter=4,
             seed=0,
             task_scheduler=scheduler,

@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
         onnxruntime_matmul_integer_seconds,
         onnxruntime_operator_seconds,
     )
-    from ..tuning.run import RunSpec, TuningRun
+    from ..tuning.run import TRIALS_PER_ROUND, RunSpec, TuningRun
     from ..workloads.evaluate import build, run_and_check, time_lib
 
     target = parse_target(args.target)
@@ -55,7 +55,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"tuning {args.trials} trials (records and logs in {run.work_dir}) ...", flush=True)
         start = time.perf_counter()
         with Interrupts(run.work_dir) as interrupts:
-            if not tune_arm(run, args.trials, label="ms_heron", interrupts=interrupts, per_round=min(32, args.trials)):
+            if not tune_arm(
+                run, args.trials, label="ms_heron", interrupts=interrupts, per_round=min(TRIALS_PER_ROUND, args.trials)
+            ):
                 return 130
         tuning_s = time.perf_counter() - start
         lib = build(run.best_schedule().mod, target)

@@ -131,7 +131,7 @@ def _tune(
     interrupts: Interrupts,
     measuring,
 ) -> bool:
-    show = _ProgressLine(label, run.workload.ops, trials, run.state().trials, budget_s)
+    show = _ProgressLine(label, run.workload.ops, trials, len(run.seconds()), budget_s)
     try:
         return tune_arm(
             run,

@@ -9,7 +9,7 @@ import re
 import time
 
 from ..hardware.targets import cpu_name, num_cores, parse_target
-from ..tuning.run import RunSpec, TuningRun
+from ..tuning.run import TRIALS_PER_ROUND, RunSpec, TuningRun
 from .common import (
     Interrupts,
     UsageError,
@@ -48,7 +48,12 @@ def add_parser(sub, shared: argparse.ArgumentParser) -> None:
         action="store_true",
         help="keep exact exp/erf/tanh (scalar libm calls) instead of TVM's fast vectorized approximations",
     )
-    model.add_argument("--round-size", type=int, default=16, help="candidates measured per task round (default 16)")
+    model.add_argument(
+        "--round-size",
+        type=int,
+        default=TRIALS_PER_ROUND,
+        help=f"candidates measured per task round (default {TRIALS_PER_ROUND})",
+    )
     add_measure_options(model)
     model.set_defaults(run=run)
 
@@ -110,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
         work_dir, RunSpec.of_model(path, _input_shapes(args.input_shape), target, args.seed, exact_math=args.exact_math)
     )
     output = Path(args.output or work_dir / f"{path.stem}_tuned.so")
-    tasks = [t.name for t in run.task_times()]
+    tasks = [t.name for t in run.tasks]
     print(
         f"ms-heron tune-model: {path.name}, {len(tasks)} tasks, {args.trials} trials on {cpu_name(run.target)}; "
         f"records in {work_dir}"

@@ -13,10 +13,11 @@ from .lowering import (
     run_model,
     time_model,
 )
-from .tasks import TaskTime, extract_tasks, task_times, untuned_tasks
+from .tasks import Task, TaskTime, extract_tasks, model_tasks, task_times, untuned_tasks
 
 __all__ = [
     "ModelError",
+    "Task",
     "TaskTime",
     "bind_params",
     "compile_lowered",
@@ -24,6 +25,7 @@ __all__ = [
     "extract_tasks",
     "from_onnx",
     "lower_for_tuning",
+    "model_tasks",
     "require_static_shapes",
     "run_model",
     "task_times",

@@ -10,7 +10,8 @@ the VNNI intrinsic reads packed) are re-laid out once at compile time, not on ev
 from __future__ import annotations
 
 import warnings
-from typing import Any, Mapping
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import tvm
@@ -40,7 +41,7 @@ from .passes import (
     whole_window_pools_as_reductions,
     winograd_convolutions,
 )
-from .tasks import untuned_tasks
+from .tasks import Task, model_tasks, untuned_tasks
 
 
 class ModelError(HeronError, ValueError):
@@ -184,10 +185,11 @@ def compile_model(
     return compile_lowered(database, lower_for_tuning(mod, params, target, exact_math=exact_math), target)
 
 
-def compile_lowered(database: ms.Database, lowered: IRModule, target: Target):
-    """:func:`compile_model` on a module :func:`lower_for_tuning` already lowered (a tuning run's own)."""
+def compile_lowered(database: ms.Database, lowered: IRModule, target: Target, tasks: Sequence[Task] | None = None):
+    """:func:`compile_model` on a module :func:`lower_for_tuning` already lowered (a tuning run's own,
+    with its ``tasks``, extracted once)."""
     ensure_registered(target)
-    missing = untuned_tasks(database, lowered, target)
+    missing = untuned_tasks(database, model_tasks(lowered, target) if tasks is None else tasks, target)
     if missing:
         warnings.warn(
             f"{len(missing)} task(s) have no tuned schedule and run untuned (slow) kernels: {', '.join(missing)}; "

@@ -4,7 +4,7 @@ far, trials, and the least time each can take here (its bound), as rows and as a
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from tvm import IRModule
@@ -19,6 +19,20 @@ from ..schedule.annotations import is_metaschedule_space
 def extract_tasks(lowered: IRModule, target: Target) -> list[ms.ExtractedTask]:
     """The tuning tasks of a lowered model (one per distinct fused TIR function)."""
     return list(ms.relax_integration.extract_tasks(lowered, target))
+
+
+@dataclass(frozen=True)
+class Task:
+    """One kernel to tune: a model's fused function, called ``weight`` times per model run, or a kernel alone."""
+
+    name: str
+    mod: IRModule
+    weight: float = 1.0
+
+
+def model_tasks(lowered: IRModule, target: Target) -> list[Task]:
+    """A lowered model's tasks: one per distinct fused function, weighted by its calls."""
+    return [Task(t.task_name, t.dispatched[0], float(t.weight)) for t in extract_tasks(lowered, target)]
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -48,20 +62,20 @@ _ALL = 1 << 30
 
 
 def task_times(
-    database: ms.Database, lowered: IRModule, target: Target, confirmed: Mapping[str, float] | None = None
+    database: ms.Database, tasks: Sequence[Task], target: Target, confirmed: Mapping[str, float] | None = None
 ) -> list[TaskTime]:
     """Every task of a lowered model with its call count and the kernel a compiled model runs for it
     (:func:`~ms_heron.records.chosen_record`: the database's best, or the best of those timed again,
     by their ``confirmed`` times)."""
     confirmed = confirmed or {}
     out = []
-    for task in extract_tasks(lowered, target):
-        mod = task.dispatched[0]
+    for task in tasks:
+        mod = task.mod
         record, seconds = chosen_record(database, mod, confirmed)
         out.append(
             TaskTime(
-                name=task.task_name,
-                calls=float(task.weight),
+                name=task.name,
+                calls=task.weight,
                 seconds=seconds,
                 space=_space_kind(record),
                 trials=len(top_records(database, mod, _ALL)),
@@ -78,6 +92,6 @@ def _space_kind(record) -> str:
     return "metaschedule" if is_metaschedule_space(record.trace) else "heron"
 
 
-def untuned_tasks(database: ms.Database, lowered: IRModule, target: Target) -> list[str]:
+def untuned_tasks(database: ms.Database, tasks: Sequence[Task], target: Target) -> list[str]:
     """Tasks without a record that built and ran: they will run their untuned kernel."""
-    return [t.name for t in task_times(database, lowered, target) if t.seconds == math.inf]
+    return [t.name for t in task_times(database, tasks, target) if t.seconds == math.inf]

@@ -1,8 +1,8 @@
 """Tuning: the set-up every call needs (:mod:`.setup`), how candidates are built and measured
-(:mod:`.builder`, :mod:`.measure`) under a wall-clock budget (:mod:`.budget`), the API functions
-(:mod:`.api`), a resumable run in a work dir (:mod:`.run`), the one tune-or-resume path that the
-CLI, the demo and the bench scripts take, and a model run's best kernels timed again at its end
-(:mod:`.confirm`)."""
+(:mod:`.builder`, :mod:`.measure`) under a wall-clock budget (:mod:`.budget`), the one loop every
+tuning call ends in (:mod:`.loop`), a resumable run in a work dir (:mod:`.run`: the path the
+command, the demo, the bench scripts and ``tune_model`` take), the Python entry points
+(:mod:`.api`), and a model run's best kernels timed again at its end (:mod:`.confirm`)."""
 
 from ..lazy import lazy_attributes
 
@@ -10,9 +10,6 @@ from ..lazy import lazy_attributes
 _MODULES = {
     **dict.fromkeys(
         [
-            "TuningRound",
-            "NoValidRecord",
-            "best_schedule",
             "static_shape_tuning_pipeline",
             "tune_func",
             "tune_model",
@@ -21,6 +18,7 @@ _MODULES = {
         ],
         ".api",
     ),
+    **dict.fromkeys(["NoValidRecord", "Task", "TuningRound", "best_schedule", "tune_tasks"], ".loop"),
     **dict.fromkeys(["Progress", "RunError", "RunSpec", "TuningRun", "merge_runs"], ".run"),
     **dict.fromkeys(["Search", "reset_metaschedule_logger", "search_parts"], ".setup"),
 }

@@ -1,41 +1,36 @@
-"""Tune a kernel or a whole model with MetaSchedule and Heron, and fetch the best.
+"""Tune a kernel or a whole model from Python, and put the tuning in a Relax pipeline.
 
-:func:`tune_tasks` is the one call into MetaSchedule's task loop, with the set-up of :mod:`.setup`:
-a kernel is one task (:func:`tune_func`), a model its fused kernels (:func:`tune_model`).
-:func:`tune_pass` and :func:`static_shape_tuning_pipeline` put the same tuning in a Relax pipeline;
-:func:`best_schedule` gives a clear error when the database holds no valid record.
+Thin entry points over the one loop (:mod:`.loop`): :func:`tune_func` and :func:`tune_workload` tune
+a kernel, :func:`tune_model` a model as a :class:`~ms_heron.tuning.run.TuningRun` (as the command
+does), :func:`tune_pass` and :func:`static_shape_tuning_pipeline` the fused kernels of a Relax pipeline.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import tvm
 from tvm import IRModule, relax
-from tvm.ir.utils import derived_object
-from tvm.s_tir import Schedule
 from tvm.s_tir import meta_schedule as ms
-from tvm.s_tir.meta_schedule.logging import get_loggers_from_work_dir
-from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
-from tvm.s_tir.meta_schedule.utils import fork_seed
 from tvm.target import Target
 
-from ..errors import HeronError
-from ..hardware.dot_products import require_dot_product
-from ..hardware.targets import cpu_name
-from ..intrinsics import ensure_registered
-from ..records import best_seconds, disk_errors_surface, result_seconds, was_run
-from ..relax import bind_params, extract_tasks, lower_for_tuning
-from ..search.task_scheduler import ExpectedGain
-from ..workloads import Workload, WorkloadError
-from .setup import Search, prepare, search_parts
+from ..relax import bind_params, model_tasks
+from ..workloads import Workload
+from .loop import NoValidRecord, TuningRound, best_schedule, kernel_task, tune_tasks, workload_task
+from .run import TRIALS_PER_ROUND, Progress, RunSpec, TuningRun
+from .setup import Search
 
-
-class NoValidRecord(HeronError, RuntimeError):
-    """Tuning produced no candidate that built and ran."""
+__all__ = [
+    "NoValidRecord",
+    "TuningRound",
+    "best_schedule",
+    "static_shape_tuning_pipeline",
+    "tune_func",
+    "tune_model",
+    "tune_pass",
+    "tune_workload",
+]
 
 
 def tune_workload(
@@ -49,19 +44,9 @@ def tune_workload(
     return tune_tasks([workload_task(workload, target)], target, work_dir, max_trials, **_kernel_options(tune_kwargs))
 
 
-def workload_task(workload: Workload, target: Target) -> Task:
-    """A workload as a kernel run's one task; an int8 one the target has no dot product for, or
-    whose weight is packed for another CPU's, is refused here, with the fix."""
-    if workload.dtype == "int8":
-        dot = require_dot_product(target)
-        if workload.tile not in (None, dot.tile):
-            lanes, red = workload.tile
-            raise WorkloadError(
-                f"{workload.name}: its weight is packed in {lanes} x {red} tiles, but {cpu_name(target)}'s "
-                f"int8 dot product ({dot.isa}) reads {dot.lanes} x {dot.reduction}; build it for the target: "
-                "workloads.make(..., target=target) or workloads.case(..., target=target)"
-            )
-    return kernel_task(workload.func)
+def _kernel_options(options: dict) -> dict:
+    """A kernel alone is timed with warm operands, as ``ms.tune_tir`` times it."""
+    return {"cold": False, "num_trials_per_iter": TRIALS_PER_ROUND, **options}
 
 
 def tune_func(
@@ -76,185 +61,6 @@ def tune_func(
     return tune_tasks([kernel_task(func)], target, work_dir, max_trials, **_kernel_options(options))
 
 
-def _kernel_options(options: dict) -> dict:
-    """A kernel alone is timed with warm operands, as ``ms.tune_tir`` times it, 64 candidates a round."""
-    return {"cold": False, "num_trials_per_iter": 64, **options}
-
-
-@dataclass(frozen=True)
-class Task:
-    """One kernel to tune: a model's fused function, called ``weight`` times per model run, or a kernel alone."""
-
-    name: str
-    mod: IRModule
-    weight: float = 1.0
-
-
-def kernel_task(func: tvm.tirx.PrimFunc) -> Task:
-    """A kernel alone as the one task of a run, named as ``ms.tune_tir`` names it."""
-    return Task("main", IRModule({"main": func}))
-
-
-def model_tasks(lowered: IRModule, target: Target) -> list[Task]:
-    """A lowered model's tasks: one per distinct fused function, weighted by its calls."""
-    return [Task(t.task_name, t.dispatched[0], float(t.weight)) for t in extract_tasks(lowered, target)]
-
-
-def tune_tasks(
-    tasks: Sequence[Task],
-    target: Target,
-    work_dir: str,
-    max_trials: int,
-    *,
-    cold: bool,
-    search: Search = "heron",
-    space: Any = None,
-    strategy: Any = None,
-    task_scheduler: Any = None,
-    max_trials_per_task: int | None = None,
-    num_trials_per_iter: int = 16,
-    seed: int | None = None,
-    on_round: Callable[[TuningRound], None] | None = None,
-    time_budget_s: float | None = None,
-    reserve_s: Callable[[], float] | None = None,
-    **tune_kwargs: Any,
-) -> ms.Database:
-    """The one call into MetaSchedule's task loop (``tune_tasks``, under ``ms.tune_tir`` and
-    ``tune_relax`` alike), for a kernel and for a model: ``max_trials`` in total over ``tasks``,
-    records to a JSONDatabase in ``work_dir`` (running again adds trials; HeronSearch starts from
-    the records there), with the set-up of :mod:`.setup`.
-
-    Parameters
-    ----------
-    cold
-        Time candidates with their weights out of cache, as a model's kernels run
-        (:func:`ms_heron.tuning.measure.evaluator_config`).
-    search
-        HeronSpace + HeronSearch, or MetaSchedule's default search (:data:`Search`).
-    space, strategy
-        Replace the search's own space generator or strategy.
-    task_scheduler
-        Shares the trials out over the tasks and ends a task at its bound: by default ExpectedGain
-        for ``search`` "heron", MetaSchedule's "gradient" for "metaschedule".
-    on_round
-        Called after every measured round, once its records are stored.
-    time_budget_s
-        No round starts, and no candidate is measured, once that much wall-clock time has passed;
-        each task's first round always runs.
-    reserve_s
-        Keeps that many seconds of the budget free for what follows (asked as tuning goes).
-    tune_kwargs
-        Passed to MetaSchedule's ``tune_tasks``; a ``runner`` (e.g.
-        :meth:`ms_heron.tuning.measure.Tracker.runner`) measures elsewhere.
-    """
-    space, strategy = search_parts(search, space, strategy)
-    if task_scheduler is None:
-        task_scheduler = ExpectedGain() if search == "heron" else "gradient"
-    strategy = prepare(
-        target,
-        work_dir,
-        tune_kwargs,
-        strategy,
-        time_budget_s=time_budget_s,
-        cold=cold,
-        callbacks=_reporter(on_round, max_trials),
-        reserve_s=reserve_s,
-    )
-    names = [t.name for t in tasks]
-    contexts = [
-        ms.TuneContext(
-            mod=task.mod,
-            target=target,
-            space_generator=space,
-            search_strategy=strategy,
-            task_name=task.name,
-            logger=logger,
-            rand_state=rand_state,
-            num_threads="physical",
-        ).clone()
-        for task, logger, rand_state in zip(
-            tasks, get_loggers_from_work_dir(work_dir, names), fork_seed(seed, n=len(tasks))
-        )
-    ]
-    with disk_errors_surface(tune_kwargs["measure_callbacks"]):
-        return ms.tune.tune_tasks(
-            tasks=contexts,
-            task_weights=[t.weight for t in tasks],
-            work_dir=work_dir,
-            max_trials_global=max_trials,
-            max_trials_per_task=max_trials_per_task,
-            num_trials_per_iter=num_trials_per_iter,
-            task_scheduler=task_scheduler,
-            **tune_kwargs,
-        )
-
-
-@dataclass(kw_only=True)
-class TuningRound:
-    """Where tuning stands after one measured round of one task (a kernel run has one task)."""
-
-    task: str
-    trials: int  # measured by this call so far, all tasks
-    max_trials: int
-    measured: int  # candidates in this round
-    valid: int  # of them, the ones that built and ran
-    best_seconds: dict[str, float]  # per task, from the database's records too; inf until one ran
-    weights: dict[str, float]  # how often the model calls each task
-    elapsed_s: float
-
-    def model_seconds(self) -> float:
-        """Estimated latency: tasks' best kernels times their call counts (inf if any is missing); a
-        kernel run's best."""
-        return sum(self.weights[t] * s for t, s in self.best_seconds.items())
-
-
-@derived_object
-class _ReportRounds(PyMeasureCallback):
-    """Measure callback that turns MetaSchedule's per-task rounds into :class:`TuningRound` reports.
-    It follows the callback that stores the round, so a report never counts a record not yet on disk.
-
-    Each task's best starts from the records already in the database, so a resumed run's
-    estimate counts what earlier runs found.
-    """
-
-    def __init__(self, on_round: Callable[[TuningRound], None], max_trials: int, database: ms.Database):
-        self.on_round, self.max_trials, self.database = on_round, max_trials, database
-        self.started, self.trials = time.monotonic(), 0
-        self.best: dict[str, float] = {}
-        self.weights: dict[str, float] = {}
-
-    def _first_round(self, task_scheduler) -> None:
-        for record in task_scheduler.tasks_:
-            self.best[record.ctx.task_name] = best_seconds(self.database, record.ctx.mod)
-            self.weights[record.ctx.task_name] = float(record.task_weight)
-
-    def apply(self, task_scheduler, task_id, _candidates, _builder_results, runner_results) -> None:
-        if not self.best:
-            self._first_round(task_scheduler)
-        name = task_scheduler.tasks_[task_id].ctx.task_name
-        ran = [r for r in runner_results if was_run(r)]
-        self.trials += len(ran)
-        seconds = [result_seconds(r) for r in ran]
-        self.best[name] = min([self.best[name], *seconds])
-        self.on_round(
-            TuningRound(
-                task=name,
-                trials=self.trials,
-                max_trials=self.max_trials,
-                measured=len(seconds),
-                valid=sum(s < float("inf") for s in seconds),
-                best_seconds=dict(self.best),
-                weights=self.weights,
-                elapsed_s=time.monotonic() - self.started,
-            )
-        )
-
-
-def _reporter(on_round: Callable[[TuningRound], None] | None, max_trials: int) -> Callable[[ms.Database], list] | None:
-    """The measure callbacks (given the database) that report rounds to ``on_round``."""
-    return None if on_round is None else (lambda database: [_ReportRounds(on_round, max_trials, database)])
-
-
 def tune_model(
     mod: IRModule,
     params: Mapping[str, Any] | None,
@@ -262,24 +68,51 @@ def tune_model(
     work_dir: str,
     max_trials: int,
     *,
+    search: Search = "heron",
+    space: Any = None,
+    strategy: Any = None,
+    task_scheduler: Any = None,
+    num_trials_per_iter: int = TRIALS_PER_ROUND,
+    seed: int = 0,
+    on_round: Callable[[Progress], None] | None = None,
+    time_budget_s: float | None = None,
+    runner: ms.runner.Runner | None = None,
     exact_math: bool = False,
-    lower: bool = True,
-    **options: Any,
 ) -> ms.Database:
-    """Tune every task of the model: :func:`tune_tasks` over its fused kernels, timed cold, with
-    ``max_trials`` in total shared out by the task scheduler.
+    """Tune every fused kernel of a Relax model as ``ms-heron tune-model`` does: a
+    :class:`~ms_heron.tuning.run.TuningRun` in ``work_dir`` (its lock, run file and progress log),
+    until it holds ``max_trials`` records (a second call on the same work dir resumes), each task's
+    best kernels timed again at the end. Returns the kernel each task runs, for
+    :func:`~ms_heron.relax.compile_model`.
 
     Parameters
     ----------
+    search, space, strategy, task_scheduler
+        The search (:data:`Search`), or parts that replace its own (:func:`.loop.tune_tasks`).
+    num_trials_per_iter
+        Candidates measured per task round.
+    on_round
+        Called with the run's :class:`~ms_heron.tuning.run.Progress` after every measured round.
+    time_budget_s
+        Wall-clock seconds, the model's lowering included.
+    runner
+        Measures elsewhere (:meth:`ms_heron.tuning.measure.Tracker.runner`).
     exact_math
         Keep exact exp/erf/tanh (see :func:`ms_heron.relax.lower_for_tuning`); compile with the same value.
-    lower
-        False tunes ``mod`` as given: a module a Relax pipeline already legalized and fused (:func:`tune_pass`).
-    options
-        Those of :func:`tune_tasks`.
     """
-    lowered = lower_for_tuning(mod, params, target, exact_math=exact_math) if lower else bind_params(mod, params)
-    return tune_tasks(model_tasks(lowered, target), target, work_dir, max_trials, cold=True, **options)
+    run = TuningRun.create(work_dir, RunSpec.of_relax(mod, params, work_dir, target, seed, exact_math=exact_math))
+    run.tune(
+        max_trials,
+        search=search,
+        time_budget_s=time_budget_s,
+        on_round=on_round,
+        per_round=num_trials_per_iter,
+        runner=runner,
+        space=space,
+        strategy=strategy,
+        task_scheduler=task_scheduler,
+    )
+    return run.chosen_database()
 
 
 def tune_pass(
@@ -304,16 +137,15 @@ def tune_pass(
                 "HeronTuneIRMod tunes for the pipeline's target: run it under `with tvm.target.Target(...)`, "
                 "as relax pipelines do"
             )
-        tune_model(
-            mod,
-            params,
+        tune_tasks(
+            model_tasks(bind_params(mod, params), target),
             target,
             work_dir,
             max_trials_global,
+            cold=True,
             max_trials_per_task=max_trials_per_task,
             time_budget_s=time_budget_s,
             search=search,
-            lower=False,
         )
         return mod
 
@@ -351,16 +183,3 @@ def static_shape_tuning_pipeline(
             )(mod)
 
     return pipeline
-
-
-def best_schedule(database: ms.Database, task: Workload | tvm.tirx.PrimFunc, target: Target) -> Schedule:
-    """The database's fastest valid schedule for ``task``, rebuilt with stock MetaSchedule."""
-    ensure_registered(target)
-    func, name = (task.func, task.name) if isinstance(task, Workload) else (task, "the kernel")
-    sch = ms.tir_integration.compile_tir(database, func, target)
-    if sch is None:
-        raise NoValidRecord(
-            f"no valid tuning record for {name} on {target.kind.name}: every candidate failed "
-            "to build or run; see the task log under <work_dir>/logs"
-        )
-    return sch

@@ -19,9 +19,8 @@ from __future__ import annotations
 import math
 import os
 import shutil
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
-from tvm import IRModule
 from tvm.s_tir import meta_schedule as ms
 from tvm.target import Target
 
@@ -35,13 +34,13 @@ from ..records import (
     record_seconds,
     top_records,
 )
-from ..relax.tasks import extract_tasks
+from ..relax.tasks import Task
 
 
 def confirm_best(
     work_dir: str,
     database: ms.Database,
-    lowered: IRModule,
+    tasks: Sequence[Task],
     target: Target,
     *,
     builder: ms.builder.Builder,
@@ -54,8 +53,8 @@ def confirm_best(
     """
     done = confirmed_seconds(work_dir)
     todo = {}  # record key -> the record's candidate (schedule and arguments)
-    for task in extract_tasks(lowered, target):
-        for record in top_records(database, task.dispatched[0], CHOICE_TOP_K):
+    for task in tasks:
+        for record in top_records(database, task.mod, CHOICE_TOP_K):
             if record_seconds(record.run_secs) < math.inf and record_key(record) not in done:
                 todo[record_key(record)] = record.as_measure_candidate()
     if not todo:
@@ -75,14 +74,14 @@ def confirm_best(
 
 
 def chosen_database(
-    database: ms.Database, lowered: IRModule, target: Target, confirmed: Mapping[str, float]
+    database: ms.Database, tasks: Sequence[Task], confirmed: Mapping[str, float]
 ) -> ms.database.MemoryDatabase:
     """``database`` cut to the kernel a compiled model runs for each task
     (:func:`~ms_heron.records.chosen_record`), for MetaSchedule's apply-database pass, which takes
     each task's fastest record by its tuning time."""
     chosen = ms.database.MemoryDatabase()
-    for task in extract_tasks(lowered, target):
-        mod = task.dispatched[0]
+    for task in tasks:
+        mod = task.mod
         record, _ = chosen_record(database, mod, confirmed)
         if record is not None:
             chosen.commit_tuning_record(

@@ -58,14 +58,16 @@ from ..records import (
     json_lines,
     measured_seconds,
     merge_records,
+    open_database,
+    record_seconds,
     records_file,
 )
-from ..relax import TaskTime, bind_params, compile_lowered, from_onnx, lower_for_tuning, task_times
+from ..relax import Task, TaskTime, bind_params, compile_lowered, from_onnx, lower_for_tuning, model_tasks, task_times
 from ..space import HeronSpace
 from ..workloads import KERNEL, Workload, from_func
-from .api import NoValidRecord, Task, TuningRound, best_schedule, model_tasks, tune_tasks, workload_task
 from .budget import Budget, BudgetedRunner, CandidateCost, WatchedSearch
 from .confirm import chosen_database, confirm_best
+from .loop import NoValidRecord, TuningRound, best_schedule, tune_tasks, workload_task
 from .setup import Search, measuring, search_parts
 
 #: The family of a model run (its tasks are the model's fused kernels).
@@ -77,9 +79,10 @@ PROGRESS_FILE = "progress.jsonl"
 #: A Relax model run keeps its module in the work dir, as ``relax_model_<sha256 prefix>.json``.
 RELAX_FILE_PREFIX = "relax_model_"
 BASELINE_DIR = "baseline"
-#: Candidates measured per round (MetaSchedule's num_trials_per_iter): enough for the cost models
-#: to learn from each round, few enough that a killed run loses little.
-TRIALS_PER_ROUND = 32
+#: Candidates measured per round (MetaSchedule's num_trials_per_iter), a kernel's or one task of a
+#: model's, the default of every entry point: enough for the cost models to learn from each round,
+#: few enough that a killed run loses little and a model's budget of minutes reaches every task.
+TRIALS_PER_ROUND = 16
 
 
 class RunError(HeronError, ValueError):
@@ -234,6 +237,8 @@ class TuningRun:
         #: The kernel tuned; None for a model run (its tasks come from :meth:`tasks`).
         self.workload = None if spec.model else spec.workload()
         self.target = Target(spec.target)
+        #: The records, read once per run object (:meth:`database`); while tuning, the live database.
+        self._database: ms.database.Database | None = None
 
     @property
     def is_model(self) -> bool:
@@ -299,9 +304,12 @@ class TuningRun:
         return HeronSpace()
 
     def database(self) -> ms.database.Database:
-        """The records, read without writing a file (so reports and ``show`` beside a live run
-        leave its database byte-identical)."""
-        return first_records(self.work_dir, target=self.target)
+        """The records, read once per run object without writing a file (so reports and ``show``
+        beside a live run leave its database byte-identical); once this object tunes, the database
+        it tunes into, which holds every record stored since."""
+        if self._database is None:
+            self._database = first_records(self.work_dir, target=self.target)
+        return self._database
 
     @functools.cached_property
     def model(self) -> IRModule:
@@ -340,17 +348,18 @@ class TuningRun:
 
     def compile(self, database: ms.Database | None = None):
         """The model compiled with this run's chosen kernels (or ``database``'s best), from :attr:`lowered`."""
-        return compile_lowered(self.chosen_database() if database is None else database, self.lowered, self.target)
+        chosen = self.chosen_database() if database is None else database
+        return compile_lowered(chosen, self.lowered, self.target, self.tasks)
 
     def chosen_database(self) -> ms.Database:
         """Each task's kernel a compiled model runs: the fastest of its best records timed again
         (:func:`.confirm.chosen_database`)."""
-        return chosen_database(self.database(), self.lowered, self.target, confirmed_seconds(self.work_dir))
+        return chosen_database(self.database(), self.tasks, confirmed_seconds(self.work_dir))
 
     def task_times(self) -> list[TaskTime]:
         """A model run's tasks with their call counts and best kernels so far (confirmed times where
         the best kernel was timed again after tuning)."""
-        return task_times(self.database(), self.lowered, self.target, confirmed_seconds(self.work_dir))
+        return task_times(self.database(), self.tasks, self.target, confirmed_seconds(self.work_dir))
 
     def best_schedule(self, task: str = "") -> Schedule:
         """The fastest valid schedule of the kernel, or of the model task named ``task``."""
@@ -398,7 +407,7 @@ class TuningRun:
 
     def state(self) -> Progress:
         """Trials, valid count and best from the database itself (the progress log may lag it)."""
-        secs = self.seconds()
+        secs = [record_seconds(r.run_secs) for r in self.database().get_all_tuning_records()]
         valid = [s for s in secs if s < math.inf]
         rows = self.progress()
         elapsed = rows[-1].elapsed_s if rows else 0.0
@@ -423,6 +432,7 @@ class TuningRun:
         runner: ms.runner.Runner | None = None,
         space: HeronSpace | None = None,
         strategy: Any = None,
+        task_scheduler: Any = None,
         say: Callable[[str], None] | None = None,
     ) -> Progress:
         """Tune until the work dir holds ``trials`` records or the time budget is spent (no
@@ -447,6 +457,8 @@ class TuningRun:
         space, strategy
             Replace the search's own space generator (a HeronSpace with your ``user_rules``) or
             strategy (MetaSchedule's ``"evolutionary"`` over HeronSpace, a HeronSearch with other options).
+        task_scheduler
+            Replaces the search's own sharing of a model's trials (:func:`.loop.tune_tasks`).
         say
             Told, in one line, that the run resumes or has nothing left to tune (the CLI prints it).
         """
@@ -462,6 +474,7 @@ class TuningRun:
                 runner=runner,
                 space=space,
                 strategy=strategy,
+                task_scheduler=task_scheduler,
                 say=say or (lambda _: None),
             )
 
@@ -477,8 +490,12 @@ class TuningRun:
         runner: ms.runner.Runner | None,
         space: HeronSpace | None,
         strategy: Any,
+        task_scheduler: Any,
         say: Callable[[str], None],
     ) -> Progress:
+        # the one read of the records: the database this run tunes into, which every later
+        # question of this object (its state, task times, kernel choice) asks
+        self._database = open_database(self.work_dir, self.target)
         before = self.state()
         todo = trials - before.trials
         if todo <= 0:
@@ -500,7 +517,7 @@ class TuningRun:
             with open(self.work_dir / PROGRESS_FILE, "a") as log:
                 log.write(json.dumps(asdict(current)) + "\n")
             if on_round is not None:
-                on_round(current)
+                on_round(dataclasses.replace(current))  # a snapshot: the caller may keep it
 
         cut_torn_line(self.work_dir / PROGRESS_FILE)  # before this run appends to it
         tasks = self.tasks  # a model's lowering counts in the budget, as the rest of set-up does
@@ -530,6 +547,7 @@ class TuningRun:
             search=search,
             space=space,
             strategy=watched,
+            task_scheduler=task_scheduler,
             seed=self.spec.seed,
             num_trials_per_iter=min(per_round, todo),
             on_round=round_measured,
@@ -537,9 +555,10 @@ class TuningRun:
             reserve_s=confirm_reserve_s,
             builder=builder,
             runner=runner,
+            database=self._database,
         )
         if self.is_model and (stop is None or not stop()):
-            self._confirm(database, self.lowered, builder, runner, say)
+            self._confirm(database, builder, runner, say)
             current.best_seconds, current.confirmed = self.state().best_seconds, True
             current.task, current.task_seconds = "", math.inf
             round_ended()
@@ -553,9 +572,9 @@ class TuningRun:
             raise RunError(f"{self.spec.describe()} is a kernel run; only a model run's tasks are timed again")
         builder, runner = measuring(self.target, cold=True, time_budget_s=None)
         with _work_dir_lock(self.work_dir):
-            self._confirm(self.database(), self.lowered, builder, runner, lambda _: None)
+            self._confirm(self.database(), builder, runner, lambda _: None)
 
-    def _confirm(self, database, lowered, builder, runner, say) -> None:
+    def _confirm(self, database, builder, runner, say) -> None:
         """Time each task's best kernels again (:mod:`.confirm`) with the tuning's builder and runner,
         out of the budget's reach (its reserve was kept for this)."""
         if isinstance(runner, BudgetedRunner):
@@ -564,7 +583,7 @@ class TuningRun:
             f"timing each task's {CHOICE_TOP_K} best kernels again, to choose and estimate by times "
             "not biased by the fastest of noisy timings"
         )
-        confirm_best(str(self.work_dir), database, lowered, self.target, builder=builder, runner=runner)
+        confirm_best(str(self.work_dir), database, self.tasks, self.target, builder=builder, runner=runner)
 
 
 def merge_runs(sources: Sequence[str | Path], dest: str | Path, target: Target | None = None) -> Merged:

@@ -20,7 +20,7 @@ from tvm.target import Target
 
 from ..hardware.targets import is_cpu, num_cores
 from ..intrinsics import ensure_registered
-from ..records import measure_callbacks, open_database, records_file
+from ..records import appends_to, measure_callbacks, open_database, records_file
 from ..search import HeronSearch
 from ..search.features import xgb_cost_model
 from ..space import HeronSpace
@@ -78,9 +78,10 @@ def prepare(
     runner = ms.runner.create(runner) if isinstance(runner, str) else runner
     tune_kwargs["runner"] = (runner if isinstance(runner, BudgetedRunner) else BudgetedRunner(runner)).until(budget)
     os.makedirs(work_dir, exist_ok=True)
-    records = None  # the file to check writes landed in: only the work dir's own database
     if "database" not in tune_kwargs:
-        tune_kwargs["database"], records = open_database(work_dir, target), records_file(work_dir)
+        tune_kwargs["database"] = open_database(work_dir, target)
+    # the file to check writes landed in: only the work dir's own database
+    records = records_file(work_dir) if appends_to(tune_kwargs["database"], work_dir) else None
     tune_kwargs["measure_callbacks"] = [
         *measure_callbacks(tune_kwargs["database"], records),
         *(callbacks(tune_kwargs["database"]) if callbacks else ()),
