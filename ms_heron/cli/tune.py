@@ -123,6 +123,7 @@ class _ProgressLine:
 
 def _tune(
     run: TuningRun,
+    *,
     label: str,
     args: argparse.Namespace,
     trials: int,
@@ -162,19 +163,28 @@ def run(args: argparse.Namespace) -> int:
     run = TuningRun.create(work_dir, RunSpec.of(workload, target, args.seed))
     print(f"ms-heron tune: {run.spec.describe()} on {cpu_name(run.target)}; records in {run.work_dir}")
     with Interrupts(run.work_dir) as interrupts:
-        done = _tune(run, "ms_heron", args, args.trials, budget_s, "heron", interrupts, measuring)
+        done = _tune(
+            run,
+            label="ms_heron",
+            args=args,
+            trials=args.trials,
+            budget_s=budget_s,
+            search="heron",
+            interrupts=interrupts,
+            measuring=measuring,
+        )
         arms = [("ms_heron", run)]
         if args.baseline == "metaschedule" and done:
             baseline = run.baseline()  # same trials as ms_heron measured, under the same budget
             done = _tune(
                 baseline,
-                "MetaSchedule default",
-                args,
-                run.state().trials,
-                budget_s,
-                "metaschedule",
-                interrupts,
-                measuring,
+                label="MetaSchedule default",
+                args=args,
+                trials=run.state().trials,
+                budget_s=budget_s,
+                search="metaschedule",
+                interrupts=interrupts,
+                measuring=measuring,
             )
             arms.append(("MetaSchedule default", baseline))
     _print_table(workload, arms)

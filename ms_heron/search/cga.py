@@ -82,13 +82,13 @@ class RoundStats:
     valid: int = 0
     ranked_by: str = ""
     rank_correlation: dict = field(default_factory=dict)  # cost model name -> rho on this batch
-    best_seconds: float = float("inf")  # best seconds so far
+    best_seconds: float = math.inf  # best seconds so far
     seconds: dict = field(default_factory=lambda: defaultdict(float))  # solver / replay / cost model / measure
 
     def line(self) -> str:
         rho = ", ".join(f"{k} {v:+.2f}" for k, v in self.rank_correlation.items() if not math.isnan(v)) or "n/a"
         secs = ", ".join(f"{k} {v:.1f}s" for k, v in self.seconds.items())
-        best = f"{self.best_seconds * 1e3:.4f} ms" if self.best_seconds < float("inf") else "none"
+        best = f"{self.best_seconds * 1e3:.4f} ms" if self.best_seconds < math.inf else "none"
         return (
             f"HeronSearch round {self.round}: sampled {self.sampled}, measured {self.measured}, "
             f"valid {self.valid}/{self.measured}, ranked by {self.ranked_by}, rank correlation [{rho}], "
@@ -247,7 +247,7 @@ class HeronSearch(PySearchStrategy):
 
     def post_tuning(self) -> None:
         self.pool = []
-        if self.measured and not any(s < float("inf") for s in self.measured.values()):
+        if self.measured and not any(s < math.inf for s in self.measured.values()):
             logger.warning(
                 "HeronSearch: none of the %d candidates of task %r built and ran; see its log under "
                 "<work_dir>/logs for the errors",
@@ -291,8 +291,8 @@ class HeronSearch(PySearchStrategy):
         stats.rank_correlation = self.ranking.note_batch(self.pending, secs)
         with self._timed("cost model"):
             self.ranking.fit(self.measured, {p.space for p in self.pending})
-        stats.measured, stats.valid = len(secs), sum(s < float("inf") for s in secs)
-        stats.best_seconds = min(self.measured.values(), default=float("inf"))
+        stats.measured, stats.valid = len(secs), sum(s < math.inf for s in secs)
+        stats.best_seconds = min(self.measured.values(), default=math.inf)
         self.effort.note_round(sum(s for k, s in stats.seconds.items() if k != "measure"), stats.seconds["measure"])
         self._donate()
         self.stats.append(stats)
@@ -331,7 +331,7 @@ class HeronSearch(PySearchStrategy):
         """Each design space's best program so far, for the tasks of the same structure tuned later."""
         best: dict[int, tuple[float, tuple]] = {}
         for key, secs in self.measured.items():
-            if secs < best.get(key[0], (float("inf"),))[0]:
+            if secs < best.get(key[0], (math.inf,))[0]:
                 best[key[0]] = (secs, key)
         for space, (secs, key) in best.items():
             self.donors.donate(
@@ -350,7 +350,7 @@ class HeronSearch(PySearchStrategy):
                     continue
                 program = Program(space=space, values=values)
                 self.measured[program.key] = record_seconds(record.run_secs)
-                ok = self.measured[program.key] < float("inf")
+                ok = self.measured[program.key] < math.inf
                 if self._build([program]):
                     programs.append(program)
                     results.append(RunnerResult(run_secs=record.run_secs, error_msg=None if ok else "failed earlier"))
@@ -448,7 +448,7 @@ class HeronSearch(PySearchStrategy):
         priors = [1.0 / sum(default) if d else 1.0 for d in default]
         best: dict[int, float] = {}
         for (space, _), secs in self.measured.items():
-            best[space] = min(best.get(space, float("inf")), secs)
+            best[space] = min(best.get(space, math.inf), secs)
         return space_weights(priors, best)
 
     def _build(self, programs: list[Program]) -> list[Program]:
@@ -477,7 +477,7 @@ class HeronSearch(PySearchStrategy):
         return MeasureCandidate(sch, ArgInfo.from_entry_func(sch.mod, remove_preproc=True))
 
     def _elite(self) -> list[Program]:
-        done = sorted((s, k) for k, s in self.measured.items() if s < float("inf"))
+        done = sorted((s, k) for k, s in self.measured.items() if s < math.inf)
         return [Program(space=k[0], values=dict(k[1])) for _, k in done[: self.elite]]
 
     def _crossover(self, a: Program, b: Program) -> Program | None:

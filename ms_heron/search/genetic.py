@@ -8,6 +8,7 @@ and hints every other variable from either parent; the solver returns the neares
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass, field
 
@@ -75,13 +76,13 @@ def space_weights(
     its prior), never less than ``floor`` of it, so that no space is dropped on a few unlucky draws.
     ``best`` maps a space to its fastest measured seconds (inf when nothing of it ran).
     """
-    top = min((s for s in best.values() if s < float("inf")), default=float("inf"))
+    top = min((s for s in best.values() if s < math.inf), default=math.inf)
     weights = []
     for space, prior in enumerate(priors):
-        if space not in best or top == float("inf"):
+        if space not in best or top == math.inf:
             weights.append(prior)
         else:
-            share = (top / best[space]) ** sharpness if best[space] < float("inf") else 0.0
+            share = (top / best[space]) ** sharpness if best[space] < math.inf else 0.0
             weights.append(prior * max(floor, share))
     return weights
 

@@ -62,10 +62,10 @@ class Ranking:
 
     def fit(self, measured: dict[tuple, float], spaces: set[int]) -> None:
         """Refit the decision models of ``spaces`` on every measured program (key -> seconds)."""
-        best = min(measured.values(), default=float("inf"))
+        best = min(measured.values(), default=math.inf)
         for space in spaces:
             rows = [(dict(k[1]), s) for k, s in measured.items() if k[0] == space]
-            scores = [0.0 if s == float("inf") else best / s for _, s in rows]
+            scores = [0.0 if s == math.inf else best / s for _, s in rows]
             self.decision_models[space].fit([v for v, _ in rows], scores)
 
     def predict(self, name: str, programs: list[Program], context) -> list[float] | None:
@@ -91,7 +91,7 @@ class Ranking:
 
     def note_batch(self, programs: list[Program], seconds: list[float]) -> dict[str, float]:
         """How well each model's predictions (taken at pick time) ordered the measured batch."""
-        throughput = [0.0 if s == float("inf") else 1.0 / s for s in seconds]
+        throughput = [0.0 if s == math.inf else 1.0 / s for s in seconds]
         rhos = {}
         for name in self.quality:
             predicted = [p.predicted.get(name) for p in programs]

@@ -9,6 +9,7 @@ Every entry point ends here: :class:`~ms_heron.tuning.run.TuningRun` (the comman
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -201,7 +202,7 @@ class _ReportRounds(PyMeasureCallback):
                 trials=self.trials,
                 max_trials=self.max_trials,
                 measured=len(seconds),
-                valid=sum(s < float("inf") for s in seconds),
+                valid=sum(s < math.inf for s in seconds),
                 best_seconds=dict(self.best),
                 weights=self.weights,
                 elapsed_s=time.monotonic() - self.started,

@@ -462,107 +462,79 @@ class TuningRun:
         say
             Told, in one line, that the run resumes or has nothing left to tune (the CLI prints it).
         """
+        say = say or (lambda _: None)
         self.work_dir.mkdir(parents=True, exist_ok=True)
         with _work_dir_lock(self.work_dir):
-            return self._tune(
-                trials=trials,
-                search=search,
-                time_budget_s=time_budget_s,
-                on_round=on_round,
-                per_round=per_round,
-                stop=stop,
-                runner=runner,
-                space=space,
-                strategy=strategy,
-                task_scheduler=task_scheduler,
-                say=say or (lambda _: None),
+            # the one read of the records: the database this run tunes into, which every later
+            # question of this object (its state, task times, kernel choice) asks
+            self._database = open_database(self.work_dir, self.target)
+            before = self.state()
+            todo = trials - before.trials
+            if todo <= 0:
+                say(f"{before.trials} records already in {self.work_dir}; nothing to tune (raise --trials to go on)")
+                return before
+            if before.trials:
+                say(f"resuming from {before.trials} records in {self.work_dir}")
+            started = time.monotonic()
+            current = Progress(
+                trials=before.trials, valid=before.valid, best_seconds=before.best_seconds, elapsed_s=before.elapsed_s
             )
 
-    def _tune(
-        self,
-        *,
-        trials: int,
-        search: Search,
-        time_budget_s: float | None,
-        on_round: Callable[[Progress], None] | None,
-        per_round: int,
-        stop: Callable[[], bool] | None,
-        runner: ms.runner.Runner | None,
-        space: HeronSpace | None,
-        strategy: Any,
-        task_scheduler: Any,
-        say: Callable[[str], None],
-    ) -> Progress:
-        # the one read of the records: the database this run tunes into, which every later
-        # question of this object (its state, task times, kernel choice) asks
-        self._database = open_database(self.work_dir, self.target)
-        before = self.state()
-        todo = trials - before.trials
-        if todo <= 0:
-            say(f"{before.trials} records already in {self.work_dir}; nothing to tune (raise --trials to go on)")
-            return before
-        if before.trials:
-            say(f"resuming from {before.trials} records in {self.work_dir}")
-        started = time.monotonic()
-        current = Progress(
-            trials=before.trials, valid=before.valid, best_seconds=before.best_seconds, elapsed_s=before.elapsed_s
-        )
+            space, strategy = search_parts(search, space, strategy)
+            watched = WatchedSearch(strategy, stop=stop)
 
-        space, strategy = search_parts(search, space, strategy)
-        watched = WatchedSearch(strategy, stop=stop)
+            def round_ended() -> None:  # the one round event: progress file, caller's hook
+                current.elapsed_s = before.elapsed_s + time.monotonic() - started
+                current.search_s_per_round = watched.per_round_seconds()
+                with open(self.work_dir / PROGRESS_FILE, "a") as log:
+                    log.write(json.dumps(asdict(current)) + "\n")
+                if on_round is not None:
+                    on_round(dataclasses.replace(current))  # a snapshot: the caller may keep it
 
-        def round_ended() -> None:  # the one round event: progress file, caller's hook
-            current.elapsed_s = before.elapsed_s + time.monotonic() - started
-            current.search_s_per_round = watched.per_round_seconds()
-            with open(self.work_dir / PROGRESS_FILE, "a") as log:
-                log.write(json.dumps(asdict(current)) + "\n")
-            if on_round is not None:
-                on_round(dataclasses.replace(current))  # a snapshot: the caller may keep it
+            cut_torn_line(self.work_dir / PROGRESS_FILE)  # before this run appends to it
+            tasks = self.tasks  # a model's lowering counts in the budget, as the rest of set-up does
+            left_s = None if time_budget_s is None else max(0.0, time_budget_s - (time.monotonic() - started))
+            # built here, so that a model's confirmation measures with the same ones
+            builder, runner = measuring(self.target, cold=self.is_model, time_budget_s=left_s, runner=runner)
+            cost = CandidateCost()
 
-        cut_torn_line(self.work_dir / PROGRESS_FILE)  # before this run appends to it
-        tasks = self.tasks  # a model's lowering counts in the budget, as the rest of set-up does
-        left_s = None if time_budget_s is None else max(0.0, time_budget_s - (time.monotonic() - started))
-        # built here, so that a model's confirmation measures with the same ones
-        builder, runner = measuring(self.target, cold=self.is_model, time_budget_s=left_s, runner=runner)
-        cost = CandidateCost()
+            def confirm_reserve_s() -> float:  # a measured candidate's cost per record timed again
+                return len(tasks) * CHOICE_TOP_K * cost.seconds() if self.is_model else 0.0
 
-        def confirm_reserve_s() -> float:  # a measured candidate's cost per record timed again
-            return len(tasks) * CHOICE_TOP_K * cost.seconds() if self.is_model else 0.0
+            def round_measured(r: TuningRound) -> None:
+                cost.add_round(r.elapsed_s, r.trials)
+                current.trials += r.measured
+                current.valid += r.valid
+                current.best_seconds = r.model_seconds()
+                if self.is_model:
+                    current.task, current.task_seconds = r.task, r.best_seconds[r.task]
+                round_ended()
 
-        def round_measured(r: TuningRound) -> None:
-            cost.add_round(r.elapsed_s, r.trials)
-            current.trials += r.measured
-            current.valid += r.valid
-            current.best_seconds = r.model_seconds()
-            if self.is_model:
-                current.task, current.task_seconds = r.task, r.best_seconds[r.task]
-            round_ended()
-
-        database = tune_tasks(
-            tasks,
-            self.target,
-            str(self.work_dir),
-            todo,
-            cold=self.is_model,
-            search=search,
-            space=space,
-            strategy=watched,
-            task_scheduler=task_scheduler,
-            seed=self.spec.seed,
-            num_trials_per_iter=min(per_round, todo),
-            on_round=round_measured,
-            time_budget_s=left_s,
-            reserve_s=confirm_reserve_s,
-            builder=builder,
-            runner=runner,
-            database=self._database,
-        )
-        if self.is_model and (stop is None or not stop()):
-            self._confirm(database, builder, runner, say)
-            current.best_seconds, current.confirmed = self.state().best_seconds, True
-            current.task, current.task_seconds = "", math.inf
-            round_ended()
-        return self.state()
+            database = tune_tasks(
+                tasks,
+                self.target,
+                str(self.work_dir),
+                todo,
+                cold=self.is_model,
+                search=search,
+                space=space,
+                strategy=watched,
+                task_scheduler=task_scheduler,
+                seed=self.spec.seed,
+                num_trials_per_iter=min(per_round, todo),
+                on_round=round_measured,
+                time_budget_s=left_s,
+                reserve_s=confirm_reserve_s,
+                builder=builder,
+                runner=runner,
+                database=self._database,
+            )
+            if self.is_model and (stop is None or not stop()):
+                self._confirm(database, builder, runner, say)
+                current.best_seconds, current.confirmed = self.state().best_seconds, True
+                current.task, current.task_seconds = "", math.inf
+                round_ended()
+            return self.state()
 
     def confirm(self) -> None:
         """Time each task's best kernels again, as a model run does when its tuning ends: for a run
