@@ -94,12 +94,16 @@ def _export_task_kernels(run, database, out: pathlib.Path, arm: str) -> list[dic
     # pylint: disable=import-outside-toplevel
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
-    from ms_heron.tuning import best_schedule
+    from ms_heron.tuning import NoValidRecord, best_schedule
     from ms_heron.tuning.builder import build_candidate
 
     kernels = []
     for i, task in enumerate(run.tasks):
-        sch = best_schedule(database, task.mod["main"], run.target)
+        try:
+            sch = best_schedule(database, task.mod["main"], run.target)
+        except NoValidRecord:  # every candidate failed: the model runs this task untuned, the estimate is inf
+            kernels.append({"file": None, "calls": task.weight, "args": []})
+            continue
         path = out / f"{arm.replace(' ', '_')}_task{i}.so"
         build_candidate(sch.mod, run.target, None).export_library(str(path))
         args = [a.as_json() for a in ArgInfo.from_entry_func(sch.mod, remove_preproc=True)]
@@ -113,6 +117,8 @@ def _estimate_sampler(out: pathlib.Path, kernels: list[dict]):
 
     from ms_heron.tuning.measure import cold_seconds  # pylint: disable=import-outside-toplevel
 
+    if any(k["file"] is None for k in kernels):  # a task without a tuned kernel
+        return lambda: math.inf
     loaded = [(k["calls"], tvm.runtime.load_module(str(out / k["file"])), k["args"]) for k in kernels]
     return lambda: sum(calls * cold_seconds(lib, args) for calls, lib, args in loaded)
 
