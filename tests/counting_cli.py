@@ -1,14 +1,17 @@
 """``ms-heron`` as a user runs it, counting on the way (a test's probe, not product code): how often a
 model is lowered (``lower_for_tuning``), its tasks extracted (``extract_tasks``) and its records read
 from the work dir (``first_records``, ``open_database``), and how often the one tuning path
-(``TuningRun.tune``) is entered; and at its end, which modules of TVM's intrinsic library it imported
-(each is seconds of TVMScript to parse: a CPU target needs x86's alone). Run as a script, they are
+(``TuningRun.tune``) is entered; the ms_heron modules on the call path from the command to the first
+record stored; and at its end, which modules of TVM's intrinsic library it imported (each is seconds
+of TVMScript to parse: a CPU target needs x86's alone). Run as a script, they are
 printed as the last line of stderr, as JSON; imported, :func:`install` counts in this process."""
 
 import atexit
 import functools
 import json
 import sys
+import threading
+import traceback
 
 import ms_heron.cli
 import ms_heron.records
@@ -49,12 +52,30 @@ def install() -> dict:
     return COUNTS
 
 
+#: The ms_heron modules, outermost first, on the Python stack where the first record was stored.
+STORE_PATH: list[str] = []
+
+
+def _watch_the_first_store(frame, event, _arg):
+    code = frame.f_code
+    if event == "call" and not STORE_PATH and code.co_name == "apply" and code.co_filename.endswith("records.py"):
+        STORE_PATH.extend(
+            f.filename.split("ms_heron/")[-1] for f in traceback.extract_stack(frame) if "/ms_heron/" in f.filename
+        )
+        sys.setprofile(None)
+        threading.setprofile(None)
+
+
 def _print_counts():
     intrinsics = sorted(n.removeprefix(INTRINSIC_MODULES) for n in sys.modules if n.startswith(INTRINSIC_MODULES))
-    print(json.dumps({**COUNTS, "intrinsic modules": intrinsics}), file=sys.stderr, flush=True)
+    print(
+        json.dumps({**COUNTS, "store path": STORE_PATH, "intrinsic modules": intrinsics}), file=sys.stderr, flush=True
+    )
 
 
 if __name__ == "__main__":
     install()
     atexit.register(_print_counts)
+    sys.setprofile(_watch_the_first_store)
+    threading.setprofile(_watch_the_first_store)
     sys.exit(ms_heron.cli.main(sys.argv[1:]))

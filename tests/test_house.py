@@ -119,6 +119,9 @@ def test_demo_and_both_tune_commands_take_the_one_tuning_path_and_a_model_is_low
         assert counts["TuningRun.tune"] == 1, (name, counts)
         assert counts["lower_for_tuning"] == counts["extract_tasks"] == (name == "tune-model"), (name, counts)
         assert counts["database reads"] == 1, (name, counts)
+        # from the command to the stored record: few modules, each entered once (no call back up the layers)
+        path = [m for i, m in enumerate(counts["store path"]) if i == 0 or counts["store path"][i - 1] != m]
+        assert path[-1] == "records.py" and len(path) == len(set(path)) <= 10, (name, path)
         assert counts["intrinsic modules"] == ["x86"], (name, counts)  # not CUDA's WMMA, ARM's, ...
         if name == "demo":  # tuned, checked, and compared with ONNX Runtime and the peak in the same run
             assert "checked against numpy" in out, out
