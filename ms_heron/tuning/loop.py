@@ -41,8 +41,11 @@ class NoValidRecord(HeronError, RuntimeError):
 
 
 def kernel_task(func: tvm.tirx.PrimFunc) -> Task:
-    """A kernel alone as the one task of a run, named as ``ms.tune_tir`` names it."""
-    return Task("main", IRModule({"main": func}))
+    """A kernel alone as the one task of a run, named and marked as ``ms.tune_tir`` does: a
+    TVMScript kernel without a symbol is built as ``main``, its buffers declared not to alias."""
+    if not (func.attrs and "global_symbol" in func.attrs):
+        func = func.with_attr("global_symbol", "main")
+    return Task("main", IRModule({"main": func.with_attr("tirx.noalias", True)}))
 
 
 def tune_tasks(
