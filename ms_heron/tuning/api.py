@@ -17,8 +17,8 @@ from tvm.target import Target
 
 from ..relax import bind_params, model_tasks
 from ..workloads import Workload
-from .loop import NoValidRecord, TuningRound, best_schedule, kernel_task, tune_tasks, workload_task
-from .run import TRIALS_PER_ROUND, Progress, RunSpec, TuningRun
+from .loop import TRIALS_PER_ROUND, NoValidRecord, TuningRound, best_schedule, kernel_task, tune_tasks, workload_task
+from .run import Progress, RunSpec, TuningRun
 from .setup import Search
 
 __all__ = [
@@ -46,7 +46,7 @@ def tune_workload(
 
 def _kernel_options(options: dict) -> dict:
     """A kernel alone is timed with warm operands, as ``ms.tune_tir`` times it."""
-    return {"cold": False, "num_trials_per_iter": TRIALS_PER_ROUND, **options}
+    return {"cold": False, **options}
 
 
 def tune_func(

@@ -35,6 +35,11 @@ from ..search.task_scheduler import ExpectedGain
 from ..workloads import Workload, WorkloadError
 from .setup import Search, prepare, search_parts
 
+#: Candidates measured per round (MetaSchedule's num_trials_per_iter), a kernel's or one task of a
+#: model's, the default of every entry point: enough for the cost models to learn from each round,
+#: few enough that a killed run loses little and a model's budget of minutes reaches every task.
+TRIALS_PER_ROUND = 16
+
 
 class NoValidRecord(HeronError, RuntimeError):
     """Tuning produced no candidate that built and ran."""
@@ -60,7 +65,7 @@ def tune_tasks(
     strategy: Any = None,
     task_scheduler: Any = None,
     max_trials_per_task: int | None = None,
-    num_trials_per_iter: int = 16,
+    num_trials_per_iter: int = TRIALS_PER_ROUND,
     seed: int | None = None,
     on_round: Callable[[TuningRound], None] | None = None,
     time_budget_s: float | None = None,

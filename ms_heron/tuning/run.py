@@ -67,7 +67,7 @@ from ..space import HeronSpace
 from ..workloads import KERNEL, Workload, from_func
 from .budget import Budget, BudgetedRunner, CandidateCost, WatchedSearch
 from .confirm import chosen_database, confirm_best
-from .loop import NoValidRecord, TuningRound, best_schedule, tune_tasks, workload_task
+from .loop import TRIALS_PER_ROUND, NoValidRecord, TuningRound, best_schedule, tune_tasks, workload_task
 from .setup import Search, measuring, search_parts
 
 #: The family of a model run (its tasks are the model's fused kernels).
@@ -79,10 +79,6 @@ PROGRESS_FILE = "progress.jsonl"
 #: A Relax model run keeps its module in the work dir, as ``relax_model_<sha256 prefix>.json``.
 RELAX_FILE_PREFIX = "relax_model_"
 BASELINE_DIR = "baseline"
-#: Candidates measured per round (MetaSchedule's num_trials_per_iter), a kernel's or one task of a
-#: model's, the default of every entry point: enough for the cost models to learn from each round,
-#: few enough that a killed run loses little and a model's budget of minutes reaches every task.
-TRIALS_PER_ROUND = 16
 
 
 class RunError(HeronError, ValueError):
