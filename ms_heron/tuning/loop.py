@@ -87,8 +87,9 @@ def tune_tasks(
     space, strategy
         Replace the search's own space generator or strategy.
     task_scheduler
-        Shares the trials out over the tasks and ends a task at its bound: by default ExpectedGain
-        for ``search`` "heron", MetaSchedule's "gradient" for "metaschedule".
+        Shares the trials out over the tasks: by default ExpectedGain for ``search`` "heron" and
+        several tasks (it ends a task at its bound), else MetaSchedule's "gradient" (a kernel alone
+        runs to its trial count).
     on_round
         Called after every measured round, once its records are stored.
     time_budget_s
@@ -102,7 +103,7 @@ def tune_tasks(
     """
     space, strategy = search_parts(search, space, strategy)
     if task_scheduler is None:
-        task_scheduler = ExpectedGain() if search == "heron" else "gradient"
+        task_scheduler = ExpectedGain() if search == "heron" and len(tasks) > 1 else "gradient"
     strategy = prepare(
         target,
         work_dir,
