@@ -489,9 +489,10 @@ class TuningRun:
 
             cut_torn_line(self.work_dir / PROGRESS_FILE)  # before this run appends to it
             tasks = self.tasks  # a model's lowering counts in the budget, as the rest of set-up does
-            left_s = None if time_budget_s is None else max(0.0, time_budget_s - (time.monotonic() - started))
             # built here, so that a model's confirmation measures with the same ones
-            builder, runner = measuring(self.target, cold=self.is_model, time_budget_s=left_s, runner=runner)
+            builder, runner = measuring(self.target, cold=self.is_model, time_budget_s=time_budget_s, runner=runner)
+            # the budget counts the set-up so far: a model's lowering, the builder's and runner's workers
+            left_s = None if time_budget_s is None else max(0.0, time_budget_s - (time.monotonic() - started))
             cost = CandidateCost()
 
             def confirm_reserve_s() -> float:  # a measured candidate's cost per record timed again
