@@ -231,10 +231,14 @@ class HeronSpace(PySpaceGenerator):
 def tuning_context(func: PrimFunc | IRModule, target: Target, space: SpaceGenerator | None = None) -> ms.TuneContext:
     """The TuneContext tuning ``func`` on ``target`` with ``space`` (``HeronSpace()`` when None) works
     in, cloned as MetaSchedule's task scheduler clones it: its space generator's rules and postprocs
-    are initialized for the target, as in a tuning run."""
+    are initialized for the target, as in a tuning run. Its random state is fixed, so that what a
+    report or a test reads of a space's sampled decisions is the same every time."""
     ensure_registered(target)
     mod = func if isinstance(func, IRModule) else IRModule({"main": func})
-    return ms.TuneContext(mod=mod, target=target, space_generator=space or HeronSpace(), task_name="main").clone()
+    context = ms.TuneContext(
+        mod=mod, target=target, space_generator=space or HeronSpace(), task_name="main", rand_state=0
+    )
+    return context.clone()
 
 
 def design_spaces(func: PrimFunc | IRModule, target: Target, space: SpaceGenerator | None = None) -> list[Schedule]:

@@ -1,5 +1,6 @@
-"""A lowered model's tasks as the tuner and the reports see them: calls per model run, best kernel so
-far, trials, and the least time each can take here (its bound), as rows and as a markdown table."""
+"""A lowered model's tasks as the tuner and the reports see them: extracted once per run
+(:func:`model_tasks`), with calls per model run, best kernel so far, trials, and the least time each
+can take here (its bound). The reports' tables of them are :mod:`ms_heron.report.tables`."""
 
 from __future__ import annotations
 
