@@ -18,7 +18,7 @@ _MODULES = {
         ],
         ".api",
     ),
-    **dict.fromkeys(["NoValidRecord", "Task", "TuningRound", "best_schedule", "tune_tasks"], ".loop"),
+    **dict.fromkeys(["NoValidRecord", "TuningRound", "best_schedule", "tune_tasks"], ".loop"),
     **dict.fromkeys(["Progress", "RunError", "RunSpec", "TuningRun", "merge_runs"], ".run"),
     **dict.fromkeys(["Search", "reset_metaschedule_logger", "search_parts"], ".setup"),
 }
