@@ -118,7 +118,8 @@ def tune_one(name: str, exports: pathlib.Path, budget_s: float, work_root: pathl
     from ms_heron.relax import run_model
     from ms_heron.relax.passes import skipped_passes
     from ms_heron.report.baselines import onnxruntime_session, reference_outputs
-    from ms_heron.tuning.run import RunSpec, TuningRun
+    from ms_heron.tuning import RunSpec, TuningRun
+    from ms_heron.tuning.budget import deadline_after
 
     model = graph(name, exports)
     path = work_root / f"{name}.onnx"
@@ -126,7 +127,7 @@ def tune_one(name: str, exports: pathlib.Path, budget_s: float, work_root: pathl
     onnx.save(model.proto, out / f"{name}.onnx")
     np.savez(out / f"{name}_inputs.npz", **model.inputs)
     run = TuningRun.create(work_root / name, RunSpec.of_model(path, model.input_shapes(), host_target(), seed=0))
-    state = run.tune(TRIALS, time_budget_s=budget_s, per_round=PER_ROUND)
+    state = run.tune(TRIALS, deadline=deadline_after(budget_s), per_round=PER_ROUND)
     executable = run.compile()
     executable.export_library(str(out / f"{name}_ms_heron.so"))
     got = run_model(executable, model.inputs)

@@ -47,7 +47,7 @@ def _tune_and_export(name: str, trials: int, out: pathlib.Path, work_root: pathl
     """Both arms as one model run (ms_heron in the work dir, MetaSchedule's default in its baseline/)."""
     # pylint: disable-next=import-outside-toplevel
     from ms_heron.relax import compile_model
-    from ms_heron.tuning.run import RunSpec, TuningRun  # pylint: disable=import-outside-toplevel
+    from ms_heron.tuning import RunSpec, TuningRun  # pylint: disable=import-outside-toplevel
 
     model = models.ZOO[name]()
     work_root.mkdir(parents=True, exist_ok=True)

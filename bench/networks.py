@@ -2,7 +2,7 @@
 
 One network per invocation (a ResNet-50 arm of 15 minutes plus compilation fits a session; a result
 file gathers the networks). Each arm tunes the network's ONNX graph (``ms_heron.testing.models``)
-through ``TuningRun.tune`` with ``time_budget_s``, the way ``ms-heron tune-model --time-budget``
+through ``TuningRun.tune`` with a deadline, the way ``ms-heron tune-model --time-budget``
 does, ms_heron in the run's work dir and MetaSchedule's default search in its ``baseline/``; the
 compiled models are then timed with ONNX Runtime (all graph optimizations) on the same file in one
 fresh process, in turn (medians). Per arm it also gives the tuner's model estimate (best kernel x
@@ -139,7 +139,8 @@ def _tune_and_export(
     and, per arm, its final tasks' exported kernels."""
     # pylint: disable=import-outside-toplevel
     from ms_heron.records import first_records
-    from ms_heron.tuning.run import RunSpec, TuningRun
+    from ms_heron.tuning import RunSpec, TuningRun
+    from ms_heron.tuning.budget import deadline_after
 
     model = models.ZOO[name]() if name in models.ZOO else corpus.graph(name, exports)
     work_root.mkdir(parents=True, exist_ok=True)
@@ -164,7 +165,7 @@ def _tune_and_export(
             else arm_run.tune(
                 TRIALS,
                 search="heron" if arm_run is run else "metaschedule",
-                time_budget_s=budgets[arm],
+                deadline=deadline_after(budgets[arm]),
                 per_round=PER_ROUND,
             )
         )

@@ -36,8 +36,8 @@ from tvm.s_tir.meta_schedule.testing.te_workload import CONFIGS
 from ms_heron.hardware.peak import fma_peak_gops
 from ms_heron.hardware.targets import host_target
 from ms_heron.records import DATABASE_FILES, first_records
-from ms_heron.tuning import best_schedule
-from ms_heron.tuning.run import PROGRESS_FILE, RunSpec, TuningRun
+from ms_heron.tuning import RunSpec, TuningRun, best_schedule
+from ms_heron.tuning.workdir import PROGRESS_FILE
 from ms_heron.workloads import from_func
 from ms_heron.workloads.evaluate import build, run_and_check, time_lib
 

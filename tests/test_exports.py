@@ -24,7 +24,7 @@ from ms_heron.relax.passes import skipped_passes
 from ms_heron.report.baselines import onnxruntime_model
 from ms_heron.testing import classics, corpus
 from ms_heron.testing.models import OnnxModel
-from ms_heron.tuning.run import RunSpec, TuningRun
+from ms_heron.tuning import RunSpec, TuningRun
 
 #: Every rewrite ``ms_heron.relax.passes`` offers a stock pipeline.
 REWRITES = {name: p for name, p in vars(heron_passes).items() if isinstance(p, tvm.transform.Pass)}

@@ -33,8 +33,8 @@ from ms_heron.records import (
 from ms_heron.relax import extract_tasks
 from ms_heron.search.cga import BUILD_TIMEOUT
 from ms_heron.testing import models
-from ms_heron.tuning import run as session
-from ms_heron.tuning.budget import Budget, CandidateCost
+from ms_heron.tuning import RunError, RunSpec, TuningRun
+from ms_heron.tuning.budget import Budget, CandidateCost, deadline_after
 from ms_heron.tuning.builder import build_candidate, local_builder
 from ms_heron.tuning.measure import (
     DEFAULT_TIMEOUT_S,
@@ -158,7 +158,7 @@ def fleet():
 
 def _run(tmp_path, name, seed=0):
     workload = suite("gemm", HOST_DTYPE, M=64, N=64, K=64)
-    return session.TuningRun.create(tmp_path / name, session.RunSpec.of(workload, host_target(), seed))
+    return TuningRun.create(tmp_path / name, RunSpec.of(workload, host_target(), seed))
 
 
 def test_a_candidates_float32_arguments_hold_no_undefined_value():
@@ -287,8 +287,8 @@ def test_a_model_under_a_tiny_budget_gives_every_task_a_round_and_chooses_by_tim
     model = models.mlp()  # two dense layers: two tasks
     path = tmp_path / "mlp.onnx"
     path.write_bytes(model.proto.SerializeToString())
-    run = session.TuningRun.create(tmp_path / "run", session.RunSpec.of_model(path, {}, host_target(), seed=0))
-    run.tune(400, time_budget_s=1, per_round=4)
+    run = TuningRun.create(tmp_path / "run", RunSpec.of_model(path, {}, host_target(), seed=0))
+    run.tune(400, deadline=deadline_after(1), per_round=4)
     times = run.task_times()
     assert len(times) == 2 and all(t.seconds < float("inf") and t.confirmed for t in times), times
     assert run.state().trials < 400
@@ -310,7 +310,7 @@ def test_a_model_under_a_tiny_budget_gives_every_task_a_round_and_chooses_by_tim
 
 def test_only_a_model_run_times_its_tasks_again(tmp_path):
     run = _run(tmp_path, "kernel")
-    with pytest.raises(session.RunError, match=r"is a kernel run; only a model run's tasks are timed again"):
+    with pytest.raises(RunError, match=r"is a kernel run; only a model run's tasks are timed again"):
         run.confirm()
 
 

@@ -22,8 +22,7 @@ from ms_heron.relax.passes.winograd import padded_rows
 from ms_heron.report.baselines import onnxruntime_model, reference_outputs
 from ms_heron.space import design_spaces
 from ms_heron.testing import models
-from ms_heron.tuning import static_shape_tuning_pipeline, tune_model, tune_pass
-from ms_heron.tuning.run import RunError, RunSpec, TuningRun
+from ms_heron.tuning import RunError, RunSpec, TuningRun, static_shape_tuning_pipeline, tune_model, tune_pass
 
 
 class _TwoLayer(nn.Module):

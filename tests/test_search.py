@@ -16,9 +16,8 @@ from tvm.s_tir.meta_schedule.runner import RunnerResult
 from ms_heron import HeronSearch, HeronSpace, workloads
 from ms_heron.schedule.annotations import is_metaschedule_space
 from ms_heron.search.decision_model import DecisionModel, rank_correlation
-from ms_heron.tuning import best_schedule, reset_metaschedule_logger, tune_func, tune_workload
+from ms_heron.tuning import RunSpec, TuningRun, best_schedule, reset_metaschedule_logger, tune_func, tune_workload
 from ms_heron.tuning.budget import LATE_ROUND, Budget, WatchedSearch
-from ms_heron.tuning.run import RunSpec, TuningRun
 from ms_heron.workloads import load_kernel
 from ms_heron.workloads.evaluate import build, run_and_check, time_lib
 

@@ -11,8 +11,7 @@ from tvm.target import Target
 from ms_heron import HeronSpace, workloads
 from ms_heron.rules.base import HeronRule
 from ms_heron.space import design_spaces
-from ms_heron.tuning import run as session
-from ms_heron.tuning import tune_workload
+from ms_heron.tuning import RunSpec, TuningRun, tune_workload
 from ms_heron.workloads.evaluate import WrongResult, build, run_and_check
 
 
@@ -91,7 +90,7 @@ def test_a_wrong_kernel_is_reported_as_wrong(int8_target, tmp_path):
     """``ms-heron tune`` checks the best kernel before reporting it (``TuningRun.check_best``): a
     kernel that runs fast but computes the wrong thing is caught there, not trusted for its time."""
     workload = suite("gemm", "int8", M=16, N=16, K=64)
-    run = session.TuningRun.create(tmp_path, session.RunSpec.of(workload, int8_target, seed=0))
+    run = TuningRun.create(tmp_path, RunSpec.of(workload, int8_target, seed=0))
     state = run.tune(2, per_round=2, space=HeronSpace(rules=[AccumulateInInt8()], include_default_spaces=False))
     assert state.valid >= 1  # it built and ran: only the check can tell
     with pytest.raises(WrongResult, match=r"gemm.*int outputs differ from numpy"):

@@ -37,13 +37,13 @@ def add_measure_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def runner(args: argparse.Namespace, *, cold: bool, budget_s: float | None):
+def runner(args: argparse.Namespace, *, cold: bool, deadline: float | None):
     """The runner ``--rpc`` asks for (the tracker checked first), or None for the local one; a
-    session's timeout is capped by the time budget, as the local runner's is."""
+    session's timeout is capped by the deadline, as the local runner's is."""
     if not args.rpc:
         return None
     tracker = Tracker.parse(args.rpc)
-    measuring = tracker.runner(cold=cold, timeout_s=budget_timeout(budget_s))
+    measuring = tracker.runner(cold=cold, timeout_s=budget_timeout(deadline))
     print(f"measuring on {measuring.width} RPC server(s) of key {tracker.key!r} at {tracker.host}:{tracker.port}")
     return measuring
 

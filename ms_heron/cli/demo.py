@@ -36,7 +36,9 @@ def run(args: argparse.Namespace) -> int:
         onnxruntime_matmul_integer_seconds,
         onnxruntime_operator_seconds,
     )
-    from ..tuning.run import TRIALS_PER_ROUND, RunSpec, TuningRun
+    from ..tuning.loop import TRIALS_PER_ROUND
+    from ..tuning.run import TuningRun
+    from ..tuning.workdir import RunSpec
     from ..workloads.evaluate import build, run_and_check, time_lib
 
     target = parse_target(args.target)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from ..hardware.targets import parse_target
-from ..tuning.run import merge_runs
+from ..tuning.workdir import merge_runs
 
 
 def add_parser(sub) -> None:

@@ -13,8 +13,11 @@ from .. import workloads
 from ..hardware.dot_products import native_dtype, require_dot_product
 from ..hardware.targets import cpu_name, parse_target, runs_here
 from ..report.tables import summary_rows
-from ..tuning.run import TRIALS_PER_ROUND, RunSpec, TuningRun
+from ..tuning.budget import deadline_after, seconds_left
+from ..tuning.loop import TRIALS_PER_ROUND
+from ..tuning.run import TuningRun
 from ..tuning.setup import Search
+from ..tuning.workdir import RunSpec
 from ..workloads import Workload, load_kernel
 from .common import (
     Interrupts,
@@ -94,8 +97,8 @@ def _workload(args: argparse.Namespace, dtype: str, target) -> Workload:
 class _ProgressLine:
     """One status line per measured round; redrawn in place on a terminal."""
 
-    def __init__(self, label: str, ops: float, trials: int, start_trials: int, budget_s: float | None):
-        self.label, self.ops, self.trials, self.budget_s = label, ops, trials, budget_s
+    def __init__(self, label: str, ops: float, trials: int, start_trials: int, deadline: float | None):
+        self.label, self.ops, self.trials, self.deadline = label, ops, trials, deadline
         self.start_trials, self.started = start_trials, time.monotonic()
         self.tty = sys.stdout.isatty()
 
@@ -103,8 +106,8 @@ class _ProgressLine:
         spent = time.monotonic() - self.started
         done_here = p.trials - self.start_trials
         left = spent / done_here * (self.trials - p.trials) if done_here else math.inf
-        if self.budget_s is not None:
-            left = min(left, max(0.0, self.budget_s - spent))
+        if self.deadline is not None:
+            left = min(left, seconds_left(self.deadline))
         best = (
             f"{p.best_seconds * 1e3:.4f} ms = {p.best_gops(self.ops):.1f} GOPS"
             if p.best_seconds < math.inf
@@ -127,12 +130,12 @@ def _tune(
     label: str,
     args: argparse.Namespace,
     trials: int,
-    budget_s: float | None,
+    deadline: float | None,
     search: Search,
     interrupts: Interrupts,
     measuring,
 ) -> bool:
-    show = _ProgressLine(label, run.workload.ops, trials, len(run.seconds()), budget_s)
+    show = _ProgressLine(label, run.workload.ops, trials, len(run.seconds()), deadline)
     try:
         return tune_arm(
             run,
@@ -140,7 +143,7 @@ def _tune(
             label=label,
             interrupts=interrupts,
             search=search,
-            time_budget_s=budget_s,
+            deadline=deadline,
             on_round=show,
             per_round=args.round_size,
             runner=measuring,
@@ -157,9 +160,10 @@ def run(args: argparse.Namespace) -> int:
     if args.trials < 1 or args.round_size < 1:
         raise UsageError("--trials and --round-size must be at least 1")
     budget_s = parse_duration(args.time_budget) if args.time_budget else None
+    deadline = deadline_after(budget_s)
     work_dir = args.work_dir or f"ms_heron_runs/{workload.name}"
     quiet_metaschedule(args.verbose)
-    measuring = runner(args, cold=False, budget_s=budget_s)  # before the work dir: a refused --rpc leaves none
+    measuring = runner(args, cold=False, deadline=deadline)  # before the work dir: a refused --rpc leaves none
     run = TuningRun.create(work_dir, RunSpec.of(workload, target, args.seed))
     print(f"ms-heron tune: {run.spec.describe()} on {cpu_name(run.target)}; records in {run.work_dir}")
     with Interrupts(run.work_dir) as interrupts:
@@ -168,7 +172,7 @@ def run(args: argparse.Namespace) -> int:
             label="ms_heron",
             args=args,
             trials=args.trials,
-            budget_s=budget_s,
+            deadline=deadline,
             search="heron",
             interrupts=interrupts,
             measuring=measuring,
@@ -181,7 +185,7 @@ def run(args: argparse.Namespace) -> int:
                 label="MetaSchedule default",
                 args=args,
                 trials=run.state().trials,
-                budget_s=budget_s,
+                deadline=deadline_after(budget_s),
                 search="metaschedule",
                 interrupts=interrupts,
                 measuring=measuring,

@@ -9,7 +9,10 @@ import re
 import time
 
 from ..hardware.targets import cpu_name, num_cores, parse_target
-from ..tuning.run import TRIALS_PER_ROUND, RunSpec, TuningRun
+from ..tuning.budget import deadline_after
+from ..tuning.loop import TRIALS_PER_ROUND
+from ..tuning.run import TuningRun
+from ..tuning.workdir import RunSpec
 from .common import (
     Interrupts,
     UsageError,
@@ -101,16 +104,16 @@ def run(args: argparse.Namespace) -> int:
     from ..report.baselines import BaselineUnavailable, max_abs_diff, onnxruntime_model, reference_outputs
     from ..report.tables import task_table
 
-    started = time.monotonic()  # the budget counts the model's import and lowering too
     path = Path(args.model)
     if not path.is_file():
         raise UsageError(f"no ONNX model at {path}")
     if args.trials < 1 or args.round_size < 1:
         raise UsageError("--trials and --round-size must be at least 1")
     budget_s = parse_duration(args.time_budget) if args.time_budget else None
+    deadline = deadline_after(budget_s)  # the budget counts the model's import and lowering too
     target = parse_target(args.target)
     work_dir = Path(args.work_dir or f"ms_heron_models/{path.stem}")
-    measuring = runner(args, cold=True, budget_s=budget_s)  # before the work dir: a refused --rpc leaves none
+    measuring = runner(args, cold=True, deadline=deadline)  # before the work dir: a refused --rpc leaves none
     run = TuningRun.create(
         work_dir, RunSpec.of_model(path, _input_shapes(args.input_shape), target, args.seed, exact_math=args.exact_math)
     )
@@ -123,14 +126,13 @@ def run(args: argparse.Namespace) -> int:
     for line in skipped_passes(run.lowered):
         print(f"note: {line}; the model runs without that rewrite")
     quiet_metaschedule(args.verbose)
-    left_s = None if budget_s is None else max(0.0, budget_s - (time.monotonic() - started))
     with Interrupts(work_dir) as interrupts:
         if not tune_arm(
             run,
             args.trials,
             label="ms_heron",
             interrupts=interrupts,
-            time_budget_s=left_s,
+            deadline=deadline,
             on_round=_ModelProgressLine(tasks, args.trials, budget_s),
             per_round=args.round_size,
             runner=measuring,

@@ -10,7 +10,8 @@ from ..constraints import derive
 from ..intrinsics import ensure_registered
 from ..relax.passes import skipped_passes
 from ..space import design_spaces
-from ..tuning.run import Progress, TuningRun
+from ..tuning.run import TuningRun
+from ..tuning.workdir import Progress
 from .tables import summary_rows, task_table
 
 REPORT_FILE = "report.md"

@@ -7,7 +7,7 @@ import math
 from collections.abc import Mapping
 
 from ..relax.tasks import TaskTime
-from ..tuning.run import Progress
+from ..tuning.workdir import Progress
 
 
 def summary_rows(

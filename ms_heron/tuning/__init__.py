@@ -1,7 +1,8 @@
 """Tuning: the set-up every call needs (:mod:`.setup`), how candidates are built and measured
 (:mod:`.builder`, :mod:`.measure`) under a wall-clock budget (:mod:`.budget`), the one loop every
 tuning call ends in (:mod:`.loop`), a resumable run in a work dir (:mod:`.run`: the path the
-command, the demo, the bench scripts and ``tune_model`` take), the Python entry points
+command, the demo, the bench scripts and ``tune_model`` take) and the work dir's own files
+(:mod:`.workdir`: run file, lock, progress log, merge), the Python entry points
 (:mod:`.api`), and a model run's best kernels timed again at its end (:mod:`.confirm`)."""
 
 from ..lazy import lazy_attributes
@@ -19,7 +20,8 @@ _MODULES = {
         ".api",
     ),
     **dict.fromkeys(["NoValidRecord", "TuningRound", "best_schedule", "tune_tasks"], ".loop"),
-    **dict.fromkeys(["Progress", "RunError", "RunSpec", "TuningRun", "merge_runs"], ".run"),
+    **dict.fromkeys(["TuningRun"], ".run"),
+    **dict.fromkeys(["Progress", "RunError", "RunSpec", "merge_runs"], ".workdir"),
     **dict.fromkeys(["Search", "reset_metaschedule_logger", "search_parts"], ".setup"),
 }
 __all__ = sorted(_MODULES)

@@ -17,9 +17,11 @@ from tvm.target import Target
 
 from ..relax import bind_params, model_tasks
 from ..workloads import Workload
+from .budget import deadline_after
 from .loop import TRIALS_PER_ROUND, NoValidRecord, TuningRound, best_schedule, kernel_task, tune_tasks, workload_task
-from .run import Progress, RunSpec, TuningRun
+from .run import TuningRun
 from .setup import Search
+from .workdir import Progress, RunSpec
 
 __all__ = [
     "NoValidRecord",
@@ -45,8 +47,10 @@ def tune_workload(
 
 
 def _kernel_options(options: dict) -> dict:
-    """A kernel alone is timed with warm operands, as ``ms.tune_tir`` times it."""
-    return {"cold": False, **options}
+    """A kernel alone is timed with warm operands, as ``ms.tune_tir`` times it; a ``time_budget_s``
+    runs from this call on."""
+    budget_s = options.pop("time_budget_s", None)
+    return {"cold": False, "deadline": deadline_after(budget_s), **options}
 
 
 def tune_func(
@@ -57,7 +61,8 @@ def tune_func(
     **options: Any,
 ) -> ms.Database:
     """``ms.tune_tir`` on any PrimFunc into a JSONDatabase under ``work_dir``: :func:`tune_tasks` on
-    the one task."""
+    the one task. ``options`` are its own, with ``time_budget_s`` (wall-clock seconds from this
+    call) in place of its ``deadline``."""
     return tune_tasks([kernel_task(func)], target, work_dir, max_trials, **_kernel_options(options))
 
 
@@ -92,7 +97,7 @@ def tune_model(
     num_trials_per_iter
         Candidates measured per task round.
     on_round
-        Called with the run's :class:`~ms_heron.tuning.run.Progress` after every measured round.
+        Called with the run's :class:`~ms_heron.tuning.workdir.Progress` after every measured round.
     time_budget_s
         Wall-clock seconds, the model's lowering included.
     runner
@@ -100,11 +105,12 @@ def tune_model(
     exact_math
         Keep exact exp/erf/tanh (see :func:`ms_heron.relax.lower_for_tuning`); compile with the same value.
     """
+    deadline = deadline_after(time_budget_s)
     run = TuningRun.create(work_dir, RunSpec.of_relax(mod, params, work_dir, target, seed, exact_math=exact_math))
     run.tune(
         max_trials,
         search=search,
-        time_budget_s=time_budget_s,
+        deadline=deadline,
         on_round=on_round,
         per_round=num_trials_per_iter,
         runner=runner,
@@ -131,6 +137,7 @@ def tune_pass(
 
     @tvm.transform.module_pass(opt_level=0, name="HeronTuneIRMod")
     def heron_tune(mod: IRModule, _ctx: tvm.transform.PassContext) -> IRModule:
+        deadline = deadline_after(time_budget_s)
         target = Target.current(allow_none=True)
         if target is None:
             raise ValueError(
@@ -144,7 +151,7 @@ def tune_pass(
             max_trials_global,
             cold=True,
             max_trials_per_task=max_trials_per_task,
-            time_budget_s=time_budget_s,
+            deadline=deadline,
             search=search,
         )
         return mod

@@ -80,9 +80,24 @@ class CandidateCost:
         return (self.last[0] - self.first[0]) / (self.last[1] - self.first[1])
 
 
-def budget_timeout(budget_s: float | None) -> float:
-    """A build's or run's timeout under a time budget: a hanging candidate cannot outlast it."""
-    return DEFAULT_TIMEOUT_S if budget_s is None else max(MIN_TIMEOUT_S, min(DEFAULT_TIMEOUT_S, budget_s))
+def deadline_after(seconds: float | None) -> float | None:
+    """When a budget of ``seconds`` from now ends, as a ``time.monotonic()`` instant (None: no budget).
+
+    An entry point turns its budget into a deadline once, when it starts; every layer below passes
+    the deadline on, so whatever each does first (a model's import and lowering, the workers' start)
+    counts in the budget without being subtracted anywhere else."""
+    return None if seconds is None else time.monotonic() + seconds
+
+
+def seconds_left(deadline: float | None) -> float | None:
+    """Seconds until ``deadline`` (none is left past it); None without a deadline."""
+    return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+
+def budget_timeout(deadline: float | None) -> float:
+    """A build's or run's timeout under a deadline: a hanging candidate cannot outlast it."""
+    left = seconds_left(deadline)
+    return DEFAULT_TIMEOUT_S if left is None else max(MIN_TIMEOUT_S, min(DEFAULT_TIMEOUT_S, left))
 
 
 @derived_object

@@ -68,7 +68,7 @@ def tune_tasks(
     num_trials_per_iter: int = TRIALS_PER_ROUND,
     seed: int | None = None,
     on_round: Callable[[TuningRound], None] | None = None,
-    time_budget_s: float | None = None,
+    deadline: float | None = None,
     reserve_s: Callable[[], float] | None = None,
     **tune_kwargs: Any,
 ) -> ms.Database:
@@ -92,9 +92,9 @@ def tune_tasks(
         runs to its trial count).
     on_round
         Called after every measured round, once its records are stored.
-    time_budget_s
-        No round starts, and no candidate is measured, once that much wall-clock time has passed;
-        each task's first round always runs.
+    deadline
+        No round starts, and no candidate is measured, past this ``time.monotonic()`` instant
+        (:func:`.budget.deadline_after`); each task's first round always runs.
     reserve_s
         Keeps that many seconds of the budget free for what follows (asked as tuning goes).
     tune_kwargs
@@ -109,7 +109,7 @@ def tune_tasks(
         work_dir,
         tune_kwargs,
         strategy,
-        time_budget_s=time_budget_s,
+        deadline=deadline,
         cold=cold,
         callbacks=_reporter(on_round, max_trials),
         reserve_s=reserve_s,

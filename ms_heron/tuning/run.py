@@ -2,40 +2,20 @@
 
 What it tunes is one task source: a suite workload, a user's kernel (its TVMScript is kept in the
 run file), an ONNX model (its path and SHA-256) or a Relax module (kept in the work dir as TVM's
-JSON); every fused kernel of a model is a task.
-Layout of a work dir (MetaSchedule's own files plus ours)::
-
-    ms_heron_run.json              what is tuned: workload, kernel or model; dtype, target, seed,
-                                     the TVM and ms_heron versions
-    database_workload.json         MetaSchedule's JSONDatabase, one record per line,
-    database_tuning_record.json      appended as each round ends
-    relax_model_<sha>.json         a Relax model run's module, weights bound
-    progress.jsonl                 one line per measured round: trials, best, valid, elapsed (a
-                                     model's best is its estimated latency; the round's task is named),
-                                     and a model run's last line, once its best kernels were timed again
-    confirmed.jsonl                a model's best kernels timed again after tuning (:mod:`.confirm`)
-    logs/                          MetaSchedule's per-task logs (HeronSearch's round statistics)
-    ms_heron.lock                  held by the tuning process (its pid inside); a second one is refused
-    baseline/                      the same layout for MetaSchedule's default search, if asked for
+JSON); every fused kernel of a model is a task. The work dir's files are :mod:`.workdir`'s.
 
 Everything is appended line by line, so a run killed at any point loses at most the round in
-flight: on resume a torn last line is cut off, the records are loaded, HeronSearch warms its cost
-models from them and never measures them again, and ``trials`` counts the records already there.
+flight: on resume the records are loaded, HeronSearch warms its cost models from them and never
+measures them again, and ``trials`` counts the records already there.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import fcntl
 import functools
-import hashlib
-import json
 import math
-import os
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -45,183 +25,26 @@ from tvm.s_tir import Schedule
 from tvm.s_tir import meta_schedule as ms
 from tvm.target import Target
 
-from .. import __version__, workloads
-from ..errors import HeronError
-from ..hardware.targets import target_json
-from ..records import (
-    CHOICE_TOP_K,
-    Merged,
-    confirmed_seconds,
-    cut_torn_line,
-    first_records,
-    holds_database,
-    json_lines,
-    measured_seconds,
-    merge_records,
-    open_database,
-    record_seconds,
-    records_file,
-)
-from ..relax import Task, TaskTime, bind_params, compile_lowered, from_onnx, lower_for_tuning, model_tasks, task_times
+from ..records import CHOICE_TOP_K, confirmed_seconds, first_records, measured_seconds, open_database, record_seconds
+from ..relax import Task, TaskTime, compile_lowered, from_onnx, lower_for_tuning, model_tasks, task_times
 from ..space import HeronSpace
-from ..workloads import KERNEL, Workload, from_func
 from .budget import Budget, BudgetedRunner, CandidateCost, WatchedSearch
 from .confirm import chosen_database, confirm_best
 from .loop import TRIALS_PER_ROUND, NoValidRecord, TuningRound, best_schedule, tune_tasks, workload_task
-from .setup import Search, measuring, search_parts
-
-#: The family of a model run (its tasks are the model's fused kernels).
-MODEL = "model"
-RUN_FILE = "ms_heron_run.json"
-#: Held by the process that tunes the work dir.
-LOCK_FILE = "ms_heron.lock"
-PROGRESS_FILE = "progress.jsonl"
-#: A Relax model run keeps its module in the work dir, as ``relax_model_<sha256 prefix>.json``.
-RELAX_FILE_PREFIX = "relax_model_"
-BASELINE_DIR = "baseline"
-
-
-class RunError(HeronError, ValueError):
-    """A work dir that cannot hold this run; the message names the fix."""
-
-
-@dataclass(kw_only=True, frozen=True)
-class RunSpec:
-    """What a work dir tunes, as stored in its run file: enough to rebuild the task(s) alone."""
-
-    family: str
-    shape: dict
-    dtype: str
-    target: dict
-    seed: int = 0
-    #: A user's kernel: its TVMScript (the work dir then needs no other file) and its name.
-    kernel: str = ""
-    label: str = ""
-    #: An ONNX model: its path, the SHA-256 of its bytes, and static shapes for symbolic inputs.
-    model: str = ""
-    model_sha256: str = ""
-    input_shapes: dict = field(default_factory=dict)
-    #: A model tuned with exact exp/erf/tanh instead of TVM's fast approximations (its tasks differ).
-    exact_math: bool = False
-    #: Which TVM and ms_heron wrote the run (records of other versions may replay differently).
-    versions: dict = field(default_factory=lambda: {"tvm": tvm.__version__, "ms_heron": __version__})
-
-    @staticmethod
-    def of(workload: Workload, target: Target, seed: int) -> RunSpec:
-        kernel = workload.func.script() if workload.family == KERNEL else ""
-        return RunSpec(
-            family=workload.family,
-            shape=dict(workload.shape),
-            dtype=workload.dtype,
-            target=target_json(target),
-            seed=seed,
-            kernel=kernel,
-            label=workload.label,
-        )
-
-    @staticmethod
-    def of_model(
-        path: str | Path,
-        input_shapes: Mapping[str, Sequence[int]],
-        target: Target,
-        seed: int,
-        *,
-        exact_math: bool = False,
-    ) -> RunSpec:
-        path = Path(path).resolve()
-        shapes = {name: [int(d) for d in dims] for name, dims in input_shapes.items()}
-        return RunSpec(
-            family=MODEL,
-            shape={},
-            dtype="",
-            target=target_json(target),
-            seed=seed,
-            label=path.stem,
-            model=str(path),
-            model_sha256=_sha256(path),
-            input_shapes=shapes,
-            exact_math=exact_math,
-        )
-
-    @staticmethod
-    def of_relax(
-        mod: IRModule,
-        params: Mapping[str, Any] | None,
-        work_dir: str | Path,
-        target: Target,
-        seed: int,
-        *,
-        label: str = "relax_model",
-        exact_math: bool = False,
-    ) -> RunSpec:
-        """A Relax module (``params`` bound as its weights), kept in ``work_dir`` as TVM's JSON under a
-        name made from its SHA-256, so the work dir alone carries the run and no other model is overwritten."""
-        text = tvm.ir.save_json(bind_params(mod, params))
-        digest = hashlib.sha256(text.encode()).hexdigest()
-        name = f"{RELAX_FILE_PREFIX}{digest[:16]}.json"
-        Path(work_dir).mkdir(parents=True, exist_ok=True)
-        if not (Path(work_dir) / name).exists():
-            (Path(work_dir) / name).write_text(text)
-        return RunSpec(
-            family=MODEL,
-            shape={},
-            dtype="",
-            target=target_json(target),
-            seed=seed,
-            label=label,
-            model=name,
-            model_sha256=digest,
-            exact_math=exact_math,
-        )
-
-    def workload(self) -> Workload:
-        if self.kernel:
-            return from_func(tvm.script.from_source(self.kernel), self.label)
-        return workloads.make(self.family, self.dtype, target=Target(self.target), **self.shape)
-
-    def same_task(self, other: RunSpec) -> bool:
-        def key(spec: RunSpec) -> tuple:
-            return (
-                spec.family,
-                spec.shape,
-                spec.dtype,
-                spec.kernel,
-                spec.model_sha256,
-                spec.input_shapes,
-                spec.exact_math,
-            )
-
-        return key(self) == key(other)
-
-    def describe(self) -> str:
-        if self.model:
-            name = self.label if self.model.startswith(RELAX_FILE_PREFIX) else Path(self.model).name
-            return f"model {name}" + (" (exact math)" if self.exact_math else "")
-        if self.kernel:
-            return f"kernel {self.label} ({self.dtype})"
-        dims = " ".join(f"{k}={v}" for k, v in self.shape.items())
-        return f"{self.family} {dims} {self.dtype}"
-
-
-@dataclass(kw_only=True)
-class Progress:
-    """The state after a measured round, as written to ``progress.jsonl``."""
-
-    trials: int
-    valid: int
-    best_seconds: float  # inf until a candidate is valid; a model's estimated latency (inf until every task ran)
-    elapsed_s: float  # wall-clock tuning time, summed over resumed runs
-    #: A model run: the task this round measured, and that task's best kernel so far.
-    task: str = ""
-    task_seconds: float = math.inf
-    #: Mean search work per round so far in this process (generating candidates and taking in
-    #: results, not building or measuring; :class:`~ms_heron.tuning.budget.WatchedSearch` times it).
-    search_s_per_round: float = 0.0
-    #: A model run's last line: the estimate from its best kernels timed again (:mod:`.confirm`).
-    confirmed: bool = False
-
-    def best_gops(self, ops: float) -> float:
-        return ops / self.best_seconds / 1e9 if self.best_seconds < math.inf else 0.0
+from .setup import Search, builder_for, runner_for, search_parts
+from .workdir import (
+    BASELINE_DIR,
+    RELAX_FILE_PREFIX,
+    Progress,
+    RunError,
+    RunSpec,
+    claim,
+    file_sha256,
+    log_progress,
+    read_progress,
+    read_spec,
+    work_dir_lock,
+)
 
 
 class TuningRun:
@@ -244,49 +67,13 @@ class TuningRun:
 
     @staticmethod
     def create(work_dir: str | Path, spec: RunSpec) -> TuningRun:
-        work_dir = Path(work_dir)
-        try:
-            work_dir.mkdir(parents=True, exist_ok=True)
-            probe = work_dir / ".ms_heron_write_test"
-            probe.write_text("")
-            probe.unlink()
-        except OSError as err:
-            raise RunError(
-                f"cannot write to work dir {work_dir} ({err.strerror}); choose a writable --work-dir"
-            ) from err
-        run_file = work_dir / RUN_FILE
-        if run_file.exists():
-            held = _read_spec(run_file)
-            if not held.same_task(spec):
-                raise RunError(
-                    f"work dir {work_dir} holds a run of {held.describe()}, not {spec.describe()}; "
-                    "use another --work-dir, or the same workload to resume it"
-                )
-            if held.target != spec.target:
-                raise RunError(
-                    f"work dir {work_dir} holds records measured for target {json.dumps(held.target)}, not "
-                    f"{json.dumps(spec.target)}; timings on one target do not rank kernels for another: tune "
-                    "into another --work-dir (or resume with the run's own target)"
-                )
-            spec = held  # resume as started (seed, model path)
-        elif holds_database(work_dir):
-            raise RunError(
-                f"work dir {work_dir} holds a MetaSchedule database not made by ms-heron; use another --work-dir"
-            )
-        else:
-            run_file.write_text(json.dumps(asdict(spec), indent=1) + "\n")
-        return TuningRun(work_dir, spec)
+        """Start a run of ``spec`` in ``work_dir``, or resume the one there (:func:`.workdir.claim`)."""
+        return TuningRun(Path(work_dir), claim(Path(work_dir), spec))
 
     @staticmethod
     def open(work_dir: str | Path) -> TuningRun:
-        work_dir = Path(work_dir)
-        run_file = work_dir / RUN_FILE
-        if not run_file.exists():
-            raise RunError(
-                f"{work_dir} holds no ms-heron run ({RUN_FILE} is missing); tune into it first: "
-                f"ms-heron tune ... --work-dir {work_dir}"
-            )
-        return TuningRun(work_dir, _read_spec(run_file))
+        """The run ``work_dir`` holds, to read (its report, its best kernel)."""
+        return TuningRun(Path(work_dir), read_spec(Path(work_dir)))
 
     def baseline(self) -> TuningRun:
         """MetaSchedule's default search on the same workload, in ``baseline/``."""
@@ -316,7 +103,7 @@ class TuningRun:
             raise RunError(
                 f"{self.work_dir} tunes the model {path}, which is gone; put it back or tune into another --work-dir"
             )
-        if _sha256(path) != self.spec.model_sha256:
+        if file_sha256(path) != self.spec.model_sha256:
             raise RunError(
                 f"{path} changed since {self.work_dir} began tuning it; tune the new model into another --work-dir"
             )
@@ -386,20 +173,7 @@ class TuningRun:
         return measured_seconds(self.work_dir)
 
     def progress(self) -> list[Progress]:
-        rows = json_lines(self.work_dir / PROGRESS_FILE)
-        return [
-            Progress(
-                trials=r["trials"],
-                valid=r["valid"],
-                best_seconds=float(r["best_seconds"]),
-                elapsed_s=r["elapsed_s"],
-                task=r.get("task", ""),
-                task_seconds=float(r.get("task_seconds", math.inf)),
-                search_s_per_round=r.get("search_s_per_round", 0.0),
-                confirmed=r.get("confirmed", False),
-            )
-            for r in rows
-        ]
+        return read_progress(self.work_dir)
 
     def state(self) -> Progress:
         """Trials, valid count and best from the database itself (the progress log may lag it)."""
@@ -421,7 +195,7 @@ class TuningRun:
         trials: int,
         *,
         search: Search = "heron",
-        time_budget_s: float | None = None,
+        deadline: float | None = None,
         on_round: Callable[[Progress], None] | None = None,
         per_round: int = TRIALS_PER_ROUND,
         stop: Callable[[], bool] | None = None,
@@ -440,8 +214,9 @@ class TuningRun:
         ----------
         search
             HeronSpace + HeronSearch, or MetaSchedule's default search (:data:`~ms_heron.tuning.Search`).
-        time_budget_s
-            Wall-clock seconds, set-up included.
+        deadline
+            When tuning ends, a ``time.monotonic()`` instant (:func:`.budget.deadline_after`, taken
+            where the caller's work began: a model's import counts in the budget, as set-up does).
         on_round
             Called with the run's progress after every measured round.
         per_round
@@ -459,8 +234,7 @@ class TuningRun:
             Told, in one line, that the run resumes or has nothing left to tune (the CLI prints it).
         """
         say = say or (lambda _: None)
-        self.work_dir.mkdir(parents=True, exist_ok=True)
-        with _work_dir_lock(self.work_dir):
+        with work_dir_lock(self.work_dir):
             # the one read of the records: the database this run tunes into, which every later
             # question of this object (its state, task times, kernel choice) asks
             self._database = open_database(self.work_dir, self.target)
@@ -482,17 +256,14 @@ class TuningRun:
             def round_ended() -> None:  # the one round event: progress file, caller's hook
                 current.elapsed_s = before.elapsed_s + time.monotonic() - started
                 current.search_s_per_round = watched.per_round_seconds()
-                with open(self.work_dir / PROGRESS_FILE, "a") as log:
-                    log.write(json.dumps(asdict(current)) + "\n")
+                log_progress(self.work_dir, current)
                 if on_round is not None:
                     on_round(dataclasses.replace(current))  # a snapshot: the caller may keep it
 
-            cut_torn_line(self.work_dir / PROGRESS_FILE)  # before this run appends to it
             tasks = self.tasks  # a model's lowering counts in the budget, as the rest of set-up does
             # built here, so that a model's confirmation measures with the same ones
-            builder, runner = measuring(self.target, cold=self.is_model, time_budget_s=time_budget_s, runner=runner)
-            # the budget counts the set-up so far: a model's lowering, the builder's and runner's workers
-            left_s = None if time_budget_s is None else max(0.0, time_budget_s - (time.monotonic() - started))
+            builder = builder_for(deadline)
+            runner = runner or runner_for(self.target, cold=self.is_model, deadline=deadline)
             cost = CandidateCost()
 
             def confirm_reserve_s() -> float:  # a measured candidate's cost per record timed again
@@ -520,7 +291,7 @@ class TuningRun:
                 seed=self.spec.seed,
                 num_trials_per_iter=min(per_round, todo),
                 on_round=round_measured,
-                time_budget_s=left_s,
+                deadline=deadline,
                 reserve_s=confirm_reserve_s,
                 builder=builder,
                 runner=runner,
@@ -539,8 +310,8 @@ class TuningRun:
         estimate are taken as a finished run's are."""
         if not self.is_model:
             raise RunError(f"{self.spec.describe()} is a kernel run; only a model run's tasks are timed again")
-        builder, runner = measuring(self.target, cold=True, time_budget_s=None)
-        with _work_dir_lock(self.work_dir):
+        builder, runner = builder_for(None), runner_for(self.target, cold=True, deadline=None)
+        with work_dir_lock(self.work_dir):
             self._confirm(self.database(), builder, runner, lambda _: None)
 
     def _confirm(self, database, builder, runner, say) -> None:
@@ -553,76 +324,3 @@ class TuningRun:
             "not biased by the fastest of noisy timings"
         )
         confirm_best(str(self.work_dir), database, self.tasks, self.target, builder=builder, runner=runner)
-
-
-def merge_runs(sources: Sequence[str | Path], dest: str | Path, target: Target | None = None) -> Merged:
-    """Add to ``dest`` every record of ``sources`` (work dirs or MetaSchedule database dirs) that was
-    measured for ``dest``'s target and is not there yet; ``dest`` becomes a run of the first source's
-    run file when it has none. The target is ``dest``'s, else ``target``, else the first source's."""
-    dest = Path(dest)
-    sources = [Path(s) for s in sources]
-    for source in sources:
-        if not records_file(source).is_file():
-            raise RunError(
-                f"{source} holds no tuning records ({records_file(source).name} is missing); name work dirs of "
-                "ms-heron runs"
-            )
-        if source.resolve() == dest.resolve():
-            raise RunError(f"{source} is the destination; name it once, last")
-    runs = [TuningRun.open(s) for s in [dest, *sources] if (s / RUN_FILE).is_file()]
-    if runs and runs[0].work_dir == dest:
-        held = runs[0].spec.target
-    elif target is not None:
-        held = target_json(target)
-    elif runs:
-        held = runs[0].spec.target
-    else:
-        raise RunError("none of the work dirs has an ms-heron run file to take the target from; name it with --target")
-    dest.mkdir(parents=True, exist_ok=True)
-    with _work_dir_lock(dest):
-        if not (dest / RUN_FILE).exists() and runs:
-            spec = next((r.spec for r in runs if r.spec.target == held), None)
-            if spec is not None:
-                (dest / RUN_FILE).write_text(json.dumps(asdict(spec), indent=1) + "\n")
-        return merge_records(sources, dest, held)
-
-
-@contextlib.contextmanager
-def _work_dir_lock(work_dir: Path):
-    """Hold ``work_dir``'s lock (an OS file lock with the holder's pid in the file). The OS drops it
-    when the holder exits, however it dies, so a killed run never leaves a stale lock behind."""
-    with open(work_dir / LOCK_FILE, "a+", encoding="utf-8") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            lock.seek(0)
-            holder = lock.read().strip() or "?"
-            raise RunError(
-                f"work dir {work_dir} is being tuned by process {holder}; wait for it to finish, or tune into "
-                "another --work-dir (report and show may read it meanwhile)"
-            ) from None
-        lock.truncate(0)
-        lock.write(str(os.getpid()))
-        lock.flush()
-        try:
-            yield
-        finally:
-            lock.truncate(0)
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def _read_spec(run_file: Path) -> RunSpec:
-    try:
-        fields = json.loads(run_file.read_text())
-        if fields.get("model") and "exact_math" not in fields:
-            fields["exact_math"] = True  # written before model lowering approximated exp/erf/tanh
-        return RunSpec(**fields)
-    except (ValueError, TypeError, AttributeError) as err:
-        raise RunError(f"{run_file} is not an ms-heron run file ({err}); use another --work-dir") from err

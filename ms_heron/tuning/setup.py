@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -55,7 +54,7 @@ def prepare(
     tune_kwargs: dict,
     strategy: Any,
     *,
-    time_budget_s: float | None,
+    deadline: float | None,
     cold: bool,
     callbacks: Callable[[ms.Database], list] | None = None,
     reserve_s: Callable[[], float] | None = None,
@@ -63,7 +62,7 @@ def prepare(
     """What every tuning call needs before MetaSchedule starts (see the module docstring); returns
     ``strategy`` with the budget's deadline.
 
-    The budget counts from here, set-up (design spaces, a model's lowering) included. It holds
+    The budget ends at ``deadline`` (:func:`.budget.deadline_after`), set-up included. It holds
     between rounds (:class:`WatchedSearch`) and inside one (:class:`BudgetedRunner`), and build and
     run timeouts are capped by it, so a hanging candidate overruns it by one timeout at most;
     ``reserve_s`` keeps that many seconds of it for what follows tuning.
@@ -71,9 +70,10 @@ def prepare(
     ensure_registered(target)
     if is_cpu(target):
         num_cores(target)  # raises early with the fix when num-cores is missing
-    budget = Budget(None if time_budget_s is None else time.monotonic() + time_budget_s, reserve_s)
-    builder, runner = measuring(target, cold=cold, time_budget_s=time_budget_s, runner=tune_kwargs.get("runner"))
-    tune_kwargs.setdefault("builder", builder)
+    budget = Budget(deadline, reserve_s)
+    if "builder" not in tune_kwargs:
+        tune_kwargs["builder"] = builder_for(deadline)
+    runner = tune_kwargs.get("runner") or runner_for(target, cold=cold, deadline=deadline)
     tune_kwargs.setdefault("cost_model", xgb_cost_model())
     runner = ms.runner.create(runner) if isinstance(runner, str) else runner
     tune_kwargs["runner"] = (runner if isinstance(runner, BudgetedRunner) else BudgetedRunner(runner)).until(budget)
@@ -90,13 +90,14 @@ def prepare(
     return (strategy if isinstance(strategy, WatchedSearch) else WatchedSearch(strategy)).until(budget)
 
 
-def measuring(target: Target, *, cold: bool, time_budget_s: float | None, runner: Any = None) -> tuple[Any, Any]:
-    """The builder and the runner (``runner`` if given) a tuning call measures with: ms_heron's
-    builder and a local runner, timing cold on the CPU if ``cold``, with timeouts the budget caps."""
-    timeout_s = budget_timeout(time_budget_s)
-    return local_builder(timeout_sec=timeout_s), runner or local_runner_for(
-        cold=cold and is_cpu(target), timeout_s=timeout_s
-    )
+def builder_for(deadline: float | None) -> ms.builder.Builder:
+    """ms_heron's builder, its timeout capped by the deadline."""
+    return local_builder(timeout_sec=budget_timeout(deadline))
+
+
+def runner_for(target: Target, *, cold: bool, deadline: float | None) -> ms.runner.Runner:
+    """A local runner, timing cold on the CPU if ``cold``, its timeout capped by the deadline."""
+    return local_runner_for(cold=cold and is_cpu(target), timeout_s=budget_timeout(deadline))
 
 
 def reset_metaschedule_logger() -> None:
