@@ -62,7 +62,9 @@ def heron_samples(workload, target, n, rng):
     for k in range(n):
         i = k % len(spaces)
         values = solvers[i].sample()
-        sch = replay(models[i], spaces[i].trace.simplified(remove_postproc=True), workload.func, values)
+        sch = replay(
+            models[i], spaces[i].trace.simplified(remove_postproc=True), workload.func, values
+        )
         gops.append(_gops(sch, workload, target) if all(p.apply(sch) for p in postprocs) else 0.0)
     return gops, throughput, [m.summary() for m in models]
 
@@ -73,7 +75,9 @@ def default_samples(workload, target, n, rng):
     for _ in range(n):
         space = rng.choice(spaces)
         sch = Schedule(workload.func, seed=rng.randrange(1, 1 << 30))
-        Trace(space.trace.simplified(remove_postproc=True).insts, {}).apply_to_schedule(sch, remove_postproc=True)
+        Trace(space.trace.simplified(remove_postproc=True).insts, {}).apply_to_schedule(
+            sch, remove_postproc=True
+        )
         gops.append(_gops(sch, workload, target) if all(p.apply(sch) for p in postprocs) else 0.0)
     return gops
 
@@ -120,9 +124,11 @@ def main() -> None:
     uni = sampler_uniformity(target)
     print(json.dumps(uni), flush=True)
     lines = [
-        f"# {args.samples} random samples: Heron constrained space vs MetaSchedule default space (int8, one run)",
+        f"# {args.samples} random samples: Heron constrained space vs MetaSchedule default space "
+        "(int8, one run)",
         "",
-        "| case | space | valid | median GOPS | p90 GOPS | max GOPS | CP-SAT solutions/s per design space |",
+        "| case | space | valid | median GOPS | p90 GOPS | max GOPS | CP-SAT solutions/s per "
+        "design space |",
         "|---|---|---|---|---|---|---|",
     ]
     for r in rows:
@@ -130,13 +136,14 @@ def main() -> None:
             s = r[label]
             rate = ", ".join(map(str, r["solutions_per_s"])) if label == "heron" else "-"
             lines.append(
-                f"| {r['case']} | {label} | {s['valid_share']:.0%} | {s['median_gops']:.0f} | {s['p90_gops']:.0f} "
-                f"| {s['max_gops']:.0f} | {rate} |"
+                f"| {r['case']} | {label} | {s['valid_share']:.0%} | {s['median_gops']:.0f} | "
+                f"{s['p90_gops']:.0f} | {s['max_gops']:.0f} | {rate} |"
             )
     lines += [
         "",
-        f"Sampler uniformity on {uni['workload']} (first design space, {uni['feasible']} feasible programs): "
-        f"{uni['draws']} draws hit {uni['uniformity']:.2f}x the distinct programs uniform sampling would.",
+        f"Sampler uniformity on {uni['workload']} (first design space, {uni['feasible']} feasible "
+        f"programs): {uni['draws']} draws hit {uni['uniformity']:.2f}x the distinct programs "
+        "uniform sampling would.",
     ]
     results_io.write(args.out, "constrained_sampling", lines, {"cases": rows, "uniformity": uni})
 

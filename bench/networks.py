@@ -1,4 +1,5 @@
-"""Whole networks under a wall-clock budget: ms_heron vs MetaSchedule's default search, and ONNX Runtime.
+"""Whole networks under a wall-clock budget: ms_heron vs MetaSchedule's default search, and ONNX
+Runtime.
 
 One network per invocation (a ResNet-50 arm of 15 minutes plus compilation fits a session; a result
 file gathers the networks). Each arm tunes the network's ONNX graph (``ms_heron.testing.models``)
@@ -6,13 +7,15 @@ through ``TuningRun.tune`` with a deadline, the way ``ms-heron tune-model --time
 does, ms_heron in the run's work dir and MetaSchedule's default search in its ``baseline/``; the
 compiled models are then timed with ONNX Runtime (all graph optimizations) on the same file in one
 fresh process, in turn (medians). Per arm it also gives the tuner's model estimate (best kernel x
-calls, summed over tasks) against the measured latency. Usage (repository root, nothing else running):
+calls, summed over tasks) against the measured latency. Usage (repository root, nothing else
+running). The third line times finished runs again, the fourth tunes a corpus graph
+(``bench/corpus.py``), the fifth compiles for an AVX2 CPU and runs here:
 
     .venv/bin/python bench/networks.py resnet50 --budget 15m
     .venv/bin/python bench/networks.py mobilenetv2 --budget 15m --baseline-budget 15m
-    .venv/bin/python bench/networks.py mobilenetv2 --work-root runs --retime   # time finished runs again
-    .venv/bin/python bench/networks.py torch-vit --exports /tmp/exports --budget 15m  # a corpus graph (bench/corpus.py)
-    .venv/bin/python bench/networks.py resnet50-int8 --isa avx2 --budget 15m  # compiled for an AVX2 CPU, run here
+    .venv/bin/python bench/networks.py mobilenetv2 --work-root runs --retime
+    .venv/bin/python bench/networks.py torch-vit --exports /tmp/exports --budget 15m
+    .venv/bin/python bench/networks.py resnet50-int8 --isa avx2 --budget 15m
 
 Adds the network to bench/results/networks_<budget>.json and rewrites networks_<budget>.md from it.
 """
@@ -38,10 +41,18 @@ import results_io
 from tvm.target import Target
 
 from ms_heron.hardware.dot_products import dot_product
-from ms_heron.hardware.targets import ISA_MCPU, TargetError, host_cpu_model, host_target, narrowed, num_cores
+from ms_heron.hardware.targets import (
+    ISA_MCPU,
+    TargetError,
+    host_cpu_model,
+    host_target,
+    narrowed,
+    num_cores,
+)
 from ms_heron.testing import models
 
-#: fp32 as exported; int8 as ONNX Runtime's tools quantize them (QDQ for ResNet-50, dynamic for BERT-base).
+#: fp32 as exported; int8 as ONNX Runtime's tools quantize them (QDQ for ResNet-50, dynamic for
+#: BERT-base).
 NETWORKS = ("resnet50", "mobilenetv2", "bert-base", "resnet50-int8", "bert-base-int8")
 ARMS = ("ms_heron", "MetaSchedule default")
 #: Candidates per task round, as ``ms-heron tune-model`` measures them.
@@ -49,11 +60,12 @@ PER_ROUND = 16
 #: More than any budget here can measure: the budget ends tuning.
 TRIALS = 1_000_000
 TIMING_ROUNDS = 7
-#: The race: each arm's database as it stood at these shares of its tuning time is compiled and timed
-#: with the rest, beside the tuner's estimate at the same moment.
+#: The race: each arm's database as it stood at these shares of its tuning time is compiled and
+#: timed with the rest, beside the tuner's estimate at the same moment.
 RACE_SHARES = (1 / 3, 2 / 3, 1.0)
 #: The label of each arm's estimate taken again in the timing process, in turn with the models: the
-#: tuner's estimate sums records measured minutes apart, and a shared host's speed drifts between them.
+#: tuner's estimate sums records measured minutes apart, and a shared host's speed drifts between
+#: them.
 RETIMED = "estimate retimed"
 
 
@@ -101,7 +113,9 @@ def _export_task_kernels(run, database, out: pathlib.Path, arm: str) -> list[dic
     for i, task in enumerate(run.tasks):
         try:
             sch = best_schedule(database, task.mod["main"], run.target)
-        except NoValidRecord:  # every candidate failed: the model runs this task untuned, the estimate is inf
+        except (
+            NoValidRecord
+        ):  # every candidate failed: the model runs this task untuned, the estimate is inf
             kernels.append({"file": None, "calls": task.weight, "args": []})
             continue
         path = out / f"{arm.replace(' ', '_')}_task{i}.so"
@@ -112,14 +126,17 @@ def _export_task_kernels(run, database, out: pathlib.Path, arm: str) -> list[dic
 
 
 def _estimate_sampler(out: pathlib.Path, kernels: list[dict]):
-    """The estimate taken now: each task's exported kernel timed cold, as the runner times candidates."""
+    """The estimate taken now: each task's exported kernel timed cold, as the runner times
+    candidates."""
     import tvm  # pylint: disable=import-outside-toplevel
 
     from ms_heron.tuning.measure import cold_seconds  # pylint: disable=import-outside-toplevel
 
     if any(k["file"] is None for k in kernels):  # a task without a tuned kernel
         return lambda: math.inf
-    loaded = [(k["calls"], tvm.runtime.load_module(str(out / k["file"])), k["args"]) for k in kernels]
+    loaded = [
+        (k["calls"], tvm.runtime.load_module(str(out / k["file"])), k["args"]) for k in kernels
+    ]
     return lambda: sum(calls * cold_seconds(lib, args) for calls, lib, args in loaded)
 
 
@@ -149,15 +166,21 @@ def _tune_and_export(
     np.savez(out / f"{name}_inputs.npz", **model.inputs)
     run = TuningRun.create(
         work_root / name,
-        RunSpec.of_model(work_root / f"{name}.onnx", model.input_shapes(), target or host_target(), seed),
+        RunSpec.of_model(
+            work_root / f"{name}.onnx", model.input_shapes(), target or host_target(), seed
+        ),
     )
     if baseline_from is not None:
-        shutil.copytree(baseline_from / name / "baseline", work_root / name / "baseline", dirs_exist_ok=True)
+        shutil.copytree(
+            baseline_from / name / "baseline", work_root / name / "baseline", dirs_exist_ok=True
+        )
     row = {"per task": {}, "race": {}, "curve": {}}
     kernels = {}
     for arm, arm_run in zip(ARMS, (run, run.baseline())):
         as_it_stands = retime or (baseline_from is not None and arm_run is not run)
-        if as_it_stands:  # perhaps tuned by an earlier ms_heron, which did not time its best kernels again
+        if (
+            as_it_stands
+        ):  # perhaps tuned by an earlier ms_heron, which did not time its best kernels again
             arm_run.confirm()
         state = (
             arm_run.progress()[-1]
@@ -188,7 +211,9 @@ def _tune_and_export(
         )
         row["race"][arm] = _race_points(arm, arm_run)
         row["curve"][arm] = [
-            (p.elapsed_s, p.best_seconds * 1e3) for p in arm_run.progress() if p.best_seconds < float("inf")
+            (p.elapsed_s, p.best_seconds * 1e3)
+            for p in arm_run.progress()
+            if p.best_seconds < float("inf")
         ]
         for point in row["race"][arm]:
             database = (
@@ -196,14 +221,16 @@ def _tune_and_export(
                 if point["share"] == 1.0
                 else first_records(arm_run.work_dir, point["records"])
             )
-            run.compile(database).export_library(str(out / f"{name}_{point['label'].replace(' ', '_')}.so"))
+            run.compile(database).export_library(
+                str(out / f"{name}_{point['label'].replace(' ', '_')}.so")
+            )
         kernels[arm] = _export_task_kernels(run, arm_run.chosen_database(), out, arm)
     return row, kernels
 
 
 def _plot(name: str, r: dict, path: pathlib.Path) -> None:
-    """The race: each arm's estimated latency over its tuning time (line) and the measured latency of
-    its database at the race points (markers), ONNX Runtime's latency as a horizontal line."""
+    """The race: each arm's estimated latency over its tuning time (line) and the measured latency
+    of its database at the race points (markers), ONNX Runtime's latency as a horizontal line."""
     import matplotlib  # pylint: disable=import-outside-toplevel
 
     matplotlib.use("Agg")
@@ -223,7 +250,12 @@ def _plot(name: str, r: dict, path: pathlib.Path) -> None:
             label=f"{arm}: measured",
         )
     ax.axhline(r["ONNX Runtime ms"], color="black", linewidth=1, label="ONNX Runtime")
-    ax.set(xlabel="tuning time (s)", ylabel="model latency (ms)", title=f"{name}: the race", yscale="log")
+    ax.set(
+        xlabel="tuning time (s)",
+        ylabel="model latency (ms)",
+        title=f"{name}: the race",
+        yscale="log",
+    )
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -231,7 +263,8 @@ def _plot(name: str, r: dict, path: pathlib.Path) -> None:
 
 
 def _retimed_ratios(r: dict) -> str:
-    """Each arm's retimed estimate over its measured latency ("-" for rows timed before it existed)."""
+    """Each arm's retimed estimate over its measured latency ("-" for rows timed before it
+    existed)."""
     if f"{ARMS[0]} {RETIMED} ms" not in r:
         return "-"
     return " / ".join(f"{r[f'{arm} {RETIMED} ms'] / r[f'{arm} ms']:.2f}" for arm in ARMS)
@@ -245,8 +278,16 @@ def _reference_distance(r: dict) -> str:
     if f"{ARMS[0]} max abs diff vs reference" not in r:
         return "-"
     if not r.get("output step"):
-        return " / ".join(f"{r[f'{who} max abs diff vs reference']:.2g}" for who in whose) + " (absolute)"
-    return " / ".join(f"{r[f'{who} max abs diff vs reference'] / r['output step']:.1f}" for who in whose) + " steps"
+        return (
+            " / ".join(f"{r[f'{who} max abs diff vs reference']:.2g}" for who in whose)
+            + " (absolute)"
+        )
+    return (
+        " / ".join(
+            f"{r[f'{who} max abs diff vs reference'] / r['output step']:.1f}" for who in whose
+        )
+        + " steps"
+    )
 
 
 def _markdown(data: dict, budget: str) -> list[str]:
@@ -256,22 +297,23 @@ def _markdown(data: dict, budget: str) -> list[str]:
     lines = [
         f"# Whole networks, {budget} of tuning per arm, {num_cores(host_target())} cores",
         "",
-        "Each arm tuned under a wall-clock budget (set-up included), then the compiled models and ONNX Runtime "
-        f"(all graph optimizations, same ONNX file) timed in turn in one fresh process "
-        f"({TIMING_ROUNDS} rounds, medians). "
-        "Ratios > 1 mean ms_heron is faster. The estimate is the tuner's: best kernel x calls, summed over tasks; "
-        "where a per-task table says 'timed again after tuning', each task's fastest records were timed once more "
-        "when its arm's tuning ended, and the model runs, and the estimate sums, the fastest of them by those "
-        "times (`ms_heron.tuning.confirm`: the fastest of many noisy timings is biased fast). "
-        "The machine changes between sessions: each row names the CPU it was measured on, and its ratios "
-        "compare arms on that CPU only. The retimed estimate is the same sum with every task's best kernel timed "
-        "again as the tuner times it (cold weights), in the timing process, in turn with the models: a shared "
-        "host's speed drifts between the moments the tuner's records were taken and the timing.",
+        "Each arm tuned under a wall-clock budget (set-up included), then the compiled models and "
+        "ONNX Runtime (all graph optimizations, same ONNX file) timed in turn in one fresh "
+        f"process ({TIMING_ROUNDS} rounds, medians). Ratios > 1 mean ms_heron is faster. The "
+        "estimate is the tuner's: best kernel x calls, summed over tasks; where a per-task table "
+        "says 'timed again after tuning', each task's fastest records were timed once more when "
+        "its arm's tuning ended, and the model runs, and the estimate sums, the fastest of them "
+        "by those times (`ms_heron.tuning.confirm`: the fastest of many noisy timings is biased "
+        "fast). The machine changes between sessions: each row names the CPU it was measured on, "
+        "and its ratios compare arms on that CPU only. The retimed estimate is the same sum with "
+        "every task's best kernel timed again as the tuner times it (cold weights), in the timing "
+        "process, in turn with the models: a shared host's speed drifts between the moments the "
+        "tuner's records were taken and the timing.",
         "",
-        "| network | CPU | commit | tasks | ms_heron ms | MS default ms | ONNX Runtime ms | vs MS default | vs ORT "
-        "| records (ms_heron / default) | estimate / measured (ms_heron / default) "
-        "| retimed estimate / measured (ms_heron / default) | max abs diff vs ORT "
-        "| int8: max abs diff vs exact reference (ms_heron / ORT) |",
+        "| network | CPU | commit | tasks | ms_heron ms | MS default ms | ONNX Runtime ms | vs MS "
+        "default | vs ORT | records (ms_heron / default) | estimate / measured (ms_heron / "
+        "default) | retimed estimate / measured (ms_heron / default) | max abs diff vs ORT | int8: "
+        "max abs diff vs exact reference (ms_heron / ORT) |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, r in data.items():
@@ -281,10 +323,10 @@ def _markdown(data: dict, budget: str) -> list[str]:
         cpu = f"{r['cpu']}, compiled for {r['isa']}" if "isa" in r else r["cpu"]
         lines.append(
             f"| {name} | {cpu} | {commit} | {r['tasks']} | {ours:.2f} | {default:.2f} | {ort:.2f} "
-            f"| **{default / ours:.2f}x** | **{ort / ours:.2f}x** | "
-            f"{r['ms_heron records']} / {r['MetaSchedule default records']} | "
-            f"{r['ms_heron estimate ms'] / ours:.2f} / {r['MetaSchedule default estimate ms'] / default:.2f} | "
-            f"{_retimed_ratios(r)} | {r['ms_heron max abs diff']:.2g} | {_reference_distance(r)} |"
+            f"| **{default / ours:.2f}x** | **{ort / ours:.2f}x** | {r['ms_heron records']} / "
+            f"{r['MetaSchedule default records']} | {r['ms_heron estimate ms'] / ours:.2f} / "
+            f"{r['MetaSchedule default estimate ms'] / default:.2f} | {_retimed_ratios(r)} | "
+            f"{r['ms_heron max abs diff']:.2g} | {_reference_distance(r)} |"
         )
     ratios = [r["MetaSchedule default ms"] / r["ms_heron ms"] for r in data.values()]
     vs_ort = results_io.geomean(r["ONNX Runtime ms"] / r["ms_heron ms"] for r in data.values())
@@ -299,15 +341,16 @@ def _markdown(data: dict, budget: str) -> list[str]:
                 "",
                 f"## {name}: the race (plotted in `*_{_file_key(name)}_race.png` beside this file)",
                 "",
-                "| arm | tuning time s | records | estimate ms | measured ms | estimate / measured |",
+                "| arm | tuning time s | records | estimate ms | measured ms | estimate / measured "
+                "|",
                 "|---|---|---|---|---|---|",
             ]
             for arm, points in r["race"].items():
                 for p in points:
                     measured = r.get(f"{p['label']} ms", math.nan)
                     lines.append(
-                        f"| {arm} | {p['elapsed s']:.0f} | {p['records']} | {p['estimate ms']:.2f} | {measured:.2f} | "
-                        f"{p['estimate ms'] / measured:.2f} |"
+                        f"| {arm} | {p['elapsed s']:.0f} | {p['records']} | {p['estimate ms']:.2f} "
+                        f"| {measured:.2f} | {p['estimate ms'] / measured:.2f} |"
                     )
     for name, r in data.items():
         arms = {arm: [TaskTime(**t) for t in times] for arm, times in r["per task"].items()}
@@ -322,33 +365,46 @@ def _markdown(data: dict, budget: str) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("network", choices=[*NETWORKS, *corpus.CORPUS], help="a zoo network or a corpus graph")
-    parser.add_argument("--exports", default="exports", help="where bench/corpus.py --export wrote the exports")
-    parser.add_argument("--budget", default="15m", help="ms_heron's wall-clock tuning budget (default 15m)")
-    parser.add_argument("--baseline-budget", help="MetaSchedule default's budget (default: the same)")
+    parser.add_argument(
+        "network", choices=[*NETWORKS, *corpus.CORPUS], help="a zoo network or a corpus graph"
+    )
+    parser.add_argument(
+        "--exports", default="exports", help="where bench/corpus.py --export wrote the exports"
+    )
+    parser.add_argument(
+        "--budget", default="15m", help="ms_heron's wall-clock tuning budget (default 15m)"
+    )
+    parser.add_argument(
+        "--baseline-budget", help="MetaSchedule default's budget (default: the same)"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
-        "--work-root", help="where the runs stay (default: a new temporary dir); ms-heron report works on them"
+        "--work-root",
+        help="where the runs stay (default: a new temporary dir); ms-heron report works on them",
     )
     parser.add_argument(
         "--retime",
         action="store_true",
-        help="time the runs already under --work-root again without tuning (when the machine was disturbed)",
+        help="time the runs already under --work-root again without tuning (when the machine was "
+        "disturbed)",
     )
     parser.add_argument(
         "--baseline-from",
         metavar="WORK_ROOT",
-        help="take MetaSchedule default's finished run from this earlier --work-root instead of tuning it again "
-        "(its code is TVM's, unchanged by ms_heron's commits); it is timed afresh with the others",
+        help="take MetaSchedule default's finished run from this earlier --work-root instead of "
+        "tuning it again (its code is TVM's, unchanged by ms_heron's commits); it is timed "
+        "afresh with the others",
     )
     parser.add_argument(
         "--isa",
         choices=sorted(ISA_MCPU),
-        help="compile for this instruction set, narrower than the host's (the row names it); ONNX Runtime "
-        "keeps the host's",
+        help="compile for this instruction set, narrower than the host's (the row names it); ONNX "
+        "Runtime keeps the host's",
     )
     parser.add_argument("--out", default=str(results_io.DEFAULT_DIR))
-    parser.add_argument("--time-exported", metavar="DIR", help=argparse.SUPPRESS)  # the fresh timing process
+    parser.add_argument(
+        "--time-exported", metavar="DIR", help=argparse.SUPPRESS
+    )  # the fresh timing process
     args = parser.parse_args()
     logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
     if args.time_exported:
@@ -356,12 +412,21 @@ def main() -> None:
         labels = json.loads((out / "labels.json").read_text())
         kernels = json.loads((out / "kernels.json").read_text())
         also = {f"{arm} {RETIMED}": _estimate_sampler(out, k) for arm, k in kernels.items()}
-        print(json.dumps(models_vs_default.time_exported(out, [args.network], labels, TIMING_ROUNDS, also)))
+        print(
+            json.dumps(
+                models_vs_default.time_exported(out, [args.network], labels, TIMING_ROUNDS, also)
+            )
+        )
         return
     from ms_heron.cli.common import parse_duration  # pylint: disable=import-outside-toplevel
 
-    budgets = {ARMS[0]: parse_duration(args.budget), ARMS[1]: parse_duration(args.baseline_budget or args.budget)}
-    if args.retime and not (args.work_root and (pathlib.Path(args.work_root) / args.network).is_dir()):
+    budgets = {
+        ARMS[0]: parse_duration(args.budget),
+        ARMS[1]: parse_duration(args.baseline_budget or args.budget),
+    }
+    if args.retime and not (
+        args.work_root and (pathlib.Path(args.work_root) / args.network).is_dir()
+    ):
         parser.error(f"--retime needs --work-root holding a finished {args.network} run")
     try:
         target = narrowed(host_target(), args.isa) if args.isa else host_target()
@@ -388,22 +453,33 @@ def main() -> None:
         )
         (pathlib.Path(tmp) / "kernels.json").write_text(json.dumps(kernels))
         timing = subprocess.run(
-            [sys.executable, __file__, args.network, "--time-exported", tmp], check=True, capture_output=True, text=True
+            [sys.executable, __file__, args.network, "--time-exported", tmp],
+            check=True,
+            capture_output=True,
+            text=True,
         )
         row.update(json.loads(timing.stdout.strip().splitlines()[-1])[args.network])
-    stem = f"networks_{args.budget}" + (f"_vs_{args.baseline_budget}" if args.baseline_budget else "")
+    stem = f"networks_{args.budget}" + (
+        f"_vs_{args.baseline_budget}" if args.baseline_budget else ""
+    )
     path = pathlib.Path(args.out) / f"{stem}.json"
     earlier = json.loads(path.read_text()) if path.exists() else {"data": {}}
-    data = {name: {"cpu": earlier["host_cpu"], **r} for name, r in earlier["data"].items()}  # rows before "cpu"
+    data = {
+        name: {"cpu": earlier["host_cpu"], **r} for name, r in earlier["data"].items()
+    }  # rows before "cpu"
     commit = results_io.code_commit()
     if args.retime and key in data:  # the records are the tuned commit's; the timing is this one's
         row["timed at"], commit = commit, data[key]["commit"]
     dot = dot_product(target)
-    row["isa"] = f"{args.isa or 'native'} (mcpu {target.attrs['mcpu']}; int8: {dot.isa if dot else '-'})"
+    row["isa"] = (
+        f"{args.isa or 'native'} (mcpu {target.attrs['mcpu']}; int8: {dot.isa if dot else '-'})"
+    )
     data[key] = {**row, "commit": commit, "cpu": host_cpu_model()}
     if args.baseline_from:
         data[key]["baseline reused"] = True
-    pathlib.Path(args.out).mkdir(parents=True, exist_ok=True)  # the plot is written before results_io's files
+    pathlib.Path(args.out).mkdir(
+        parents=True, exist_ok=True
+    )  # the plot is written before results_io's files
     _plot(key, data[key], pathlib.Path(args.out) / f"{stem}_{_file_key(key)}_race.png")
     results_io.write(args.out, stem, _markdown(data, args.budget), data)
 

@@ -1,12 +1,12 @@
 """The host's measured peaks, the ceilings every share-of-peak figure in these results is taken of:
 each x86 dot product this CPU runs, fp32 FMA and memory bandwidth, on all cores and on one.
 
-An int8 comparison with ONNX Runtime on a CPU without VNNI is a comparison of instructions as well as
-of kernels: ONNX Runtime's u8 x s8 kernels multiply with ``vpmaddubsw`` (then ``vpmaddwd`` by ones),
-which saturates pairs of products, where ms_heron's exact kernels multiply s16 with ``vpmaddwd``
-unless the weights are narrow. This table states both forms' peaks, measured in the same run, and
-the exact int8 peak over fp32's, so a ratio of whole networks can be read against what the
-instructions allow. Usage (repository root, nothing else running):
+An int8 comparison with ONNX Runtime on a CPU without VNNI is a comparison of instructions as well
+as of kernels: ONNX Runtime's u8 x s8 kernels multiply with ``vpmaddubsw`` (then ``vpmaddwd`` by
+ones), which saturates pairs of products, where ms_heron's exact kernels multiply s16 with
+``vpmaddwd`` unless the weights are narrow. This table states both forms' peaks, measured in the
+same run, and the exact int8 peak over fp32's, so a ratio of whole networks can be read against what
+the instructions allow. Usage (repository root, nothing else running):
 
     .venv/bin/python bench/peaks.py
 
@@ -32,7 +32,9 @@ def measure() -> dict:
     exact = dot_product(host_target())
     for cores in (row["cores"], 1):
         target = host_target(num_cores=cores)
-        row["peaks"].append({"unit": "fp32 FMA", "cores": cores, "GOPS": fma_peak_gops(target), "exact": True})
+        row["peaks"].append(
+            {"unit": "fp32 FMA", "cores": cores, "GOPS": fma_peak_gops(target), "exact": True}
+        )
         for dot in (d for d in DOT_PRODUCTS if d.runs_on(target)):
             row["peaks"].append(
                 {
@@ -51,11 +53,11 @@ def _markdown(data: dict) -> list[str]:
     lines = [
         "# Measured peaks: the ceilings of every share-of-peak figure",
         "",
-        "Each probe issues its unit's instruction on independent accumulators in registers, on every core "
-        "(and on one), fastest of five bursts (`ms_heron.hardware.peak`). GOPS count a multiply and an add "
-        "per product. `vpmaddubsw` (then `vpmaddwd` by ones) is exact only on narrow weights: it is the form "
-        "ONNX Runtime's u8 x s8 kernels use on every weight on CPUs without VNNI, saturating. Each row was "
-        "measured in one run on the CPU it names.",
+        "Each probe issues its unit's instruction on independent accumulators in registers, on "
+        "every core (and on one), fastest of five bursts (`ms_heron.hardware.peak`). GOPS count a "
+        "multiply and an add per product. `vpmaddubsw` (then `vpmaddwd` by ones) is exact only on "
+        "narrow weights: it is the form ONNX Runtime's u8 x s8 kernels use on every weight on CPUs "
+        "without VNNI, saturating. Each row was measured in one run on the CPU it names.",
         "",
         "| CPU | commit | unit | cores | GOPS | of fp32 FMA | of ms_heron's exact int8 |",
         "|---|---|---|---|---|---|---|",
@@ -73,7 +75,10 @@ def _markdown(data: dict) -> list[str]:
                     f"| {cpu} | {row['commit']} | {p['unit']}{mark} | {cores} | {p['GOPS']:.0f} "
                     f"| {p['GOPS'] / fma:.2f}x | {of_exact} |"
                 )
-        lines.append(f"| {cpu} | {row['commit']} | memory read | {row['cores']} | {row['memory GB/s']:.1f} GB/s | | |")
+        lines.append(
+            f"| {cpu} | {row['commit']} | memory read | {row['cores']} | {row['memory GB/s']:.1f} "
+            "GB/s | | |"
+        )
     return lines
 
 

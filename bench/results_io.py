@@ -15,13 +15,21 @@ DEFAULT_DIR = pathlib.Path(__file__).parent / "results"
 
 
 def write(out_dir, stem: str, markdown_lines: list[str], data) -> None:
-    """Write ``<out_dir>/<stem>.md`` and ``.json`` (``{"host_cpu", "data"}``) and print the markdown."""
+    """Write ``<out_dir>/<stem>.md`` and ``.json`` (``{"host_cpu", "data"}``) and print the
+    markdown."""
     out = pathlib.Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     cpu, commit = host_cpu_model(), code_commit()
-    markdown_lines = [*markdown_lines[:1], "", f"Host CPU: {cpu}. Code: commit {commit}.", *markdown_lines[1:]]
+    markdown_lines = [
+        *markdown_lines[:1],
+        "",
+        f"Host CPU: {cpu}. Code: commit {commit}.",
+        *markdown_lines[1:],
+    ]
     (out / f"{stem}.md").write_text("\n".join(markdown_lines) + "\n")
-    (out / f"{stem}.json").write_text(json.dumps({"host_cpu": cpu, "commit": commit, "data": data}, indent=1))
+    (out / f"{stem}.json").write_text(
+        json.dumps({"host_cpu": cpu, "commit": commit, "data": data}, indent=1)
+    )
     print("\n".join(markdown_lines))
 
 
@@ -30,18 +38,23 @@ def code_commit() -> str:
     here = pathlib.Path(__file__).parent
 
     def git(*args):
-        return subprocess.run(["git", *args], cwd=here, capture_output=True, text=True, check=True).stdout.strip()
+        return subprocess.run(
+            ["git", *args], cwd=here, capture_output=True, text=True, check=True
+        ).stdout.strip()
 
     try:
         commit = git("rev-parse", "--short", "HEAD")
         # result files an earlier benchmark of this checkout wrote are not code
-        dirty = git("status", "--porcelain", "--untracked-files=no", "--", "..", ":(exclude)results")
+        dirty = git(
+            "status", "--porcelain", "--untracked-files=no", "--", "..", ":(exclude)results"
+        )
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
     return f"{commit} + changes" if dirty else commit
 
 
 def geomean(values) -> float:
-    """The geometric mean of speed-up ratios (nan for none): the one summary of ratios the results quote."""
+    """The geometric mean of speed-up ratios (nan for none): the one summary of ratios the results
+    quote."""
     values = list(values)
     return math.exp(sum(map(math.log, values)) / len(values)) if values else float("nan")

@@ -2,8 +2,8 @@
 
 Heron's defaults (population 200, 5 generations, epsilon 0.6) were chosen for 1000-trial GPU runs;
 this sweep is how ms_heron's defaults were picked for budgets of 64-200 trials on a 2-core CPU.
-Usage (repository root): ``.venv/bin/python bench/search_params.py --trials 64 --cases gemm.G1 c2d.C3``.
-Writes bench/results/search_params_<trials>.{md,json}.
+Usage (repository root): ``.venv/bin/python bench/search_params.py --trials 64 --cases gemm.G1
+c2d.C3``. Writes bench/results/search_params_<trials>.{md,json}.
 """
 
 from __future__ import annotations
@@ -35,18 +35,27 @@ def main() -> None:
         for population, generations, epsilon in CONFIGS:
             strategy = HeronSearch(population=population, generations=generations, epsilon=epsilon)
             got = _tune(workload, target, args.trials, "heron", strategy)
-            rows.append({"case": name, "population": population, "generations": generations, "epsilon": epsilon, **got})
+            rows.append(
+                {
+                    "case": name,
+                    "population": population,
+                    "generations": generations,
+                    "epsilon": epsilon,
+                    **got,
+                }
+            )
             print(json.dumps(rows[-1]), flush=True)
     lines = [
         f"# HeronSearch parameters ({args.dtype}, {args.trials} trials, rounds of 32, one run)",
         "",
-        "| case | population | generations | epsilon | best GOPS (re-timed) | valid | search s/round |",
+        "| case | population | generations | epsilon | best GOPS (re-timed) | valid | search "
+        "s/round |",
         "|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
-            f"| {r['case']} | {r['population']} | {r['generations']} | {r['epsilon']} | {r['retimed_gops']:.0f} "
-            f"| {r['valid_share']:.0%} | {r['search_s_per_round']:.2f} |"
+            f"| {r['case']} | {r['population']} | {r['generations']} | {r['epsilon']} | "
+            f"{r['retimed_gops']:.0f} | {r['valid_share']:.0%} | {r['search_s_per_round']:.2f} |"
         )
     results_io.write(args.out, f"search_params_{args.dtype}_{args.trials}", lines, rows)
 

@@ -7,10 +7,10 @@ HeronSpace + HeronSearch, and MetaSchedule's post-order-apply space + evolutiona
 
 The best kernel of every arm and count is then rebuilt, checked against the unscheduled kernel on
 the same random inputs, and timed (median of 10 repeats of >= 100 ms) in one fresh process, so no
-arm is timed in a process warmed or disturbed by tuning. Each key and configuration is one tuning run
-(``ms_heron.tuning.run.TuningRun``: ms_heron in its work dir, the default arm in its ``baseline/``;
-``ms-heron report`` and ``show`` read them), kept under ``--work-root``; a rerun with the same root
-skips what is already tuned. Usage (repository root, nothing else
+arm is timed in a process warmed or disturbed by tuning. Each key and configuration is one tuning
+run (``ms_heron.tuning.run.TuningRun``: ms_heron in its work dir, the default arm in its
+``baseline/``; ``ms-heron report`` and ``show`` read them), kept under ``--work-root``; a rerun with
+the same root skips what is already tuned. Usage (repository root, nothing else
 running):
 
     .venv/bin/python bench/te_suite.py --trials 64 200
@@ -52,7 +52,8 @@ def _func(key: str, config: int):
 
 
 def _run(key: str, config: int, root: pathlib.Path, seed: int) -> TuningRun:
-    """The run of one key and configuration: ms_heron in its work dir, MetaSchedule's default in baseline/."""
+    """The run of one key and configuration: ms_heron in its work dir, MetaSchedule's default in
+    baseline/."""
     workload = from_func(_func(key, config), f"{key}_{config}")
     return TuningRun.create(root / f"{key}_{config}", RunSpec.of(workload, host_target(), seed))
 
@@ -69,7 +70,9 @@ def _tune(run: TuningRun, arm: str, trials: list[int]) -> None:
         return
     for name in (*DATABASE_FILES, PROGRESS_FILE):
         (arm_run.work_dir / name).unlink(missing_ok=True)
-    arm_run.tune(max(trials), search="heron" if arm == "ms_heron" else "metaschedule", per_round=ROUND)
+    arm_run.tune(
+        max(trials), search="heron" if arm == "ms_heron" else "metaschedule", per_round=ROUND
+    )
 
 
 def _time_row(run: TuningRun, key: str, config: int, trials: list[int], peak_gops: float) -> dict:
@@ -91,13 +94,22 @@ def _time_row(run: TuningRun, key: str, config: int, trials: list[int], peak_gop
                 "valid_share": sum(s < math.inf for s in secs[:n]) / max(1, len(secs[:n])),
             }
             try:
-                lib = build(best_schedule(first_records(arm_run.work_dir, n), workload, target).mod, target)
+                lib = build(
+                    best_schedule(first_records(arm_run.work_dir, n), workload, target).mod, target
+                )
                 run_and_check(lib, workload)
                 seconds = time_lib(lib, workload).seconds
-                entry.update(correct=True, seconds=seconds, peak_share=workload.ops / seconds / 1e9 / peak_gops)
+                entry.update(
+                    correct=True,
+                    seconds=seconds,
+                    peak_share=workload.ops / seconds / 1e9 / peak_gops,
+                )
             except Exception as exc:  # pylint: disable=broad-except  # a row's failure is reported in its row
                 entry.update(
-                    correct=False, error=f"{type(exc).__name__}: {exc}"[:300], seconds=math.inf, peak_share=0.0
+                    correct=False,
+                    error=f"{type(exc).__name__}: {exc}"[:300],
+                    seconds=math.inf,
+                    peak_share=0.0,
                 )
             row[f"{arm}@{n}"] = entry
     return row
@@ -111,46 +123,55 @@ def _peak_bound(rows, n) -> str:
     """How much faster than the default any program could be where the default is compute-bound:
     no kernel beats the measured FMA peak, so 1 / (the default's share of it) bounds the ratio."""
     shares = [r[f"default@{n}"]["peak_share"] for r in rows]
-    bound = [1 / s for s in shares if 0.5 <= s <= 1.0]  # above 1: the FLOP estimate counts zeros (T2D)
+    bound = [
+        1 / s for s in shares if 0.5 <= s <= 1.0
+    ]  # above 1: the FLOP estimate counts zeros (T2D)
     if not bound:
         return "No row's default kernel runs at 50% or more of the FMA peak."
     return (
-        f"Bound from the FMA peak: on {len(bound)} of {len(rows)} rows the default runs at 50-100% of it, "
-        f"so no program can be faster there than 1 / that share: {results_io.geomean(bound):.2f}x on the "
-        f"geometric mean of those rows, {min(bound):.2f}x-{max(bound):.2f}x each; "
-        f"{sum(b < 1.3 for b in bound)} of them cannot reach 1.3x."
+        f"Bound from the FMA peak: on {len(bound)} of {len(rows)} rows the default runs at 50-100% "
+        "of it, so no program can be faster there than 1 / that share: "
+        f"{results_io.geomean(bound):.2f}x on the geometric mean of those rows, "
+        f"{min(bound):.2f}x-{max(bound):.2f}x each; {sum(b < 1.3 for b in bound)} of them cannot "
+        "reach 1.3x."
     )
 
 
 def _report(args, rows) -> None:
     lines = [
-        "# TVM's te_workload suite (fp32): ms_heron (HeronSpace + HeronSearch) vs MetaSchedule default, one run",
+        "# TVM's te_workload suite (fp32): ms_heron (HeronSpace + HeronSearch) vs MetaSchedule "
+        "default, one run",
         "",
-        f"Machine: {host_target()}. Each arm tuned once for {max(args.trials)} trials in rounds of {ROUND}; a smaller "
-        "count is the best of the first n records of that run. Latency: best kernel rebuilt, checked against the "
-        "unscheduled kernel (max error <= 1e-4 x max(1, max |output|)) and timed in a fresh process (median of "
-        "10 repeats of >= 100 ms). Ratio = default latency / ms_heron latency (> 1: ms_heron faster). "
-        "% peak: the kernel's GFLOP/s as a share of the fp32 FMA peak measured in the same process "
-        f"({rows[0]['fma_peak_gops']:.0f} GFLOP/s; memory-bound keys stay far below it). "
-        "Tuning s: wall time until the round that reached n trials ended.",
+        f"Machine: {host_target()}. Each arm tuned once for {max(args.trials)} trials in rounds of "
+        f"{ROUND}; a smaller count is the best of the first n records of that run. Latency: best "
+        "kernel rebuilt, checked against the unscheduled kernel (max error <= 1e-4 x max(1, max "
+        "|output|)) and timed in a fresh process (median of 10 repeats of >= 100 ms). Ratio = "
+        "default latency / ms_heron latency (> 1: ms_heron faster). % peak: the kernel's GFLOP/s "
+        "as a share of the fp32 FMA peak measured in the same process "
+        f"({rows[0]['fma_peak_gops']:.0f} GFLOP/s; memory-bound keys stay far below it). Tuning s: "
+        "wall time until the round that reached n trials ended.",
         "",
     ]
     for n in args.trials:
         lines += [
             f"## {n} trials",
             "",
-            "| key | config | default us | ms_heron us | ms_heron / default | % peak default / ms_heron "
-            "| valid default / ms_heron | tuning s default / ms_heron | correct |",
+            "| key | config | default us | ms_heron us | ms_heron / default | % peak default / "
+            "ms_heron | valid default / ms_heron | tuning s default / ms_heron | correct |",
             "|---|---|---|---|---|---|---|---|---|",
         ]
         for r in rows:
             d, h = r[f"default@{n}"], r[f"ms_heron@{n}"]
-            ok = "yes" if d["correct"] and h["correct"] else f"NO ({d.get('error') or h.get('error') or 'mismatch'})"
+            ok = (
+                "yes"
+                if d["correct"] and h["correct"]
+                else f"NO ({d.get('error') or h.get('error') or 'mismatch'})"
+            )
             lines.append(
-                f"| {r['key']} | {r['config']} | {d['seconds'] * 1e6:.1f} | {h['seconds'] * 1e6:.1f} "
-                f"| {d['seconds'] / h['seconds']:.2f}x | {d['peak_share']:.1%} / {h['peak_share']:.1%} "
-                f"| {d['valid_share']:.0%} / {h['valid_share']:.0%} "
-                f"| {d['tuning_s']:.0f} / {h['tuning_s']:.0f} | {ok} |"
+                f"| {r['key']} | {r['config']} | {d['seconds'] * 1e6:.1f} | "
+                f"{h['seconds'] * 1e6:.1f} | {d['seconds'] / h['seconds']:.2f}x | "
+                f"{d['peak_share']:.1%} / {h['peak_share']:.1%} | {d['valid_share']:.0%} / "
+                f"{h['valid_share']:.0%} | {d['tuning_s']:.0f} / {h['tuning_s']:.0f} | {ok} |"
             )
         ratios = [x for x in _ratios(rows, n) if 0 < x < math.inf]
         geomean = results_io.geomean(ratios)
@@ -176,17 +197,24 @@ def main() -> None:
     parser.add_argument("--keys", nargs="+", choices=KEYS, default=KEYS)
     parser.add_argument("--configs", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--work-root", help="where the work dirs stay (default: a new temporary dir)")
+    parser.add_argument(
+        "--work-root", help="where the work dirs stay (default: a new temporary dir)"
+    )
     parser.add_argument("--out", default=str(results_io.DEFAULT_DIR))
-    parser.add_argument("--time-rows", metavar="FILE", help=argparse.SUPPRESS)  # the fresh timing process
+    parser.add_argument(
+        "--time-rows", metavar="FILE", help=argparse.SUPPRESS
+    )  # the fresh timing process
     args = parser.parse_args()
     args.trials = sorted(args.trials)
     root = pathlib.Path(args.work_root or tempfile.mkdtemp(prefix="te_suite_"))
-    pairs = [(key, config) for config in args.configs for key in args.keys]  # config 0 of every key first
+    pairs = [
+        (key, config) for config in args.configs for key in args.keys
+    ]  # config 0 of every key first
     if args.time_rows:
         peak = fma_peak_gops(host_target())
         rows = [
-            _time_row(TuningRun.open(root / f"{key}_{config}"), key, config, args.trials, peak) for key, config in pairs
+            _time_row(TuningRun.open(root / f"{key}_{config}"), key, config, args.trials, peak)
+            for key, config in pairs
         ]
         pathlib.Path(args.time_rows).write_text(json.dumps(rows))
         return

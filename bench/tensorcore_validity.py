@@ -41,12 +41,17 @@ _KERNEL = 'extern "C" __global__'
 def heron_schedules(workload, target, n):
     spaces, postprocs = design_spaces_and_postprocs(workload.func, target, HeronSpace())
     per_space = [(s, derive(s, target)) for s in spaces]
-    samples = {i: Solver(m, seed=i).samples(-(-n // len(spaces))) for i, (_, m) in enumerate(per_space)}
+    samples = {
+        i: Solver(m, seed=i).samples(-(-n // len(spaces))) for i, (_, m) in enumerate(per_space)
+    }
     for k in range(n):
         index = k % len(spaces)
         space, model = per_space[index]
         values = samples[index][k // len(spaces) % len(samples[index])]
-        yield replay(model, space.trace.simplified(remove_postproc=True), workload.func, values), postprocs
+        yield (
+            replay(model, space.trace.simplified(remove_postproc=True), workload.func, values),
+            postprocs,
+        )
 
 
 def stock_schedules(workload, target, n):
@@ -54,7 +59,9 @@ def stock_schedules(workload, target, n):
         workload.func,
         target,
         ms.space_generator.PostOrderApply(
-            sch_rules="cuda-tensorcore", postprocs="cuda-tensorcore", mutator_probs="cuda-tensorcore"
+            sch_rules="cuda-tensorcore",
+            postprocs="cuda-tensorcore",
+            mutator_probs="cuda-tensorcore",
         ),
     )
     for k in range(n):
@@ -69,13 +76,18 @@ def _nvcc(sources: list[str], arch: str) -> bool:
     preamble = sources[0][: sources[0].index(_KERNEL)]
     if any(not s.startswith(preamble) for s in sources):
         return all(_nvcc([s], arch) for s in sources) if len(sources) > 1 else False
-    body = "".join(re.sub(r"\b(main_kernel\w*)", rf"\1_s{i}", s[len(preamble) :]) for i, s in enumerate(sources))
+    body = "".join(
+        re.sub(r"\b(main_kernel\w*)", rf"\1_s{i}", s[len(preamble) :])
+        for i, s in enumerate(sources)
+    )
     with tempfile.TemporaryDirectory() as tmp:
         src, out = f"{tmp}/batch.cu", f"{tmp}/batch.fatbin"
         with open(src, "w") as f:
             f.write(preamble + body)
         done = subprocess.run(
-            ["nvcc", "--fatbin", "-O3", f"-arch={arch}", "-o", out, src], capture_output=True, check=False
+            ["nvcc", "--fatbin", "-O3", f"-arch={arch}", "-o", out, src],
+            capture_output=True,
+            check=False,
         )
     return done.returncode == 0
 
@@ -124,24 +136,34 @@ def main() -> None:
         target = Target(tag, host={"kind": "llvm"})
         for case in args.cases:
             workload = workloads.case(case, "fp16")
-            for arm, sampler in (("ms_heron", heron_schedules), ("stock cuda-tensorcore", stock_schedules)):
+            for arm, sampler in (
+                ("ms_heron", heron_schedules),
+                ("stock cuda-tensorcore", stock_schedules),
+            ):
                 start = time.time()
                 counts = measure(sampler(workload, target, args.samples), target)
                 rows.append(
-                    {"target": tag, "case": case, "arm": arm, **counts, "seconds": round(time.time() - start, 1)}
+                    {
+                        "target": tag,
+                        "case": case,
+                        "arm": arm,
+                        **counts,
+                        "seconds": round(time.time() - start, 1),
+                    }
                 )
                 print(rows[-1], flush=True)
     lines = [
-        f"# TensorCore candidates: ms_heron constrained samples vs stock cuda-tensorcore ({args.samples} each)",
+        "# TensorCore candidates: ms_heron constrained samples vs stock cuda-tensorcore "
+        f"({args.samples} each)",
         "",
         "Compiled with nvcc here, never run (no GPU on this machine).",
         "",
-        "| target | case | arm | pass postprocs (VerifyGPUCode) | built | nvcc | with wmma::mma_sync | valid share |",
+        "| target | case | arm | pass postprocs (VerifyGPUCode) | built | nvcc | with "
+        "wmma::mma_sync | valid share |",
         "|---|---|---|---|---|---|---|---|",
         *(
-            f"| {r['target']} | {r['case']} | {r['arm']} | {r['postprocs']}/{r['samples']} | {r['built']} "
-            f"| {r['nvcc']} | "
-            f"{r['wmma']} | {r['valid_share']:.0%} |"
+            f"| {r['target']} | {r['case']} | {r['arm']} | {r['postprocs']}/{r['samples']} | "
+            f"{r['built']} | {r['nvcc']} | {r['wmma']} | {r['valid_share']:.0%} |"
             for r in rows
         ),
     ]

@@ -1,17 +1,18 @@
 """ms_heron vs MetaSchedule's default space and evolutionary search, same run, same trials.
 
 The ms_heron arm is HeronSpace with HeronSearch (``--search heron``, the default) or with
-MetaSchedule's evolutionary search (``--search evolutionary``). Per workload: share of measured candidates that built
-and ran, best GOPS in the database, their ratio, the share of the peak measured in the same run
-(AMX where the host runs it, else the CPU's dot product, for int8; FMA for fp32) and the libraries
-measured in the same run: ONNX Runtime (MatMulInteger for int8 GEMMs; MatMul and Conv for fp32
-GEMMs and convolutions) and numpy's BLAS for fp32 GEMMs. Usage (repository root):
+MetaSchedule's evolutionary search (``--search evolutionary``). Per workload: share of measured
+candidates that built and ran, best GOPS in the database, their ratio, the share of the peak
+measured in the same run (AMX where the host runs it, else the CPU's dot product, for int8; FMA for
+fp32) and the libraries measured in the same run: ONNX Runtime (MatMulInteger for int8 GEMMs; MatMul
+and Conv for fp32 GEMMs and convolutions) and numpy's BLAS for fp32 GEMMs. Usage (repository root;
+the last line measures what an AVX2 CPU gets):
 
     .venv/bin/python bench/tuning_vs_default.py --trials 64 --dtype int8 --search evolutionary
-    .venv/bin/python bench/tuning_vs_default.py --trials 64 200 --search heron --cases gemm.G1 bmm.B1 c2d.C3 c2d.C4
-    .venv/bin/python bench/tuning_vs_default.py --trials 64 200 --search heron --dtype fp32 --cases gemm.G1
-    .venv/bin/python bench/tuning_vs_default.py --trials 64 200 --search heron --dtype int8 --cases awkward
-    .venv/bin/python bench/tuning_vs_default.py --trials 200 --dtype int8 --cases gemm.G1 --isa avx2  # an AVX2 CPU's
+    .venv/bin/python bench/tuning_vs_default.py --trials 64 200 --cases gemm.G1 bmm.B1 c2d.C3 c2d.C4
+    .venv/bin/python bench/tuning_vs_default.py --trials 64 200 --dtype fp32 --cases gemm.G1
+    .venv/bin/python bench/tuning_vs_default.py --trials 64 200 --dtype int8 --cases awkward
+    .venv/bin/python bench/tuning_vs_default.py --trials 200 --dtype int8 --cases gemm.G1 --isa avx2
 
 Writes bench/results/tuning_vs_default_<search>_<dtype>_<budgets>[_awkward][_<isa>].{md,json}.
 """
@@ -43,7 +44,17 @@ from ms_heron.workloads.evaluate import build, run_and_check, time_lib
 #: Rounds in which both arms' best kernels and the libraries are timed in turn (medians kept).
 TIMING_ROUNDS = 7
 #: One representative Heron case per family, small enough for a 2-core machine.
-CASES = ["gemm.G3", "bmm.B1", "gemv.V2", "c1d.C1", "c2d.C3", "c3d.C3", "dil.D3", "t2d.T1", "scan.S1"]
+CASES = [
+    "gemm.G3",
+    "bmm.B1",
+    "gemv.V2",
+    "c1d.C1",
+    "c2d.C3",
+    "c3d.C3",
+    "dil.D3",
+    "t2d.T1",
+    "scan.S1",
+]
 #: Shapes whose extents perfect tiles split badly (``--cases awkward``): 1000 classes, 197 and 127
 #: tokens, a 30522-row vocabulary, 3 input channels.
 AWKWARD = ["gemm.A1", "gemm.A2", "gemm.A3", "gemm.A4", "c2d.A5"]
@@ -87,7 +98,9 @@ def _tune(workload, target, trials: int, search: Search, strategy=None) -> tuple
         total = time.perf_counter() - start
         lib = build(run.best_schedule().mod, target)
         summary = _summary(run.database(), workload)
-        search_s_per_round = run.progress()[-1].search_s_per_round  # the work dir goes with the block
+        search_s_per_round = run.progress()[
+            -1
+        ].search_s_per_round  # the work dir goes with the block
     run_and_check(lib, workload)
     return {**summary, "tuning_s": total, "search_s_per_round": search_s_per_round}, lib
 
@@ -95,9 +108,17 @@ def _tune(workload, target, trials: int, search: Search, strategy=None) -> tuple
 def _retimed_gops(workload, libs: dict, calls: dict) -> dict[str, float]:
     """Both arms' best kernels and the libraries, timed in turn (the runner's few short repeats
     flatter small kernels, and the machine drifts between one timing and the next)."""
-    samplers = {arm: (lambda lib=lib: time_lib(lib, workload, repeat=3).seconds) for arm, lib in libs.items()}
-    samplers.update({name: (lambda call=call: median_seconds(call, repeat=3)) for name, call in calls.items()})
-    return {name: workload.ops / secs / 1e9 for name, secs in medians_in_turn(samplers, TIMING_ROUNDS).items()}
+    samplers = {
+        arm: (lambda lib=lib: time_lib(lib, workload, repeat=3).seconds)
+        for arm, lib in libs.items()
+    }
+    samplers.update(
+        {name: (lambda call=call: median_seconds(call, repeat=3)) for name, call in calls.items()}
+    )
+    return {
+        name: workload.ops / secs / 1e9
+        for name, secs in medians_in_turn(samplers, TIMING_ROUNDS).items()
+    }
 
 
 def main() -> None:
@@ -110,9 +131,13 @@ def main() -> None:
         choices=["heron", "evolutionary"],
         help="the ms_heron arm's search strategy over HeronSpace (default: HeronSearch)",
     )
-    parser.add_argument("--cases", nargs="*", default=CASES, help="case names, or 'awkward' for the padding rows")
     parser.add_argument(
-        "--isa", choices=sorted(ISA_MCPU), help="compile for this instruction set, narrower than the host's"
+        "--cases", nargs="*", default=CASES, help="case names, or 'awkward' for the padding rows"
+    )
+    parser.add_argument(
+        "--isa",
+        choices=sorted(ISA_MCPU),
+        help="compile for this instruction set, narrower than the host's",
     )
     parser.add_argument("--out", default=str(results_io.DEFAULT_DIR))
     args = parser.parse_args()
@@ -127,12 +152,20 @@ def main() -> None:
     for trials in args.trials:
         for name in args.cases:
             workload = workloads.case(name, args.dtype, target=target)
-            row = {"case": name, "dtype": args.dtype, "trials": trials, "peak_gops": peak, "peak_unit": peak_unit}
+            row = {
+                "case": name,
+                "dtype": args.dtype,
+                "trials": trials,
+                "peak_gops": peak,
+                "peak_unit": peak_unit,
+            }
             heron_strategy = None if args.search == "heron" else "evolutionary"
             row["default"], default_lib = _tune(workload, target, trials, "metaschedule")
             row["heron"], heron_lib = _tune(workload, target, trials, "heron", heron_strategy)
             gops = _retimed_gops(
-                workload, {"default": default_lib, "heron": heron_lib}, _library_calls(workload, target)
+                workload,
+                {"default": default_lib, "heron": heron_lib},
+                _library_calls(workload, target),
             )
             for arm in ("default", "heron"):
                 row[arm]["retimed_gops"] = gops.pop(arm)
@@ -147,34 +180,35 @@ def main() -> None:
 def _report(args, rows) -> None:
     peak_name = rows[0].get("peak_unit", "VNNI" if args.dtype == "int8" else "FMA")
     lines = [
-        f"# ms_heron (HeronSpace + {args.search} search) vs MetaSchedule default ({args.dtype}, one run"
-        + (f", compiled for {args.isa})" if args.isa else ")"),
+        f"# ms_heron (HeronSpace + {args.search} search) vs MetaSchedule default ({args.dtype}, "
+        "one run" + (f", compiled for {args.isa})" if args.isa else ")"),
         "",
-        "GOPS: each arm's best record rebuilt and checked against numpy; both arms and the libraries then "
-        f"timed in turn, "
-        f"{TIMING_ROUNDS} rounds of 3 repeats of >= 100 ms, medians kept. "
-        f"% of peak: of the {peak_name} peak measured in the same run ({rows[0]['peak_gops']:.0f} GOPS). "
-        "Libraries in the "
-        "same run, operands fed as inputs. Search s/round: the strategy's own work per round of 32 "
-        "(generating candidates and taking in results; build and measurement excluded).",
+        "GOPS: each arm's best record rebuilt and checked against numpy; both arms and the "
+        f"libraries then timed in turn, {TIMING_ROUNDS} rounds of 3 repeats of >= 100 ms, medians "
+        f"kept. % of peak: of the {peak_name} peak measured in the same run "
+        f"({rows[0]['peak_gops']:.0f} GOPS). Libraries in the same run, operands fed as inputs. "
+        "Search s/round: the strategy's own work per round of 32 (generating candidates and "
+        "taking in results; build and measurement excluded).",
         "",
-        "| case | trials | default valid | default GOPS | ms_heron valid | ms_heron GOPS | ms_heron / default "
-        "| % of peak (default / ms_heron) | ms_heron / ONNX Runtime | ms_heron / numpy "
-        "| search s/round default | search s/round ms_heron |",
+        "| case | trials | default valid | default GOPS | ms_heron valid | ms_heron GOPS | "
+        "ms_heron / default | % of peak (default / ms_heron) | ms_heron / ONNX Runtime | ms_heron "
+        "/ numpy | search s/round default | search s/round ms_heron |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         d, h = r["default"], r["heron"]
         ratio = f"{r['ratio']:.2f}x" if r["ratio"] else "n/a"
-        peak = f"{d['retimed_gops'] / r['peak_gops']:.0%} / {h['retimed_gops'] / r['peak_gops']:.0%}"
+        peak = (
+            f"{d['retimed_gops'] / r['peak_gops']:.0%} / {h['retimed_gops'] / r['peak_gops']:.0%}"
+        )
         libs = [
             f"{h['retimed_gops'] / r['library_gops'][k]:.2f}x" if k in r["library_gops"] else "-"
             for k in ("ONNX Runtime", "numpy")
         ]
         lines.append(
-            f"| {r['case']} | {r['trials']} | {d['valid_share']:.0%} | {d['retimed_gops']:.0f} "
-            f"| {h['valid_share']:.0%} | {h['retimed_gops']:.0f} | {ratio} | {peak} | {' | '.join(libs)} "
-            f"| {d['search_s_per_round']:.2f} | {h['search_s_per_round']:.2f} |"
+            f"| {r['case']} | {r['trials']} | {d['valid_share']:.0%} | {d['retimed_gops']:.0f} | "
+            f"{h['valid_share']:.0%} | {h['retimed_gops']:.0f} | {ratio} | {peak} | "
+            f"{' | '.join(libs)} | {d['search_s_per_round']:.2f} | {h['search_s_per_round']:.2f} |"
         )
     for trials in args.trials:
         ratios = [r["ratio"] for r in rows if r["trials"] == trials and r["ratio"]]
@@ -187,7 +221,12 @@ def _report(args, rows) -> None:
     budgets = "_".join(str(t) for t in args.trials)
     subset = "_awkward" if args.cases == AWKWARD else ""
     isa = f"_{args.isa}" if args.isa else ""
-    results_io.write(args.out, f"tuning_vs_default_{args.search}_{args.dtype}_{budgets}{subset}{isa}", lines, rows)
+    results_io.write(
+        args.out,
+        f"tuning_vs_default_{args.search}_{args.dtype}_{budgets}{subset}{isa}",
+        lines,
+        rows,
+    )
 
 
 if __name__ == "__main__":

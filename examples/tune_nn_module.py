@@ -1,4 +1,5 @@
-"""Tune a model written with Relax's nn frontend: a BERT-base feed-forward block (768 -> 3072 -> 768).
+"""Tune a model written with Relax's nn frontend: a BERT-base feed-forward block (768 -> 3072 ->
+768).
 
 `nn.Module.export_tvm` names the function `forward` and leaves the weights as parameters;
 `tune_model` / `compile_model` bind them by name. Run from the repository root:
@@ -31,14 +32,21 @@ class FeedForward(nn.Module):
         return self.norm(self.down(nn.gelu(self.up(x))) + x)
 
 
-logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)  # per-round logs stay in the work dir
+logging.getLogger("tvm.s_tir.meta_schedule").setLevel(
+    logging.WARNING
+)  # per-round logs stay in the work dir
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--trials", type=int, default=64)
 args = parser.parse_args()
 
-mod, named_params = FeedForward().export_tvm(spec={"forward": {"x": nn.spec.Tensor((128, 768), "float32")}})
+mod, named_params = FeedForward().export_tvm(
+    spec={"forward": {"x": nn.spec.Tensor((128, 768), "float32")}}
+)
 rng = np.random.default_rng(0)
-params = {name: (rng.standard_normal([int(d) for d in p.shape]) * 0.02).astype("float32") for name, p in named_params}
+params = {
+    name: (rng.standard_normal([int(d) for d in p.shape]) * 0.02).astype("float32")
+    for name, p in named_params
+}
 params["norm.weight"] = np.ones(768, "float32")
 x = rng.standard_normal((128, 768)).astype("float32")
 

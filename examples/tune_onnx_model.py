@@ -1,8 +1,9 @@
 """Tune a whole ONNX model with ms_heron, compile it, and compare it with ONNX Runtime.
 
-The models are built in code (ms_heron.testing.models, no downloads): a BERT-base encoder layer in fp32 or
-with int8 dense layers (ONNX Runtime's MatMulInteger form, which reaches the VNNI instruction), or a
-ResNet-50 bottleneck block in fp32 or with int8 convolutions (ConvInteger). Run from the repository root:
+The models are built in code (ms_heron.testing.models, no downloads): a BERT-base encoder layer in
+fp32 or with int8 dense layers (ONNX Runtime's MatMulInteger form, which reaches the VNNI
+instruction), or a ResNet-50 bottleneck block in fp32 or with int8 convolutions (ConvInteger). Run
+from the repository root:
 
     .venv/bin/python examples/tune_onnx_model.py bert-int8 --trials 200
     .venv/bin/python examples/tune_onnx_model.py resnet --trials 100 --work-dir runs/resnet
@@ -22,7 +23,9 @@ from ms_heron.report.baselines import onnxruntime_model
 from ms_heron.testing import models
 from ms_heron.tuning import tune_model
 
-logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)  # per-round logs stay in the work dir
+logging.getLogger("tvm.s_tir.meta_schedule").setLevel(
+    logging.WARNING
+)  # per-round logs stay in the work dir
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("model", choices=list(models.ZOO))
 parser.add_argument("--trials", type=int, default=200, help="measured candidates over all kernels")
@@ -34,12 +37,18 @@ mod = from_onnx(model.proto, model.input_shapes())  # Relax module, weights as c
 work_dir = args.work_dir or tempfile.mkdtemp(prefix="ms_heron_model_")
 
 
-def show(p):  # the run's progress after each round; the last, once each task's best kernels were timed again
-    where = f"{p.task}: best {p.task_seconds * 1e3:.4f} ms" if p.task else "best kernels timed again"
+def show(
+    p,
+):  # the run's progress after each round; the last, once each task's best kernels were timed again
+    where = (
+        f"{p.task}: best {p.task_seconds * 1e3:.4f} ms" if p.task else "best kernels timed again"
+    )
     print(f"{p.trials:4d}/{args.trials} trials, {where}, model ~{p.best_seconds * 1e3:.3f} ms")
 
 
-database = tune_model(mod, None, target, work_dir, args.trials, on_round=show)  # HeronSpace + HeronSearch
+database = tune_model(
+    mod, None, target, work_dir, args.trials, on_round=show
+)  # HeronSpace + HeronSearch
 executable = compile_model(database, mod, None, target)  # a relax.VirtualMachine executable
 
 (ours,) = run_model(executable, model.inputs)
@@ -47,5 +56,6 @@ executable = compile_model(database, mod, None, target)  # a relax.VirtualMachin
 ours_s = time_model(executable, model.inputs)
 print(
     f"{model.name}: ms_heron {ours_s * 1e3:.3f} ms, ONNX Runtime {ort_s * 1e3:.3f} ms "
-    f"({ort_s / ours_s:.2f}x); max abs difference {np.abs(ours - theirs).max():.2g}; records in {work_dir}"
+    f"({ort_s / ours_s:.2f}x); max abs difference {np.abs(ours - theirs).max():.2g}; records in "
+    f"{work_dir}"
 )

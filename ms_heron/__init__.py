@@ -33,9 +33,10 @@ from .hardware.amx import request_amx_tile_state  # noqa: E402
 from .intrinsics import register_all_amx, register_dot_products  # noqa: E402
 from .lazy import lazy_attributes  # noqa: E402
 
-# CPU records name ms_heron's dot-product and AMX intrinsics (HeronSpace adds MetaSchedule's spaces, which
-# name TVM's, only where it tensorizes nothing): registered here, cheaply, so stock ``compile_tir``
-# and ``MetaScheduleApplyDatabase`` replay them in any process that imported ms_heron.
+# CPU records name ms_heron's dot-product and AMX intrinsics (HeronSpace adds MetaSchedule's spaces,
+# which name TVM's, only where it tensorizes nothing): registered here, cheaply, so stock
+# ``compile_tir`` and ``MetaScheduleApplyDatabase`` replay them in any process that imported
+# ms_heron.
 register_dot_products()
 register_all_amx()
 # AMX kernels run only in a process the OS granted the tile state: every process that imports

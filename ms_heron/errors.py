@@ -1,4 +1,5 @@
-"""The one base class of the errors a user can fix: each message says what went wrong and names the fix.
+"""The one base class of the errors a user can fix: each message says what went wrong and names the
+fix.
 
 Every layer raises its own subclass (a target without VNNI, a work dir of another run, a model with
 dynamic shapes, ...); the ``ms-heron`` command prints any of them as one line and exits with 2, and

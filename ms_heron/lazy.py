@@ -2,8 +2,8 @@
 
 MetaSchedule's builder and runner workers import ms_heron to unpickle their job (a build function, a
 timing evaluator): importing the package and :mod:`ms_heron.tuning` must not import the search
-(OR-Tools, pandas, XGBoost), the Relax frontend and the spaces, which half a second of every worker's
-start-up went to. ``from ms_heron import HeronSpace`` imports them when it is written.
+(OR-Tools, pandas, XGBoost), the Relax frontend and the spaces, which half a second of every
+worker's start-up went to. ``from ms_heron import HeronSpace`` imports them when it is written.
 """
 
 from __future__ import annotations

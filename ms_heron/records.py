@@ -1,9 +1,9 @@
 """MetaSchedule's tuning records in a work dir: the one module that writes and reads them.
 
 A work dir's JSONDatabase is two files of JSON lines, appended as each round ends
-(:class:`StoreMeasured`, which also checks that they reached the disk). The database API hands records
-back sorted by speed; the files keep the order they were measured in, which progress, reports and
-"the best after n trials" need.
+(:class:`StoreMeasured`, which also checks that they reached the disk). The database API hands
+records back sorted by speed; the files keep the order they were measured in, which progress,
+reports and "the best after n trials" need.
 """
 
 from __future__ import annotations
@@ -87,17 +87,25 @@ class StoreMeasured(PyMeasureCallback):
                 continue
             secs = list(result.run_secs) if result.run_secs is not None else [1e10]
             self.database.commit_tuning_record(
-                ms.database.TuningRecord(candidate.sch.trace, workload, secs, context.target, candidate.args_info)
+                ms.database.TuningRecord(
+                    candidate.sch.trace, workload, secs, context.target, candidate.args_info
+                )
             )
             stored += 1
         if stored and self.records_file is not None and not self._landed(before):
             self.failure = OSError(
-                errno.ENOSPC, "the round's records did not reach the disk (full or read-only?)", str(self.records_file)
+                errno.ENOSPC,
+                "the round's records did not reach the disk (full or read-only?)",
+                str(self.records_file),
             )
             raise self.failure
 
     def _size(self) -> int:
-        return self.records_file.stat().st_size if self.records_file is not None and self.records_file.exists() else 0
+        return (
+            self.records_file.stat().st_size
+            if self.records_file is not None and self.records_file.exists()
+            else 0
+        )
 
     def _landed(self, before: int) -> bool:
         if self._size() <= before:
@@ -131,7 +139,8 @@ def measure_callbacks(database: ms.Database, records_file: Path | None = None) -
 
 
 def record_seconds(run_secs) -> float:
-    """Mean measured seconds of a tuning record's ``run_secs``; inf when it failed to build or run."""
+    """Mean measured seconds of a tuning record's ``run_secs``; inf when it failed to build or
+    run."""
     secs = [float(x) for x in run_secs or []]
     return sum(secs) / len(secs) if secs and max(secs) < FAILED_RUN_SECS else math.inf
 
@@ -144,7 +153,11 @@ def result_seconds(result: ms.runner.RunnerResult) -> float:
 def top_records(database: ms.database.Database, mod, k: int) -> list[ms.database.TuningRecord]:
     """``database``'s ``k`` fastest records of the task ``mod`` (by tuning time); none without its
     workload (a JSONDatabase's ``commit_workload`` would append it to the file)."""
-    return list(database.get_top_k(database.commit_workload(mod), k)) if database.has_workload(mod) else []
+    return (
+        list(database.get_top_k(database.commit_workload(mod), k))
+        if database.has_workload(mod)
+        else []
+    )
 
 
 def best_seconds(database: ms.database.Database, mod) -> float:
@@ -153,9 +166,10 @@ def best_seconds(database: ms.database.Database, mod) -> float:
     return record_seconds(top[0].run_secs) if top else math.inf
 
 
-#: A model runs, per task, the fastest of the task's this many fastest records, each timed again when
-#: tuning ends (:mod:`ms_heron.tuning.confirm`): the fastest record alone is the one timed in the
-#: luckiest moment, and a later record timed in a quiet one displaces a kernel faster on average.
+#: A model runs, per task, the fastest of the task's this many fastest records, each timed again
+#: when tuning ends (:mod:`ms_heron.tuning.confirm`): the fastest record alone is the one timed in
+#: the luckiest moment, and a later record timed in a quiet one displaces a kernel faster on
+#: average.
 CHOICE_TOP_K = 3
 
 #: Each task's best kernel timed again after model tuning (:mod:`ms_heron.tuning.confirm`), one JSON
@@ -166,7 +180,8 @@ CONFIRMED_FILE = "confirmed.jsonl"
 def record_key(record: ms.database.TuningRecord) -> str:
     """Which kernel a record is (its workload and trace), across processes and database copies."""
     trace = hashlib.sha1(str(record.trace).encode()).hexdigest()[:16]
-    return f"{record.workload.as_json()[0]}:{trace}"  # the workload's structural hash, as MetaSchedule keeps it
+    # the workload's structural hash, as MetaSchedule keeps it
+    return f"{record.workload.as_json()[0]}:{trace}"
 
 
 def chosen_record(
@@ -174,17 +189,22 @@ def chosen_record(
 ) -> tuple[ms.database.TuningRecord | None, float]:
     """The record of task ``mod`` a compiled model runs, and its time: of the task's
     :data:`CHOICE_TOP_K` fastest records, the one with the least time, taking a record's
-    ``confirmed`` time (by :func:`record_key`) where it was timed again and its tuning time where not
-    (a record newer than the confirmation). ``(None, inf)`` without a record."""
+    ``confirmed`` time (by :func:`record_key`) where it was timed again and its tuning time where
+    not (a record newer than the confirmation). ``(None, inf)`` without a record."""
     top = top_records(database, mod, CHOICE_TOP_K)
-    timed = [(confirmed.get(record_key(r), record_seconds(r.run_secs)), i) for i, r in enumerate(top)]
+    timed = [
+        (confirmed.get(record_key(r), record_seconds(r.run_secs)), i) for i, r in enumerate(top)
+    ]
     seconds, i = min(timed, default=(math.inf, -1))
     return (top[i] if top else None), seconds
 
 
 def confirmed_seconds(work_dir: str | Path) -> dict[str, float]:
     """The confirmed time of every kernel timed again in ``work_dir``, by :func:`record_key`."""
-    return {line["record"]: float(line["seconds"]) for line in json_lines(Path(work_dir) / CONFIRMED_FILE)}
+    return {
+        line["record"]: float(line["seconds"])
+        for line in json_lines(Path(work_dir) / CONFIRMED_FILE)
+    }
 
 
 def add_confirmed(work_dir: str | Path, seconds: dict[str, float]) -> None:
@@ -192,13 +212,16 @@ def add_confirmed(work_dir: str | Path, seconds: dict[str, float]) -> None:
     path = Path(work_dir) / CONFIRMED_FILE
     cut_torn_line(path)
     with open(path, "a", encoding="utf-8") as out:
-        out.writelines(json.dumps({"record": key, "seconds": s}) + "\n" for key, s in seconds.items())
+        out.writelines(
+            json.dumps({"record": key, "seconds": s}) + "\n" for key, s in seconds.items()
+        )
         out.flush()
         os.fsync(out.fileno())
 
 
 def cut_torn_line(path: Path) -> None:
-    """Drop a last line a killed process left half-written (every complete line ends in a newline)."""
+    """Drop a last line a killed process left half-written (every complete line ends in a
+    newline)."""
     if not path.exists():
         return
     data = path.read_bytes()
@@ -230,7 +253,9 @@ def set_aside_corrupt_records(work_dir: Path) -> None:
     and the file is replaced atomically. A corrupt workload line cannot be set aside (records point
     to workloads by line number): it is refused, naming the line."""
     workloads_file = work_dir / DATABASE_FILES[0]
-    workloads = [line for line in _lines(workloads_file) if line.strip()]  # read raw: json_lines would skip a bad one
+    workloads = [
+        line for line in _lines(workloads_file) if line.strip()
+    ]  # read raw: json_lines would skip a bad one
     if not all(_is_workload(line) for line in workloads):
         raise CorruptDatabase(
             f"{workloads_file} has a corrupt workload line; its records cannot be loaded: "
@@ -252,7 +277,8 @@ def set_aside_corrupt_records(work_dir: Path) -> None:
     os.replace(fresh, path)
     for number, _ in bad:
         warnings.warn(
-            f"{path}:{number} is not a tuning record and was set aside in {REJECTED_FILE}; the other records are kept",
+            f"{path}:{number} is not a tuning record and was set aside in {REJECTED_FILE}; the "
+            "other records are kept",
             stacklevel=3,
         )
 
@@ -280,8 +306,8 @@ def _is_record(line: str, workloads: int) -> bool:
 
 
 def json_lines(path: Path) -> list:
-    """The JSON lines of ``path``, read without writing it: a torn last line (a killed writer) is left
-    out silently, any other line that does not parse is left out with a warning naming it."""
+    """The JSON lines of ``path``, read without writing it: a torn last line (a killed writer) is
+    left out silently, any other line that does not parse is left out with a warning naming it."""
     if not path.exists():
         return []
     text = path.read_text()
@@ -296,7 +322,8 @@ def json_lines(path: Path) -> list:
             out.append(json.loads(line))
         except ValueError:
             warnings.warn(
-                f"{path}:{number} is not a JSON record and is skipped; the other records are kept", stacklevel=2
+                f"{path}:{number} is not a JSON record and is skipped; the other records are kept",
+                stacklevel=2,
             )
     return out
 
@@ -312,10 +339,13 @@ def first_records(
 ) -> ms.database.MemoryDatabase:
     """The work dir's database as it stood after its first ``count`` measured records (all when
     None), read without writing a file: what reports use beside a live run, and how one long run
-    also answers "what had tuning found after ``count`` trials" (``target``: as in :func:`open_database`)."""
+    also answers "what had tuning found after ``count`` trials" (``target``: as in
+    :func:`open_database`)."""
     ensure_registered(target)
     work_dir = Path(work_dir)
-    workloads = [ms.database.Workload.from_json(line) for line in json_lines(work_dir / DATABASE_FILES[0])]
+    workloads = [
+        ms.database.Workload.from_json(line) for line in json_lines(work_dir / DATABASE_FILES[0])
+    ]
     database = ms.database.MemoryDatabase()
     for workload in workloads:
         database.commit_workload(workload.mod)
@@ -371,7 +401,9 @@ def merge_records(sources: list[Path], dest: str | Path, target: dict) -> Merged
                 merged.already_there += 1
                 continue
             seen.add(key)
-            workload = database.commit_workload(ms.database.Workload.from_json(workloads[index]).mod)
+            workload = database.commit_workload(
+                ms.database.Workload.from_json(workloads[index]).mod
+            )
             database.commit_tuning_record(ms.database.TuningRecord.from_json(record, workload))
             merged.added += 1
     return merged

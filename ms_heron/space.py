@@ -19,7 +19,13 @@ from tvm.tirx import PrimFunc
 
 from .hardware.targets import is_cuda
 from .intrinsics import ensure_registered, import_x86_intrinsics
-from .postprocs import DisallowBlocksInVectorLoops, FuseTileInit, PackPanels, UnrollTiles, VectorizeTileInit
+from .postprocs import (
+    DisallowBlocksInVectorLoops,
+    FuseTileInit,
+    PackPanels,
+    UnrollTiles,
+    VectorizeTileInit,
+)
 from .rules import default_rules
 from .schedule.analysis import needs_sampled_location
 from .schedule.annotations import METASCHEDULE_SPACE, SPACE_ORIGIN
@@ -27,7 +33,8 @@ from .schedule.options import check
 
 
 def default_postprocs(target=None) -> list:
-    """TVM's postprocs that finish what the rules leave as annotations (CPU when ``target`` is None).
+    """TVM's postprocs that finish what the rules leave as annotations (CPU when ``target`` is
+    None).
 
     On CUDA they also bind cooperative fetches and leftover blocks to threads and reject kernels
     that break the GPU's limits (VerifyGPUCode) -- the check Heron's constraints make pass.
@@ -44,7 +51,8 @@ def default_postprocs(target=None) -> list:
         ]
     return [
         ms.postproc.DisallowDynamicLoop(),
-        PackPanels(),  # before the reduction is decomposed: it finds the streamed input on the block
+        # before the reduction is decomposed: it finds the streamed input on the block
+        PackPanels(),
         ms.postproc.RewriteParallelVectorizeUnroll(),
         UnrollTiles(),  # after: the parallel rewrite fuses outer loops, never unrolled ones
         DisallowBlocksInVectorLoops(),  # before the reduction's init block joins its update's loops
@@ -53,14 +61,20 @@ def default_postprocs(target=None) -> list:
         ms.postproc.RewriteTensorize(vectorize_init_loop=True),
         FuseTileInit(),  # an init over many micro-tiles: one loop, not a nest LLVM unrolls whole
         # Layout-free weights (a model's constants) get the layout the tiled kernel streams: packed
-        # panels. The re-layout is dropped when measuring and folded into the constant at compile time.
+        # panels. The re-layout is dropped when measuring and folded into the constant at compile
+        # time.
         ms.postproc.RewriteLayout(),
     ]
 
 
 def default_mutators() -> dict:
-    """For MetaSchedule's evolutionary search: the rules sample tiles, compute locations and the unroll depth."""
-    return {ms.mutator.MutateTileSize(): 0.9, ms.mutator.MutateComputeLocation(): 0.05, ms.mutator.MutateUnroll(): 0.05}
+    """For MetaSchedule's evolutionary search: the rules sample tiles, compute locations and the
+    unroll depth."""
+    return {
+        ms.mutator.MutateTileSize(): 0.9,
+        ms.mutator.MutateComputeLocation(): 0.05,
+        ms.mutator.MutateUnroll(): 0.05,
+    }
 
 
 def _tensorized(space: Schedule) -> bool:
@@ -113,10 +127,14 @@ class HeronSpace(PySpaceGenerator):
         include_default_spaces: bool = True,
     ):
         # Before the TuneContext this space is passed to: it imports TVM's whole intrinsic library
-        # first thing, ~1 min of TVMScript parsing; held back, a CPU pays 0.1 s (the rest of it comes
-        # in below, where the target is known to be CUDA).
+        # first thing, ~1 min of TVMScript parsing; held back, a CPU pays 0.1 s (the rest of it
+        # comes in below, where the target is known to be CUDA).
         import_x86_intrinsics()
-        example = {ScheduleRule: "MultiLevelTiling()", Postproc: "PackPanels()", Mutator: "MutateTileSize()"}
+        example = {
+            ScheduleRule: "MultiLevelTiling()",
+            Postproc: "PackPanels()",
+            Mutator: "MutateTileSize()",
+        }
         for option, parts, kind in (
             ("rules", rules or (), ScheduleRule),
             ("user_rules", user_rules, ScheduleRule),
@@ -137,10 +155,12 @@ class HeronSpace(PySpaceGenerator):
             isinstance(include_default_spaces, bool),
             f"HeronSpace(include_default_spaces={include_default_spaces!r}): give True or False",
         )
-        # ``None`` means "Heron's defaults for the tuning target", resolved once the target is known.
+        # ``None`` means "Heron's defaults for the tuning target", resolved once the target is
+        # known.
         self.rules = None if rules is None else list(rules)
         self.user_rules = list(user_rules)
-        # The rules' Python class names, for messages: clones reach generate_design_space as FFI objects.
+        # The rules' Python class names, for messages: clones reach generate_design_space as FFI
+        # objects.
         self.given_rule_names = [_rule_name(r) for r in (rules or [])]
         self.user_rule_names = [_rule_name(r) for r in user_rules]
         self.given_postprocs = None if postprocs is None else list(postprocs)
@@ -207,7 +227,8 @@ class HeronSpace(PySpaceGenerator):
             defaults = list(self.default_space.generate_design_space(mod))
         except Exception as err:  # pylint: disable=broad-except  # TVM's rules: their bug must not stop the task
             logging.getLogger(__name__).warning(
-                "HeronSpace: MetaSchedule's default design spaces fail on this task and are left out: %s",
+                "HeronSpace: MetaSchedule's default design spaces fail on this task and are left "
+                "out: %s",
                 _last_line(err),
             )
             return []
@@ -219,38 +240,52 @@ class HeronSpace(PySpaceGenerator):
         twin = HeronSpace(
             rules=None if self.rules is None else [r.clone() for r in self.rules],
             user_rules=[r.clone() for r in self.user_rules],
-            postprocs=None if self.given_postprocs is None else [p.clone() for p in self.given_postprocs],
+            postprocs=None
+            if self.given_postprocs is None
+            else [p.clone() for p in self.given_postprocs],
             mutator_probs={m.clone(): p for m, p in self.mutator_probs.items()},
             include_default_spaces=self.include_default_spaces,
         )
-        twin.given_rule_names, twin.user_rule_names = list(self.given_rule_names), list(self.user_rule_names)
+        twin.given_rule_names, twin.user_rule_names = (
+            list(self.given_rule_names),
+            list(self.user_rule_names),
+        )
         twin._set_rules(list(twin.sch_rules))  # pylint: disable=protected-access
         return twin
 
 
-def tuning_context(func: PrimFunc | IRModule, target: Target, space: SpaceGenerator | None = None) -> ms.TuneContext:
-    """The TuneContext tuning ``func`` on ``target`` with ``space`` (``HeronSpace()`` when None) works
-    in, cloned as MetaSchedule's task scheduler clones it: its space generator's rules and postprocs
-    are initialized for the target, as in a tuning run. Its random state is fixed, so that what a
-    report or a test reads of a space's sampled decisions is the same every time."""
+def tuning_context(
+    func: PrimFunc | IRModule, target: Target, space: SpaceGenerator | None = None
+) -> ms.TuneContext:
+    """The TuneContext tuning ``func`` on ``target`` with ``space`` (``HeronSpace()`` when None)
+    works in, cloned as MetaSchedule's task scheduler clones it: its space generator's rules and
+    postprocs are initialized for the target, as in a tuning run. Its random state is fixed, so that
+    what a report or a test reads of a space's sampled decisions is the same every time."""
     ensure_registered(target)
     mod = func if isinstance(func, IRModule) else IRModule({"main": func})
     context = ms.TuneContext(
-        mod=mod, target=target, space_generator=space or HeronSpace(), task_name="main", rand_state=0
+        mod=mod,
+        target=target,
+        space_generator=space or HeronSpace(),
+        task_name="main",
+        rand_state=0,
     )
     return context.clone()
 
 
-def design_spaces(func: PrimFunc | IRModule, target: Target, space: SpaceGenerator | None = None) -> list[Schedule]:
-    """The design spaces that tuning ``func`` on ``target`` searches (see :func:`tuning_context`): for
-    reports, tests and benchmarks that look inside a space instead of tuning it."""
+def design_spaces(
+    func: PrimFunc | IRModule, target: Target, space: SpaceGenerator | None = None
+) -> list[Schedule]:
+    """The design spaces that tuning ``func`` on ``target`` searches (see :func:`tuning_context`):
+    for reports, tests and benchmarks that look inside a space instead of tuning it."""
     return list(tuning_context(func, target, space).generate_design_space())
 
 
 def design_spaces_and_postprocs(
     func: PrimFunc | IRModule, target: Target, space: SpaceGenerator | None = None
 ) -> tuple[list[Schedule], list[Postproc]]:
-    """:func:`design_spaces` and the postprocs, initialized for the target, that finish a sample of them."""
+    """:func:`design_spaces` and the postprocs, initialized for the target, that finish a sample of
+    them."""
     context = tuning_context(func, target, space)
     return list(context.generate_design_space()), list(context.space_generator.postprocs)
 
@@ -265,7 +300,10 @@ def _apply(rule, rule_name: str, sch: Schedule, name: str) -> list[Schedule]:
         return list(rule.apply(trial, trial.get_sblock(name)))
     except Exception as err:  # pylint: disable=broad-except
         logging.getLogger(__name__).warning(
-            "HeronSpace: rule %s failed on block %r and is skipped there: %s", rule_name, name, _last_line(err)
+            "HeronSpace: rule %s failed on block %r and is skipped there: %s",
+            rule_name,
+            name,
+            _last_line(err),
         )
         return [sch]
 

@@ -100,9 +100,11 @@ def ms_heron_cli(*args, timeout=600, cwd=None) -> subprocess.CompletedProcess:
 
 
 def ms_heron_clis(*commands, timeout=600) -> list[subprocess.CompletedProcess]:
-    """Several ``ms-heron`` commands run side by side (most of a small run is start-up), in order."""
+    """Several ``ms-heron`` commands run side by side (most of a small run is start-up), in
+    order."""
     procs = [
-        subprocess.Popen(_command(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for args in commands
+        subprocess.Popen(_command(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for args in commands
     ]
     done = []
     for proc in procs:

@@ -1,6 +1,6 @@
-"""``ms-heron`` as a user runs it, counting on the way (a test's probe, not product code): how often a
-model is lowered (``lower_for_tuning``), its tasks extracted (``extract_tasks``) and its records read
-from the work dir (``first_records``, ``open_database``), and how often the one tuning path
+"""``ms-heron`` as a user runs it, counting on the way (a test's probe, not product code): how often
+a model is lowered (``lower_for_tuning``), its tasks extracted (``extract_tasks``) and its records
+read from the work dir (``first_records``, ``open_database``), and how often the one tuning path
 (``TuningRun.tune``) is entered; the ms_heron modules on the call path from the command to the first
 record stored; and at its end, which modules of TVM's intrinsic library it imported (each is seconds
 of TVMScript to parse: a CPU target needs x86's alone). Run as a script, they are
@@ -58,18 +58,29 @@ STORE_PATH: list[str] = []
 
 def _watch_the_first_store(frame, event, _arg):
     code = frame.f_code
-    if event == "call" and not STORE_PATH and code.co_name == "apply" and code.co_filename.endswith("records.py"):
+    if (
+        event == "call"
+        and not STORE_PATH
+        and code.co_name == "apply"
+        and code.co_filename.endswith("records.py")
+    ):
         STORE_PATH.extend(
-            f.filename.split("ms_heron/")[-1] for f in traceback.extract_stack(frame) if "/ms_heron/" in f.filename
+            f.filename.split("ms_heron/")[-1]
+            for f in traceback.extract_stack(frame)
+            if "/ms_heron/" in f.filename
         )
         sys.setprofile(None)
         threading.setprofile(None)
 
 
 def _print_counts():
-    intrinsics = sorted(n.removeprefix(INTRINSIC_MODULES) for n in sys.modules if n.startswith(INTRINSIC_MODULES))
+    intrinsics = sorted(
+        n.removeprefix(INTRINSIC_MODULES) for n in sys.modules if n.startswith(INTRINSIC_MODULES)
+    )
     print(
-        json.dumps({**COUNTS, "store path": STORE_PATH, "intrinsic modules": intrinsics}), file=sys.stderr, flush=True
+        json.dumps({**COUNTS, "store path": STORE_PATH, "intrinsic modules": intrinsics}),
+        file=sys.stderr,
+        flush=True,
     )
 
 

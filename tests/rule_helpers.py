@@ -1,5 +1,5 @@
-"""Helpers the tests share: design spaces through stock PostOrderApply, schedule inspection, allocations in
-lowered TIR."""
+"""Helpers the tests share: design spaces through stock PostOrderApply, schedule inspection,
+allocations in lowered TIR."""
 
 import math
 import re
@@ -70,7 +70,8 @@ def allocations(mod, scope: str | None = None) -> dict[str, int]:
     row padding included (what the constraint model's footprints must equal)."""
     out = {}
     for name, shape, rest in re.findall(
-        r"(\w+) = T\.(?:sblock_alloc_buffer|alloc_buffer)\(\(([^)]*)\)([^\n]*)", _COMPACT(mod).script()
+        r"(\w+) = T\.(?:sblock_alloc_buffer|alloc_buffer)\(\(([^)]*)\)([^\n]*)",
+        _COMPACT(mod).script(),
     ):
         found = re.search(r'scope="([\w.]+)"', rest)
         if scope is not None and not (found.group(1) if found else "global").startswith(scope):

@@ -1,4 +1,5 @@
-"""AMX-INT8 tile kernels: the intrinsic, the Tensorize rule's tile space, the OS's tile state, the peak."""
+"""AMX-INT8 tile kernels: the intrinsic, the Tensorize rule's tile space, the OS's tile state, the
+peak."""
 
 import subprocess
 import sys
@@ -78,7 +79,9 @@ def test_a_cpu_that_is_not_this_host_gets_vnni_only(cpu_target):
 
 
 def test_the_amx_peak_needs_amx_and_names_why():
-    with pytest.raises(TargetError, match="amx_peak_gops\\(\\) needs AMX tiles this process may use"):
+    with pytest.raises(
+        TargetError, match="amx_peak_gops\\(\\) needs AMX tiles this process may use"
+    ):
         amx_peak_gops(OTHER_CPU)
 
 
@@ -126,7 +129,10 @@ def test_a_process_runs_tile_code_once_it_imported_ms_heron(amx_target, tmp_path
 
     def run(prelude: str) -> subprocess.CompletedProcess:
         return subprocess.run(
-            [sys.executable, "-c", _RUN_EXPORTED, str(path), prelude], capture_output=True, text=True, timeout=300
+            [sys.executable, "-c", _RUN_EXPORTED, str(path), prelude],
+            capture_output=True,
+            text=True,
+            timeout=300,
         )
 
     granted = run("import ms_heron")

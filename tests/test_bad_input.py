@@ -11,14 +11,20 @@ from ms_heron.workloads import WorkloadError, from_func
 
 def test_int8_shape_too_small_to_pad_names_the_limit_and_nearest_shape():
     with pytest.raises(
-        ValueError, match=r"N=1 is not a multiple of 16 .*nearest that is: N=16.*32.0x the work.*2x limit"
+        ValueError,
+        match=r"N=1 is not a multiple of 16 .*nearest that is: N=16.*32.0x the work.*2x limit",
     ):
         workloads.gemm(M=32, N=1, K=2)
 
 
 def test_int8_shape_vnni_tiles_do_not_divide_keeps_a_plain_weight_to_pad():
     assert workloads.gemm(M=32, N=1000, K=64).random_inputs()[1].shape == (64, 1000)
-    assert workloads.c2d(N=1, H=8, W=8, CI=6, CO=16, KH=3, KW=3).random_inputs()[1].shape == (3, 3, 6, 16)
+    assert workloads.c2d(N=1, H=8, W=8, CI=6, CO=16, KH=3, KW=3).random_inputs()[1].shape == (
+        3,
+        3,
+        6,
+        16,
+    )
 
 
 def test_fp32_has_no_vnni_shape_rule():
@@ -36,7 +42,10 @@ def test_unknown_names_list_valid_ones():
 
 def test_int8_on_a_cpu_without_avx2_names_the_cpu(tmp_path):
     generic = Target({"kind": "llvm", "mcpu": "x86-64", "num-cores": 2})
-    with pytest.raises(TargetError, match="int8 kernels need an x86 CPU with AVX2 at least, but .*'x86-64' has none"):
+    with pytest.raises(
+        TargetError,
+        match="int8 kernels need an x86 CPU with AVX2 at least, but .*'x86-64' has none",
+    ):
         tune_workload(workloads.gemm(M=16, N=16, K=16), generic, str(tmp_path), 2)
 
 
@@ -57,7 +66,12 @@ def test_old_cli_target_string_is_explained():
 
 def test_missing_num_cores_is_explained(tmp_path):
     with pytest.raises(TargetError, match="num-cores"):
-        tune_workload(workloads.gemm(M=16, N=16, K=16, dtype="fp32"), Target({"kind": "llvm"}), str(tmp_path), 2)
+        tune_workload(
+            workloads.gemm(M=16, N=16, K=16, dtype="fp32"),
+            Target({"kind": "llvm"}),
+            str(tmp_path),
+            2,
+        )
 
 
 def test_kernel_whose_output_is_not_last_names_the_fix():
@@ -71,7 +85,8 @@ def test_kernel_whose_output_is_not_last_names_the_fix():
                 out[vi] = a[vi]
 
     with pytest.raises(
-        WorkloadError, match=r"output_first: .*one output, passed last; this one writes parameters \[0\]"
+        WorkloadError,
+        match=r"output_first: .*one output, passed last; this one writes parameters \[0\]",
     ):
         from_func(output_first, "output_first")
 
@@ -111,7 +126,8 @@ def _rules_and_space():
     return {
         "MultiLevelTiling(structure='SXS')": (
             lambda: MultiLevelTiling(structure="SXS"),
-            "MultiLevelTiling(structure='SXS'): use 'S' and 'R' only, each at least once, such as 'SSRSRS'",
+            "MultiLevelTiling(structure='SXS'): use 'S' and 'R' only, each at least once, such as "
+            "'SSRSRS'",
         ),
         "MultiLevelTiling(max_innermost_factor=0)": (
             lambda: MultiLevelTiling(max_innermost_factor=0),
@@ -127,7 +143,8 @@ def _rules_and_space():
         ),
         "PackOperand(probs=(0.2, 0.2))": (
             lambda: PackOperand(probs=(0.2, 0.2)),
-            "PackOperand(probs=(0.2, 0.2)): give two probabilities (no packing, packing) summing to 1",
+            "PackOperand(probs=(0.2, 0.2)): give two probabilities (no packing, packing) summing "
+            "to 1",
         ),
         "PadExtents(max_waste=-1)": (
             lambda: PadExtents(max_waste=-1),
@@ -153,13 +170,17 @@ def _rules_and_space():
             lambda: HeronSpace(include_default_spaces="yes"),
             "HeronSpace(include_default_spaces='yes'): give True or False",
         ),
-        "a positional option": (lambda: MultiLevelTiling("SSRSRS"), "takes 1 positional argument but 2 were given"),
+        "a positional option": (
+            lambda: MultiLevelTiling("SSRSRS"),
+            "takes 1 positional argument but 2 were given",
+        ),
     }
 
 
 @pytest.mark.parametrize("case", list(_rules_and_space()))
 def test_rule_and_space_options_are_checked_in_one_line(case):
-    """Options are keyword-only and checked at construction; the message names the option and a valid value."""
+    """Options are keyword-only and checked at construction; the message names the option and a
+    valid value."""
     build, message = _rules_and_space()[case]
     with pytest.raises((ValueError, TypeError)) as raised:
         build()

@@ -19,7 +19,10 @@ def test_onnxruntime_fp32_operator_matches_the_workload_reference(family, shape)
 
 
 def test_operators_without_a_baseline_are_named():
-    with pytest.raises(ValueError, match="no ONNX Runtime baseline for t2d fp32; fp32 gemm and c2d have one"):
+    with pytest.raises(
+        ValueError, match="no ONNX Runtime baseline for t2d fp32; fp32 gemm and c2d have one"
+    ):
         onnxruntime_operator_seconds(
-            workloads.make("t2d", "fp32", N=1, H=4, W=4, CI=8, CO=16, KH=4, KW=4, stride=2, pad=1), 2
+            workloads.make("t2d", "fp32", N=1, H=4, W=4, CI=8, CO=16, KH=4, KW=4, stride=2, pad=1),
+            2,
         )

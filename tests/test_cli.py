@@ -32,7 +32,10 @@ def test_demo_rejects_int8_on_a_cpu_without_avx2():
     target = json.dumps({"kind": "llvm", "mcpu": "x86-64", "num-cores": 2})
     proc = ms_heron_cli("demo", "--target", target, "--trials", "2", "--dtype", "int8")
     assert proc.returncode == 2
-    assert "'x86-64' has none; use an mcpu such as 'haswell'" in proc.stderr and "Traceback" not in proc.stderr
+    assert (
+        "'x86-64' has none; use an mcpu such as 'haswell'" in proc.stderr
+        and "Traceback" not in proc.stderr
+    )
 
 
 def test_demo_rejects_a_shape_the_dot_product_cannot_take():
@@ -70,17 +73,34 @@ def _trace_lines(work_dir):
 def test_tune_resume_report_show(tmp_path):
     work = tmp_path / "run"
     proc = ms_heron_cli(
-        "tune", *SMALL_GEMM, "--trials", "4", "--round-size", "4", "--work-dir", str(work), "--baseline", "metaschedule"
+        "tune",
+        *SMALL_GEMM,
+        "--trials",
+        "4",
+        "--round-size",
+        "4",
+        "--work-dir",
+        str(work),
+        "--baseline",
+        "metaschedule",
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert re.search(r"ms_heron:\s+4/4 trials \| best [\d.]+ ms = [\d.]+ GOPS \| valid 100%", proc.stdout), proc.stdout
-    assert re.search(r"speed-up\s+[\d.]+x", proc.stdout) and "MetaSchedule default:    4/4 trials" in proc.stdout, (
-        proc.stdout
-    )
+    assert re.search(
+        r"ms_heron:\s+4/4 trials \| best [\d.]+ ms = [\d.]+ GOPS \| valid 100%", proc.stdout
+    ), proc.stdout
+    assert (
+        re.search(r"speed-up\s+[\d.]+x", proc.stdout)
+        and "MetaSchedule default:    4/4 trials" in proc.stdout
+    ), proc.stdout
     assert len(_trace_lines(work)) == 4 and len(_trace_lines(work / "baseline")) == 4
-    assert "best kernel of ms_heron and MetaSchedule default checked against the reference: correct" in proc.stdout
+    assert (
+        "best kernel of ms_heron and MetaSchedule default checked against the reference: correct"
+        in proc.stdout
+    )
 
-    again = ms_heron_cli("tune", *SMALL_GEMM, "--trials", "8", "--round-size", "4", "--work-dir", str(work))
+    again = ms_heron_cli(
+        "tune", *SMALL_GEMM, "--trials", "8", "--round-size", "4", "--work-dir", str(work)
+    )
     assert again.returncode == 0, again.stderr[-3000:]
     assert "resuming from 4 records" in again.stdout and "8/8 trials" in again.stdout
     traces = _trace_lines(work)
@@ -98,7 +118,9 @@ def test_tune_resume_report_show(tmp_path):
     show = ms_heron_cli("show", str(work))
     assert show.returncode == 0, show.stderr[-3000:]
     assert "sch.sample_perfect_tile" in show.stdout
-    int8_instruction = re.search(r"T\.call_llvm_pure_intrin|llvm\.x86\.tdpbusd", show.stdout)  # dot product or AMX
+    int8_instruction = re.search(
+        r"T\.call_llvm_pure_intrin|llvm\.x86\.tdpbusd", show.stdout
+    )  # dot product or AMX
     assert HOST_DTYPE != "int8" or int8_instruction
 
 
@@ -111,7 +133,16 @@ def test_a_spent_time_budget_measures_only_until_the_first_valid_candidate(tmp_p
     proc = ms_heron_cli(
         "tune",
         *("gemm", "--shape", "M=256", "N=256", "K=256"),
-        *("--trials", "40", "--round-size", "4", "--time-budget", "1s", "--work-dir", str(tmp_path)),
+        *(
+            "--trials",
+            "40",
+            "--round-size",
+            "4",
+            "--time-budget",
+            "1s",
+            "--work-dir",
+            str(tmp_path),
+        ),
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     seconds = measured_seconds(tmp_path)
@@ -136,7 +167,9 @@ def _tune_until(tmp_path, trials_line):
         "--work-dir",
         str(tmp_path),
     ]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     for line in proc.stdout:
         if re.search(rf"\b{trials_line}/40 trials", line):
             return proc
@@ -149,7 +182,9 @@ def test_killed_run_loses_at_most_the_round_in_flight_and_resumes(tmp_path):
     proc.wait()
     kept = len(_trace_lines(tmp_path))
     assert 4 <= kept < 40  # the round just reported may still have been on its way to the database
-    again = ms_heron_cli("tune", *SMALL_GEMM, "--trials", kept + 4, "--round-size", "4", "--work-dir", str(tmp_path))
+    again = ms_heron_cli(
+        "tune", *SMALL_GEMM, "--trials", kept + 4, "--round-size", "4", "--work-dir", str(tmp_path)
+    )
     assert again.returncode == 0, again.stderr[-3000:]
     assert f"resuming from {kept} records" in again.stdout
     assert len(_trace_lines(tmp_path)) == kept + 4
@@ -157,29 +192,41 @@ def test_killed_run_loses_at_most_the_round_in_flight_and_resumes(tmp_path):
 
 def test_ctrl_c_stops_after_the_round_in_flight_and_a_second_one_at_once(tmp_path):
     proc = _tune_until(tmp_path, 8)
-    os.killpg(proc.pid, signal.SIGINT)  # as a terminal sends it: to the builder and runner workers too
+    os.killpg(
+        proc.pid, signal.SIGINT
+    )  # as a terminal sends it: to the builder and runner workers too
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 130 and "Traceback" not in err, err[-3000:]
     assert "stopping after the round in flight (CTRL-C again to stop now)" in err
     assert "interrupted: every measured record is stored" in out
     kept = len(_trace_lines(tmp_path))
-    assert 8 <= kept < 40 and kept % 4 == 0  # whole rounds: the one in flight finished and was stored
+    assert (
+        8 <= kept < 40 and kept % 4 == 0
+    )  # whole rounds: the one in flight finished and was stored
     assert (tmp_path / "database_tuning_record.json").read_text().endswith("\n")
 
     proc = _tune_until(tmp_path, kept + 4)
     os.killpg(proc.pid, signal.SIGINT)
-    # the second is sent once the first was taken (a SIGINT still pending absorbs another), while the
-    # round that had just begun is in flight
+    # the second is sent once the first was taken (a SIGINT still pending absorbs another), while
+    # the round that had just begun is in flight
     for line in proc.stderr:
         if "stopping after the round in flight" in line:
             break
     os.killpg(proc.pid, signal.SIGINT)
     _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130 and "stopped; the records stored in" in err and "Traceback" not in err, err
+    assert (
+        proc.returncode == 130
+        and "stopped; the records stored in" in err
+        and "Traceback" not in err
+    ), err
     now = len(_trace_lines(tmp_path))
     assert now >= kept + 4
-    again = ms_heron_cli("tune", *SMALL_GEMM, "--trials", now + 4, "--round-size", "4", "--work-dir", str(tmp_path))
-    assert again.returncode == 0 and f"resuming from {now} records" in again.stdout, again.stderr[-3000:]
+    again = ms_heron_cli(
+        "tune", *SMALL_GEMM, "--trials", now + 4, "--round-size", "4", "--work-dir", str(tmp_path)
+    )
+    assert again.returncode == 0 and f"resuming from {now} records" in again.stdout, again.stderr[
+        -3000:
+    ]
     assert len(_trace_lines(tmp_path)) == now + 4
 
 
@@ -194,7 +241,9 @@ def test_torn_last_record_is_left_by_show_and_cut_on_resume(tmp_path):
         proc = ms_heron_cli(command, str(tmp_path))
         assert proc.returncode == 0, proc.stderr[-3000:]
     assert records.read_bytes() == before
-    again = ms_heron_cli("tune", *SMALL_GEMM, "--trials", "8", "--round-size", "4", "--work-dir", str(tmp_path))
+    again = ms_heron_cli(
+        "tune", *SMALL_GEMM, "--trials", "8", "--round-size", "4", "--work-dir", str(tmp_path)
+    )
     assert again.returncode == 0, again.stderr[-3000:]
     assert "resuming from 4 records" in again.stdout and len(_trace_lines(tmp_path)) == 8
 
@@ -204,7 +253,10 @@ def test_second_process_on_a_live_work_dir_is_refused_naming_the_holder(tmp_path
     with workdir.work_dir_lock(tmp_path):  # this process is the live run
         proc = ms_heron_cli("tune", *SMALL_GEMM, "--trials", "8", "--work-dir", str(tmp_path))
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert f"work dir {tmp_path} is being tuned by process {os.getpid()}; wait for it to finish" in proc.stderr
+    assert (
+        f"work dir {tmp_path} is being tuned by process {os.getpid()}; wait for it to finish"
+        in proc.stderr
+    )
     assert len(_trace_lines(tmp_path)) == 4
 
 
@@ -216,11 +268,15 @@ def test_resume_with_another_target_is_refused_naming_both(tmp_path):
     with pytest.raises(
         workdir.RunError,
         match=rf'records measured for target \{{.*"num-cores": {cores}.*\}}, not '
-        rf'\{{.*"num-cores": {cores + 1}.*\}}; timings on one target do not rank kernels for another',
+        rf'\{{.*"num-cores": {cores + 1}.*\}}; timings on one target do not rank kernels for '
+        r"another",
     ):
         TuningRun.create(tmp_path, workdir.RunSpec.of(workload, other, seed=0))
     run_file = json.loads((tmp_path / workdir.RUN_FILE).read_text())
-    assert run_file["versions"]["tvm"] == tvm.__version__ and run_file["versions"]["ms_heron"] == ms_heron.__version__
+    assert (
+        run_file["versions"]["tvm"] == tvm.__version__
+        and run_file["versions"]["ms_heron"] == ms_heron.__version__
+    )
 
 
 @pytest.mark.usefixtures("four_trial_run")
@@ -228,7 +284,9 @@ def test_corrupt_middle_record_is_skipped_with_a_warning_naming_its_line(tmp_pat
     records = tmp_path / "database_tuning_record.json"
     lines = records.read_text().splitlines(keepends=True)
     records.write_text("".join([*lines[:2], "{not json\n", *lines[2:]]))
-    with pytest.warns(UserWarning, match=r"database_tuning_record.json:3 is not a JSON record and is skipped"):
+    with pytest.warns(
+        UserWarning, match=r"database_tuning_record.json:3 is not a JSON record and is skipped"
+    ):
         seconds = measured_seconds(tmp_path)
     assert len(seconds) == 4 and all(s < float("inf") for s in seconds)
 
@@ -237,7 +295,10 @@ def test_corrupt_middle_record_is_skipped_with_a_warning_naming_its_line(tmp_pat
     "args,message",
     [
         (("tune", "gemx.G1"), "unknown case 'gemx.G1'"),
-        (("tune", "gemm", "--shape", "M=64", "N=1", "K=2", "--dtype", "int8"), f"nearest that is: N={HOST_DOT.lanes}"),
+        (
+            ("tune", "gemm", "--shape", "M=64", "N=1", "K=2", "--dtype", "int8"),
+            f"nearest that is: N={HOST_DOT.lanes}",
+        ),
         (("tune", "gemm.G1", "--target", "llvm -mcpu=znver4"), "old CLI form"),
         (("tune", "gemm", "--shape", "M64"), "NAME=INT"),
         (("tune", "gemm.G1", "--time-budget", "soon"), "duration such as 90s"),
@@ -251,23 +312,39 @@ def test_bad_input_gets_one_line_naming_the_fix(args, message, tmp_path):
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert message in proc.stderr and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
-    assert not list(tmp_path.iterdir())  # refused before the default work dir (ms_heron_runs/...) is made
+    assert not list(
+        tmp_path.iterdir()
+    )  # refused before the default work dir (ms_heron_runs/...) is made
 
 
 def test_a_malformed_run_file_gets_one_line(tmp_path):
     (tmp_path / workdir.RUN_FILE).write_text('{"family": "gemm", "dty')
     for command in ("report", "show"):
         proc = ms_heron_cli(command, str(tmp_path))
-        assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr[-2000:]
+        assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr[
+            -2000:
+        ]
         assert f"{tmp_path / workdir.RUN_FILE} is not an ms-heron run file (" in proc.stderr
 
 
 @pytest.mark.usefixtures("four_trial_run")
 def test_work_dir_of_another_workload_or_unwritable_is_refused(tmp_path):
     other = ms_heron_cli(
-        "tune", "bmm", "--shape", "B=2", "M=8", "N=16", "K=8", "--trials", "2", "--work-dir", str(tmp_path)
+        "tune",
+        "bmm",
+        "--shape",
+        "B=2",
+        "M=8",
+        "N=16",
+        "K=8",
+        "--trials",
+        "2",
+        "--work-dir",
+        str(tmp_path),
     )
-    assert other.returncode == 2 and f"holds a run of gemm M=64 N=64 K=64 {HOST_DTYPE}" in other.stderr
+    assert (
+        other.returncode == 2 and f"holds a run of gemm M=64 N=64 K=64 {HOST_DTYPE}" in other.stderr
+    )
     blocker = tmp_path / "a_file"
     blocker.write_text("")
     unwritable = ms_heron_cli("tune", *SMALL_GEMM, "--work-dir", str(blocker / "run"))
@@ -279,14 +356,18 @@ KERNEL = (pathlib.Path(__file__).parent / "row_scale_kernel.py").read_text()
 
 
 def test_a_users_tvmscript_kernel_is_a_run_with_resume_and_show(tmp_path):
-    """``ms-heron tune kernel.py``: the run file keeps the kernel's TVMScript, so resume and show need
-    nothing but the work dir; the same work dir refuses another kernel or workload."""
+    """``ms-heron tune kernel.py``: the run file keeps the kernel's TVMScript, so resume and show
+    need nothing but the work dir; the same work dir refuses another kernel or workload."""
     source = tmp_path / "kernel.py"
     source.write_text(KERNEL)
     work = tmp_path / "run"
-    proc = ms_heron_cli("tune", f"{source}:row_scale", "--trials", "3", "--round-size", "3", "--work-dir", str(work))
+    proc = ms_heron_cli(
+        "tune", f"{source}:row_scale", "--trials", "3", "--round-size", "3", "--work-dir", str(work)
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "kernel row_scale (fp32)" in proc.stdout and re.search(r"ms_heron:\s+3/3 trials", proc.stdout), proc.stdout
+    assert "kernel row_scale (fp32)" in proc.stdout and re.search(
+        r"ms_heron:\s+3/3 trials", proc.stdout
+    ), proc.stdout
     assert "row_scale" in json.loads((work / "ms_heron_run.json").read_text())["kernel"]
     source.unlink()  # the work dir alone carries the run from here
     show = ms_heron_cli("show", str(work))
@@ -300,9 +381,16 @@ def test_kernel_file_errors_name_the_fix(tmp_path):
     source = tmp_path / "kernel.py"
     source.write_text(KERNEL)
     missing = ms_heron_cli("tune", f"{source}:nope")
-    assert missing.returncode == 2 and "defines no PrimFunc named 'nope'; it defines: row_scale" in missing.stderr
+    assert (
+        missing.returncode == 2
+        and "defines no PrimFunc named 'nope'; it defines: row_scale" in missing.stderr
+    )
     absent = ms_heron_cli("tune", str(tmp_path / "absent.py"))
-    assert absent.returncode == 2 and "no such file" in absent.stderr and "Traceback" not in absent.stderr
+    assert (
+        absent.returncode == 2
+        and "no such file" in absent.stderr
+        and "Traceback" not in absent.stderr
+    )
     broken = tmp_path / "broken.py"
     broken.write_text(KERNEL.replace("@T.prim_func(s_tir=True)", "@T.prim_func"))
     proc = ms_heron_cli("tune", broken)
@@ -315,11 +403,13 @@ def test_resume_sets_a_corrupt_middle_record_aside_and_keeps_every_good_one(tmp_
     records = tmp_path / "database_tuning_record.json"
     lines = records.read_text().splitlines(keepends=True)
     records.write_text("".join([*lines[:2], "{not json\n", *lines[2:]]))
-    proc = ms_heron_cli("tune", *SMALL_GEMM, "--trials", "6", "--round-size", "2", "--work-dir", str(tmp_path))
+    proc = ms_heron_cli(
+        "tune", *SMALL_GEMM, "--trials", "6", "--round-size", "2", "--work-dir", str(tmp_path)
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (
-        "database_tuning_record.json:3 is not a tuning record and was set aside in database_tuning_record.rejected"
-        in proc.stderr
+        "database_tuning_record.json:3 is not a tuning record and was set aside in "
+        "database_tuning_record.rejected" in proc.stderr
     )
     kept = records.read_text().splitlines(keepends=True)
     assert kept[:4] == lines and len(kept) == 6  # the good records byte for byte, then the new ones
@@ -363,9 +453,15 @@ def test_a_disk_that_fills_up_mid_run_stops_with_one_line_and_keeps_every_record
     assert proc.returncode == 2, proc.stderr[-3000:]
     # The limit also fails the build workers' object files (LLVM says so on their stderr): only the
     # last line is ms-heron's, and no traceback.
-    assert "every record stored before is kept" in proc.stderr.strip().splitlines()[-1], proc.stderr[-3000:]
-    assert "Traceback" not in proc.stderr and "Logging error" not in proc.stderr, proc.stderr[-3000:]
+    assert "every record stored before is kept" in proc.stderr.strip().splitlines()[-1], (
+        proc.stderr[-3000:]
+    )
+    assert "Traceback" not in proc.stderr and "Logging error" not in proc.stderr, proc.stderr[
+        -3000:
+    ]
     assert records.read_bytes().startswith(before)
-    again = ms_heron_cli("tune", *SMALL_GEMM, "--trials", "8", "--round-size", "4", "--work-dir", str(tmp_path))
+    again = ms_heron_cli(
+        "tune", *SMALL_GEMM, "--trials", "8", "--round-size", "4", "--work-dir", str(tmp_path)
+    )
     assert again.returncode == 0, again.stderr[-3000:]  # space freed: the same command resumes
     assert records.read_bytes().startswith(before) and len(measured_seconds(tmp_path)) == 8

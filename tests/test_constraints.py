@@ -8,7 +8,14 @@ from tvm import te
 from tvm.s_tir import Schedule
 
 from ms_heron import HeronSpace, workloads
-from ms_heron.constraints import RepairedDecision, Solver, count_solutions, decided_values, derive, replay
+from ms_heron.constraints import (
+    RepairedDecision,
+    Solver,
+    count_solutions,
+    decided_values,
+    derive,
+    replay,
+)
 from ms_heron.hardware.peak import fma_chains
 from ms_heron.hardware.probes import PEAK_CHAINS
 from ms_heron.hardware.targets import cpu_cache_bytes, vector_bytes, vector_registers
@@ -29,7 +36,11 @@ REPLAYED = 30
 
 
 def _spaces(workload, target, include_default_spaces=False, rules=None):
-    return design_spaces(workload.func, target, HeronSpace(rules=rules, include_default_spaces=include_default_spaces))
+    return design_spaces(
+        workload.func,
+        target,
+        HeronSpace(rules=rules, include_default_spaces=include_default_spaces),
+    )
 
 
 @pytest.mark.parametrize("dtype", ["int8", "fp32"])
@@ -80,8 +91,16 @@ def test_violating_decisions_are_named(cpu_target):
     outer = model.decisions[0].variables  # the first tile decision's outermost factor is parallel
     for d in model.decisions:
         if d.kind == "tile":
-            serial.update({v: (d.extent if j == len(d.variables) - 1 else 1) for j, v in enumerate(d.variables)})
-    assert any(n.startswith("parallel") for n in model.violations(serial)), (outer, model.violations(serial))
+            serial.update(
+                {
+                    v: (d.extent if j == len(d.variables) - 1 else 1)
+                    for j, v in enumerate(d.variables)
+                }
+            )
+    assert any(n.startswith("parallel") for n in model.violations(serial)), (
+        outer,
+        model.violations(serial),
+    )
     assert not any(n.startswith("parallel") for n in model.violations(serial, performance=False))
 
 
@@ -121,7 +140,10 @@ def test_register_tile_holds_enough_accumulators_to_hide_fma_latency(cpu_target)
         ]
         for values in Solver(model, seed=index).samples(20):
             full = model.evaluate(values)
-            assert full["register_tile[C].rows"] * -(-full["register_tile[C].lane_bytes"] // width) >= chains, values
+            assert (
+                full["register_tile[C].rows"] * -(-full["register_tile[C].lane_bytes"] // width)
+                >= chains
+            ), values
     small = workloads.make("c2d", "fp32", **SMALL_SHAPES["c2d"])
     for space in _spaces(small, cpu_target):
         model = derive(space, cpu_target)
@@ -135,7 +157,11 @@ def test_vectorized_lanes_are_a_power_of_two(cpu_target):
     workload = workloads.make("gemm", "fp32", M=16, N=96, K=32)
     space = _spaces(workload, cpu_target)[0]
     model = derive(space, cpu_target)
-    (lanes,) = [c.name.split(":")[0] for c in model.constraints if c.name.endswith("vector lanes a power of two")]
+    (lanes,) = [
+        c.name.split(":")[0]
+        for c in model.constraints
+        if c.name.endswith("vector lanes a power of two")
+    ]
     lane_tile = next(d for d in model.decisions if d.kind == "tile" and d.extent == 96)
     samples = Solver(model, seed=0).samples(40)
     assert {model.evaluate(v)[lanes] for v in samples} <= {1, 2, 4, 8, 16, 32, 64}
@@ -153,31 +179,43 @@ def _window_bytes(full, scope):
 
 
 def test_analytical_choices_fill_the_registers_and_half_of_each_cache(cpu_target):
-    """BLIS's analytical blocking as CP-SAT objectives, maximized in turn: no sample of the space has
-    a better micro-kernel (no more loads than FMAs; then more accumulators; then fewer cache lines per
-    step); the micro-tile's reads stay within half of L1. The ``cache_block`` choice's cache block
-    reads within half of L2, and no sample with as good a micro-kernel reads less over all parallel
-    jobs. The ``whole_reduction`` choice has no spatial loop between the reduction levels, sweeps no
-    more than L2 around them, and no sample with as good a micro-kernel and such a sweep reads less
-    over all jobs. Both are valid and do not depend on the solver's seed."""
+    """BLIS's analytical blocking as CP-SAT objectives, maximized in turn: no sample of the space
+    has a better micro-kernel (no more loads than FMAs; then more accumulators; then fewer cache
+    lines per step); the micro-tile's reads stay within half of L1. The ``cache_block`` choice's
+    cache block reads within half of L2, and no sample with as good a micro-kernel reads less over
+    all parallel jobs. The ``whole_reduction`` choice has no spatial loop between the reduction
+    levels, sweeps no more than L2 around them, and no sample with as good a micro-kernel and such a
+    sweep reads less over all jobs. Both are valid and do not depend on the solver's seed."""
     caches, width = cpu_cache_bytes(cpu_target), vector_bytes(cpu_target)
     workload = workloads.make("gemm", "fp32", M=64, N=128, K=256)
     for index, space in enumerate(_spaces(workload, cpu_target)):
         model = derive(space, cpu_target)
         choices = Solver(model, seed=0).analytical()
-        assert choices == Solver(model, seed=7).analytical() and set(choices) == {"cache_block", "whole_reduction"}
+        assert choices == Solver(model, seed=7).analytical() and set(choices) == {
+            "cache_block",
+            "whole_reduction",
+        }
 
         def kernel(values):
             full = model.evaluate(values)
-            rows, vectors = full["register_tile[C].rows"], -(-full["register_tile[C].lane_bytes"] // width)
-            return -max(rows + vectors - rows * vectors, 0), rows * vectors, -(rows + vectors * width // 4)
+            rows, vectors = (
+                full["register_tile[C].rows"],
+                -(-full["register_tile[C].lane_bytes"] // width),
+            )
+            return (
+                -max(rows + vectors - rows * vectors, 0),
+                rows * vectors,
+                -(rows + vectors * width // 4),
+            )
 
         def traffic(values):
             full = model.evaluate(values)
             return full["jobs[C]"] * _window_bytes(full, "job")
 
         def read_bytes(full, level):
-            return sum(full[w.variable] * w.dtype_bytes for w in model.working_sets if w.scope == level)
+            return sum(
+                full[w.variable] * w.dtype_bytes for w in model.working_sets if w.scope == level
+            )
 
         def sweep(values):
             return _window_bytes(model.evaluate(values), "sweep")
@@ -193,7 +231,10 @@ def test_analytical_choices_fill_the_registers_and_half_of_each_cache(cpu_target
             for values in Solver(model, seed=index).samples(100):
                 assert kernel(values) <= kernel(choice), (values, choice)
                 if blocking == "cache_block" or sweep(values) <= caches["L2"]:
-                    assert kernel(values) < kernel(choice) or traffic(values) >= traffic(choice), (values, choice)
+                    assert kernel(values) < kernel(choice) or traffic(values) >= traffic(choice), (
+                        values,
+                        choice,
+                    )
 
 
 def test_whole_reduction_sweeps_a_weight_that_fits_L2(cpu_target):
@@ -252,16 +293,27 @@ def test_no_sampled_location_lies_inside_a_loop_a_rule_vectorized(cpu_target):
     what the function computes; for searches that mutate locations freely, the postproc
     DisallowBlocksInVectorLoops refuses the program with the block inside the loop."""
     a = te.placeholder((4, 16, 8), name="A")
-    cat = te.compute((4, 16, 8), lambda i, j, k: te.if_then_else(k >= 4, a[i, j, k - 4] * 2.0, a[i, j, k]), name="cat")
+    cat = te.compute(
+        (4, 16, 8),
+        lambda i, j, k: te.if_then_else(k >= 4, a[i, j, k - 4] * 2.0, a[i, j, k]),
+        name="cat",
+    )
     out = te.compute((8, 16, 4), lambda k, j, i: cat[i, j, k], name="transpose")
     workload = from_func(te.create_prim_func([a, out]), "gather")
-    (space,) = [s for s in _spaces(workload, cpu_target) if "ms_heron.transpose_tile" in str(s.trace)]
+    (space,) = [
+        s for s in _spaces(workload, cpu_target) if "ms_heron.transpose_tile" in str(s.trace)
+    ]
     model = derive(space, cpu_target)
     (location,) = [d for d in model.decisions if d.kind == "location"]
     consumer = space.get_sblock("transpose")
     loops = space.get_loops(consumer)
-    vectorized = [i for i, loop in enumerate(loops) if space.get(loop).kind == tvm.tirx.ForKind.VECTORIZED]
-    assert vectorized and max(location.candidates) < vectorized[0], (location.candidates, vectorized)
+    vectorized = [
+        i for i, loop in enumerate(loops) if space.get(loop).kind == tvm.tirx.ForKind.VECTORIZED
+    ]
+    assert vectorized and max(location.candidates) < vectorized[0], (
+        location.candidates,
+        vectorized,
+    )
     trace = space.trace.simplified(remove_postproc=True)
     for index in range(len(location.candidates)):
         values = {location.variables[0]: index}
@@ -308,15 +360,23 @@ def test_micro_kernel_tile_and_cache_blocks_equal_lowered_allocations(family, cp
     workload = workloads.make(family, "fp32", **SMALL_SHAPES[family])
     # The padding stays a stage of its own (no ComputeLocation), so each operand is a buffer that a
     # cache_read can copy; with the padding inlined TVM's read region of the input is conservative.
-    rules = [r for r in default_rules(cpu_target) if type(getattr(r, "_inst", r)).__name__ != "ComputeLocation"]
+    rules = [
+        r
+        for r in default_rules(cpu_target)
+        if type(getattr(r, "_inst", r)).__name__ != "ComputeLocation"
+    ]
     space = _spaces(workload, cpu_target, rules=rules)[0]
     model = derive(space, cpu_target)
     trace = space.trace.simplified(remove_postproc=True)
     structure = str(block_annotations(space, space.get_sblock("C"))[TILING_STRUCTURE])
     kinds = iter_kinds(space, space.get_sblock("C"))
 
-    def outside(sch, level):  # the loop just outside tile level ``level`` (outer levels may be fused)
-        return sch.get_loops(sch.get_sblock("C"))[-sum(kinds.count(c) for c in structure[level:]) - 1]
+    def outside(
+        sch, level
+    ):  # the loop just outside tile level ``level`` (outer levels may be fused)
+        return sch.get_loops(sch.get_sblock("C"))[
+            -sum(kinds.count(c) for c in structure[level:]) - 1
+        ]
 
     checked = 0
     for values in Solver(model, seed=5).samples(4):
@@ -328,7 +388,10 @@ def test_micro_kernel_tile_and_cache_blocks_equal_lowered_allocations(family, cp
                 anchor = outside(sch, level)
                 index = [r.source.name for r in sch.get(block).reads].index(fp.buffer)
                 sch.compute_at(sch.cache_read(block, index, "global"), anchor)
-                assert full[fp.variable] == _allocated_elements(sch.mod, f"{fp.buffer}_global"), (fp, values)
+                assert full[fp.variable] == _allocated_elements(sch.mod, f"{fp.buffer}_global"), (
+                    fp,
+                    values,
+                )
                 checked += 1
     # The accumulators live across the last reduction level only. With the outer reduction tiles
     # at 1 (and the spatial level around the micro-tile at 1, so that TVM's allocation planner does
@@ -351,7 +414,9 @@ def test_micro_kernel_tile_and_cache_blocks_equal_lowered_allocations(family, cp
         write_back = sch.cache_write(block, 0, "global")
         sch.reverse_compute_at(write_back, outside(sch, last))
         tile = full["register_tile[C].rows"] * full["register_tile[C].lane_bytes"] // 4
-        assert tile == _allocated_elements(sch.mod, sch.get(write_back).reads[0].source.name), values
+        assert tile == _allocated_elements(sch.mod, sch.get(write_back).reads[0].source.name), (
+            values
+        )
         assert full["register_tile[C]"] <= vector_registers(cpu_target)
         # Output channels (or GEMM columns) more than one vector long fill whole vectors, so the NR
         # lanes must too; an axis one vector long (16 fp32 on AVX-512) is left free.

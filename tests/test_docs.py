@@ -1,5 +1,5 @@
-"""Every Python block of README.md and docs/ runs as written (trial counts and budgets made tiny), so
-the documentation cannot go stale; every relative link in them points at a file that exists."""
+"""Every Python block of README.md and docs/ runs as written (trial counts and budgets made tiny),
+so the documentation cannot go stale; every relative link in them points at a file that exists."""
 
 import pathlib
 import re
@@ -22,7 +22,9 @@ TINY = [
 def _blocks():
     for page in PAGES:
         text = page.read_text()
-        for index, match in enumerate(re.finditer(r"^```python\n(.*?)^```", text, flags=re.S | re.M)):
+        for index, match in enumerate(
+            re.finditer(r"^```python\n(.*?)^```", text, flags=re.S | re.M)
+        ):
             yield pytest.param(match.group(1), id=f"{page.relative_to(ROOT)}#{index}")
 
 
@@ -33,19 +35,27 @@ def _tiny(code: str) -> str:
 
 
 def test_every_page_has_its_python_blocks_found():
-    assert sum(1 for _ in _blocks()) >= 6  # README: quick start, models, pipeline; docs: models, rules, constraints
+    assert (
+        sum(1 for _ in _blocks()) >= 6
+    )  # README: quick start, models, pipeline; docs: models, rules, constraints
 
 
 @pytest.mark.parametrize("code", list(_blocks()))
 def test_python_block_runs_as_written(code, tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-c", _tiny(code)], cwd=tmp_path, capture_output=True, text=True, timeout=900
+        [sys.executable, "-c", _tiny(code)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
 def test_relative_links_point_at_files():
     for page in PAGES:
-        prose = re.sub(r"^```.*?^```|`[^`]*`", "", page.read_text(), flags=re.S | re.M)  # code is not linked
+        prose = re.sub(
+            r"^```.*?^```|`[^`]*`", "", page.read_text(), flags=re.S | re.M
+        )  # code is not linked
         for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", prose):
             assert (page.parent / target).exists(), f"{page.relative_to(ROOT)} links {target}"

@@ -83,8 +83,8 @@ def _tensorized_dense(intrin, dot, M=32, N=64, K=32):
 
 def _tensorized_conv(dot):
     """A padded 3x3 convolution through the Tensorize rule: its padded copy is the operand a
-    widening dot product reads as s16, written so by the padding itself. The weight is marked narrow,
-    as the lowering records a narrow constant, for a form exact on such weights only."""
+    widening dot product reads as s16, written so by the padding itself. The weight is marked
+    narrow, as the lowering records a narrow constant, for a form exact on such weights only."""
     workload = workloads.c2d(N=1, H=6, W=6, CI=32, CO=32, KH=3, KW=3, pad=1, dot=dot)
     func = workload.func.with_attr(NARROW_WEIGHTS, [1]) if dot.narrow_weights else workload.func
     spaces = stock_design_spaces(func, [Tensorize(), MultiLevelTiling()], _target(dot))
@@ -94,9 +94,9 @@ def _tensorized_conv(dot):
 
 def _adversarial(workload, seed, dot):
     """Seed 0: u8 255 against the extreme weights in alternate rows of the reduction -- s8 127 and
-    -128, every pair of products 64770 or -65280, past s16 (what ``vpmaddubsw`` would saturate); for a
-    form exact on narrow weights only, the widest pairs it still sums exactly (127 with 1, -128 with
-    0, -128 with 127, 64 with 64: 32640 or -32640). Other seeds: random (narrow: in +-64)."""
+    -128, every pair of products 64770 or -65280, past s16 (what ``vpmaddubsw`` would saturate); for
+    a form exact on narrow weights only, the widest pairs it still sums exactly (127 with 1, -128
+    with 0, -128 with 127, 64 with 64: 32640 or -32640). Other seeds: random (narrow: in +-64)."""
     a, w = workload.random_inputs(seed)
     row = np.arange(w.shape[-2])[:, None] % 4
     if seed == 0:
@@ -121,18 +121,24 @@ def test_a_byte_multiply_is_exact_where_no_pair_of_weights_it_sums_can_leave_s16
     assert not bytes_multiply_exactly(fits, 1)  # (127, -128) fits, (100, 100) does not
     assert not bytes_multiply_exactly(np.array([65, 64], np.int8), 0)  # 255 x 129 = 32895
     assert not bytes_multiply_exactly(np.array([-128, -1], np.int8), 0)
-    assert bytes_multiply_exactly(np.array([[127], [1], [-128]], np.int8), 0)  # the odd one pairs with 0
-    assert not bytes_multiply_exactly(fits, None) and bytes_multiply_exactly(np.clip(fits, -64, 64), None)
+    assert bytes_multiply_exactly(
+        np.array([[127], [1], [-128]], np.int8), 0
+    )  # the odd one pairs with 0
+    assert not bytes_multiply_exactly(fits, None) and bytes_multiply_exactly(
+        np.clip(fits, -64, 64), None
+    )
     assert not bytes_multiply_exactly(fits.astype(np.int16), 0)  # stored widened: not bytes
 
 
 @pytest.mark.parametrize("pairs", ["fit", "saturate"])
-def test_the_lowering_multiplies_bytes_where_the_weights_pairs_fit_and_widens_where_one_would_saturate(pairs):
-    """A u8 x s8 matmul's constant weight, full range (127, -128, 1, 0 along K): its pairs down K fit
-    s16, so an AVX2 lowering keeps it s8 and marks it narrow for ``vpmaddubsw``. Transposed, two
+def test_the_lowering_multiplies_bytes_where_weight_pairs_fit_and_widens_where_one_saturates(pairs):
+    """A u8 x s8 matmul's constant weight, full range (127, -128, 1, 0 along K): its pairs down K
+    fit s16, so an AVX2 lowering keeps it s8 and marks it narrow for ``vpmaddubsw``. Transposed, two
     127s pair up: it is stored widened for ``vpmaddwd``, and not marked."""
     column = np.array([127, 1, -128, 0, 127, -128, 0, 1], np.int8)
-    weight = np.tile(column[:, None], (1, 8)) if pairs == "fit" else np.tile(column[None, :], (8, 1))
+    weight = (
+        np.tile(column[:, None], (1, 8)) if pairs == "fit" else np.tile(column[None, :], (8, 1))
+    )
     builder = relax.BlockBuilder()
     x = relax.Var("x", relax.TensorType((4, 8), "uint8"))
     with builder.function("main", [x]):
@@ -153,12 +159,16 @@ def test_each_cpu_gets_its_best_dot_product_from_its_llvm_features():
     assert dot_product(Target({"kind": "llvm", "mcpu": "znver4", "num-cores": 2})) == VNNI
     assert dot_product(Target({"kind": "llvm", "mcpu": "znver3", "num-cores": 2})).isa == "AVX2"
     assert dot_product(Target({"kind": "llvm", "mcpu": "x86-64", "num-cores": 2})) is None
-    for dot in DOT_PRODUCTS:  # int8 is every one's native form: 2-4 products per lane per instruction
+    for (
+        dot
+    ) in DOT_PRODUCTS:  # int8 is every one's native form: 2-4 products per lane per instruction
         assert native_dtype(_target(dot)) == "int8"
 
 
 def test_without_vnni_the_byte_multiply_for_narrow_weights_comes_first():
-    names = [d.name for d in dot_products(Target({"kind": "llvm", "mcpu": "haswell", "num-cores": 2}))]
+    names = [
+        d.name for d in dot_products(Target({"kind": "llvm", "mcpu": "haswell", "num-cores": 2}))
+    ]
     assert names == ["ms_heron_dot_8x4_avx2_7bit", "ms_heron_dot_8x2_avx2"]
     assert dot_products(Target({"kind": "llvm", "mcpu": "znver4", "num-cores": 2})) == [VNNI]
 
@@ -170,17 +180,22 @@ def test_a_cpu_without_avx2_is_refused_naming_it():
 
 @pytest.mark.parametrize("kernel", ["gemm", "conv"])
 @pytest.mark.parametrize("dot", DOT_PRODUCTS, ids=lambda d: d.name)
-def test_every_dot_product_tensorizes_a_gemm_and_a_conv_emits_its_instruction_and_is_bit_exact(dot, kernel):
+def test_every_dot_product_tensorizes_a_gemm_and_a_conv_emits_its_instruction_and_is_bit_exact(
+    dot, kernel
+):
     ensure_registered()
     target = _target(dot)
     workload, sch = _tensorized_dense(dot.name, dot) if kernel == "gemm" else _tensorized_conv(dot)
     lib = build(sch.mod, target)
     asm = lib.mod.inspect_source("asm")
     assert dot.form in asm
-    assert ("vpmaddubsw" in asm) == dot.narrow_weights  # the saturating byte multiply: narrow weights only
+    assert (
+        "vpmaddubsw" in asm
+    ) == dot.narrow_weights  # the saturating byte multiply: narrow weights only
     if not dot.runs_on(host_target()):
         pytest.skip(
-            f"compiled for {MCPU[dot.isa]}; the host CPU ({cpu_name(host_target())}) has no {dot.isa} to run it"
+            f"compiled for {MCPU[dot.isa]}; the host CPU ({cpu_name(host_target())}) has no "
+            f"{dot.isa} to run it"
         )
     for seed in range(3):
         run_and_check(lib, workload, inputs=_adversarial(workload, seed, dot))
@@ -195,13 +210,15 @@ def test_tvm_vnni_name_builds_and_is_bit_exact_where_the_host_has_vnni(vnni_targ
         run_and_check(lib, workload, seed=seed)
 
 
-def test_the_int8_peak_is_measured_with_the_hosts_dot_product_and_beats_fp32_where_int8_is_native(cpu_target):
+def test_the_int8_peak_is_measured_with_the_hosts_dot_product_and_beats_fp32_where_int8_is_native(
+    cpu_target,
+):
     dot = dot_product(cpu_target)
     if dot is None:
         pytest.skip(f"the host CPU ({cpu_name(cpu_target)}) has no x86 dot product")
     # One core, in turn, fastest of five each: the suite's other worker holds a core at times, and a
-    # probe on both cores runs at the pace of the one it shares (on a Zen 3 under the suite, int8 read
-    # 157 GOPS against fp32's 181, where the quiet peaks are 297 and 205)
+    # probe on both cores runs at the pace of the one it shares (on a Zen 3 under the suite, int8
+    # read 157 GOPS against fp32's 181, where the quiet peaks are 297 and 205)
     one_core = host_target(num_cores=1)
     int8 = fp32 = 0.0
     for _ in range(5):
@@ -234,7 +251,9 @@ print("vpdpbusd" in tvm.compile(sch.mod, target=target).mod.inspect_source("asm"
 """
 
 
-def test_an_int8_record_compiles_with_stock_compile_tir_in_a_process_that_only_imported_ms_heron(tmp_path):
+def test_an_int8_record_compiles_with_stock_compile_tir_in_a_process_that_only_imported_ms_heron(
+    tmp_path,
+):
     """A tensorized record replays with no set-up call. Compiled for a VNNI CPU, not run, so any x86
     host checks it."""
     target = Target({"kind": "llvm", "mcpu": "znver4", "num-cores": 2})
@@ -248,10 +267,14 @@ def test_an_int8_record_compiles_with_stock_compile_tir_in_a_process_that_only_i
         rand_state=0,
     )
     strategy.pre_tuning(4, 4, ctx.generate_design_space(), None, None)
-    candidate = next(c for c in strategy.generate_measure_candidates() if VNNI.name in str(c.sch.trace))
+    candidate = next(
+        c for c in strategy.generate_measure_candidates() if VNNI.name in str(c.sch.trace)
+    )
     db = ms.database.JSONDatabase(work_dir=str(tmp_path))
     db.commit_tuning_record(
-        ms.database.TuningRecord(candidate.sch.trace, db.commit_workload(ctx.mod), [1e-3], target, candidate.args_info)
+        ms.database.TuningRecord(
+            candidate.sch.trace, db.commit_workload(ctx.mod), [1e-3], target, candidate.args_info
+        )
     )
     replay = subprocess.run(
         [sys.executable, "-c", _REPLAY, str(tmp_path), json.dumps(target_json(target))],
@@ -271,9 +294,14 @@ def test_code_for_a_narrower_cpu_runs_here_and_a_wider_ones_does_not():
     assert runs_here(host) and runs_here(haswell)
     wider = next((d for d in DOT_PRODUCTS if not d.runs_on(host)), None)
     if wider is None:
-        pytest.skip(f"the host CPU ({cpu_name(host)}) has every dot product: no wider CPU to refuse")
+        pytest.skip(
+            f"the host CPU ({cpu_name(host)}) has every dot product: no wider CPU to refuse"
+        )
     assert not runs_here(_target(wider))
-    with pytest.raises(TargetError, match=r"dot_peak_gops\(\) measures this machine; code for .* does not run on it"):
+    with pytest.raises(
+        TargetError,
+        match=r"dot_peak_gops\(\) measures this machine; code for .* does not run on it",
+    ):
         dot_peak_gops(_target(wider))
 
 
@@ -282,9 +310,18 @@ def test_a_narrower_instruction_set_is_compiled_for_and_a_wider_one_refused_nami
     avx2 = narrowed(host, "avx2")
     assert avx2.attrs["mcpu"] == "haswell" and dot_product(avx2).isa == "AVX2"
     assert int(avx2.attrs["num-cores"]) == int(host.attrs["num-cores"])
-    with pytest.raises(TargetError, match="unknown instruction set 'sse4'; choose one of avx2, avx512bw"):
+    with pytest.raises(
+        TargetError, match="unknown instruction set 'sse4'; choose one of avx2, avx512bw"
+    ):
         narrowed(host, "sse4")
-    wider = next((isa for isa, mcpu in ISA_MCPU.items() if not runs_here(Target({"kind": "llvm", "mcpu": mcpu}))), None)
+    wider = next(
+        (
+            isa
+            for isa, mcpu in ISA_MCPU.items()
+            if not runs_here(Target({"kind": "llvm", "mcpu": mcpu}))
+        ),
+        None,
+    )
     if wider is None:
         pytest.skip(f"the host CPU ({cpu_name(host)}) runs every instruction set: none to refuse")
     with pytest.raises(TargetError, match=rf"this CPU \(.+\) cannot run {wider} code"):
@@ -297,7 +334,19 @@ def test_tune_int8_on_a_forced_avx2_target_reports_its_share_of_the_avx2_peak(tm
     measured here by a probe compiled for Haswell."""
     haswell = json.dumps({"kind": "llvm", "mcpu": "haswell", "num-cores": 2})
     work = tmp_path / "wd"
-    args = ("gemm", "--shape", "M=64", "N=64", "K=64", "--dtype", "int8", "--trials", "4", "--round-size", "4")
+    args = (
+        "gemm",
+        "--shape",
+        "M=64",
+        "N=64",
+        "K=64",
+        "--dtype",
+        "int8",
+        "--trials",
+        "4",
+        "--round-size",
+        "4",
+    )
     proc = ms_heron_cli("tune", *args, "--target", haswell, "--work-dir", work)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "checked against the reference: correct" in proc.stdout, proc.stdout
@@ -305,32 +354,50 @@ def test_tune_int8_on_a_forced_avx2_target_reports_its_share_of_the_avx2_peak(tm
     assert "ms_heron_dot_8x2_avx2" in show.stdout
     report = ms_heron_cli("report", work)
     assert report.returncode == 0, report.stderr[-3000:]
-    # the share itself depends on what else runs on the host's cores (another test's kernels can slow
-    # four trials' best a hundredfold): only that it is a share of this probe's peak is asserted
+    # the share itself depends on what else runs on the host's cores (another test's kernels can
+    # slow four trials' best a hundredfold): only that it is a share of this probe's peak is
+    # asserted
     share = re.search(r"\| % of measured AVX2 peak \| ([\d.]+)%", (work / "report.md").read_text())
     assert share and float(share.group(1)) < 100, (work / "report.md").read_text()
 
 
 @pytest.mark.parametrize("reduce_range", [True, False], ids=["7-bit weights", "8-bit weights"])
-def test_narrow_weights_get_the_byte_multiply_and_full_range_ones_the_exact_form(reduce_range, tmp_path):
-    """A QDQ model quantized with ONNX Runtime's ``reduce_range`` (7-bit weights) is tuned for an AVX2
-    CPU: its convolutions multiply bytes (``vpmaddubsw``, which cannot saturate on such weights);
-    with 8-bit weights, whose pairs could, they widen to s16 (``vpmaddwd``) instead. Either way the
-    model is within one quantization step of the graph run as written."""
+def test_narrow_weights_get_the_byte_multiply_and_full_range_ones_the_exact_form(
+    reduce_range, tmp_path
+):
+    """A QDQ model quantized with ONNX Runtime's ``reduce_range`` (7-bit weights) is tuned for an
+    AVX2 CPU: its convolutions multiply bytes (``vpmaddubsw``, which cannot saturate on such
+    weights); with 8-bit weights, whose pairs could, they widen to s16 (``vpmaddwd``) instead.
+    Either way the model is within one quantization step of the graph run as written."""
     haswell = Target({"kind": "llvm", "mcpu": "haswell", "num-cores": 2})
-    model = models.quantized_static(models.resnet_bottleneck(size=6, channels=32, width=16), reduce_range=reduce_range)
+    model = models.quantized_static(
+        models.resnet_bottleneck(size=6, channels=32, width=16), reduce_range=reduce_range
+    )
     mod = from_onnx(model.proto)
     lowered = lower_for_tuning(mod, None, haswell)
-    convs = [f for g, f in lowered.functions_items() if isinstance(f, tvm.tirx.PrimFunc) and "conv2d" in g.name_hint]
-    assert len(convs) == 3 and all((NARROW_WEIGHTS in (f.attrs or {})) == reduce_range for f in convs)
-    # the others are stored as vpmaddwd reads them, widened at compile time (on a VNNI CPU they stay s8)
+    convs = [
+        f
+        for g, f in lowered.functions_items()
+        if isinstance(f, tvm.tirx.PrimFunc) and "conv2d" in g.name_hint
+    ]
+    assert len(convs) == 3 and all(
+        (NARROW_WEIGHTS in (f.attrs or {})) == reduce_range for f in convs
+    )
+    # the others are stored as vpmaddwd reads them, widened at compile time (on a VNNI CPU they stay
+    # s8)
     weight_dtypes = {str(p.ty.dtype) for f in convs for p in f.params} & {"int8", "int16"}
     assert weight_dtypes == {"int8" if reduce_range else "int16"}, weight_dtypes
     znver4 = Target({"kind": "llvm", "mcpu": "znver4", "num-cores": 2})
-    vnni_convs = [f for g, f in lower_for_tuning(mod, None, znver4).functions_items() if "conv2d" in g.name_hint]
+    vnni_convs = [
+        f
+        for g, f in lower_for_tuning(mod, None, znver4).functions_items()
+        if "conv2d" in g.name_hint
+    ]
     assert not any("int16" in f.script() for f in vnni_convs)
     tasks = extract_tasks(lowered, haswell)
-    db = tune_model(mod, None, haswell, str(tmp_path), 4 * len(tasks), num_trials_per_iter=4, seed=0)
+    db = tune_model(
+        mod, None, haswell, str(tmp_path), 4 * len(tasks), num_trials_per_iter=4, seed=0
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # every task tuned
         executable = compile_model(db, mod, None, haswell)

@@ -1,4 +1,5 @@
-"""The search's share of a round: population and generations shrink when search outweighs measuring."""
+"""The search's share of a round: population and generations shrink when search outweighs
+measuring."""
 
 import pytest
 
@@ -14,7 +15,11 @@ def test_a_round_that_searched_too_long_shrinks_population_and_generations():
     assert effort.population(64, want=16) == 37 and effort.generations(3) == 2
     for _ in range(10):
         effort.note_round(search_s=6.0, measure_s=8.0)
-    assert effort.scale == MIN_SCALE and effort.population(64, want=16) == 32 and effort.generations(3) == 1
+    assert (
+        effort.scale == MIN_SCALE
+        and effort.population(64, want=16) == 32
+        and effort.generations(3) == 1
+    )
 
 
 def test_cheap_rounds_grow_the_scale_back_and_no_further_than_given():
@@ -26,11 +31,15 @@ def test_cheap_rounds_grow_the_scale_back_and_no_further_than_given():
     assert effort.scale == pytest.approx(0.625)
     for _ in range(10):
         effort.note_round(search_s=0.5, measure_s=9.5)
-    assert effort.scale == 1.0 and effort.population(64, want=16) == 64 and effort.generations(3) == 3
+    assert (
+        effort.scale == 1.0 and effort.population(64, want=16) == 64 and effort.generations(3) == 3
+    )
 
 
 def test_clones_share_the_effort_and_the_share_is_checked():
     search = HeronSearch(search_share=0.3)
     assert search._inst.clone()._inst.effort is search._inst.effort  # pylint: disable=protected-access
-    with pytest.raises(OptionError, match=r"HeronSearch\(search_share=1.5\): give a share between 0 and 1"):
+    with pytest.raises(
+        OptionError, match=r"HeronSearch\(search_share=1.5\): give a share between 0 and 1"
+    ):
         HeronSearch(search_share=1.5)

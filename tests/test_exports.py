@@ -1,6 +1,6 @@
-"""Graphs written by other tools: older opsets, inference Dropout, LRN, explicit pads, forms no rewrite
-knows. Every rewrite leaves what it does not know alone, and the models still compute what ONNX
-Runtime computes."""
+"""Graphs written by other tools: older opsets, inference Dropout, LRN, explicit pads, forms no
+rewrite knows. Every rewrite leaves what it does not know alone, and the models still compute what
+ONNX Runtime computes."""
 
 import math
 import pathlib
@@ -28,13 +28,15 @@ from ms_heron.tuning import RunSpec, TuningRun
 
 #: Every rewrite ``ms_heron.relax.passes`` offers a stock pipeline.
 REWRITES = {name: p for name, p in vars(heron_passes).items() if isinstance(p, tvm.transform.Pass)}
-#: ``torch.onnx`` exports of transformers models at test size (``bench/corpus.py --export DIR --size test``
-#: wrote them with torch 2.13 and transformers 5.24; the suite needs neither).
+#: ``torch.onnx`` exports of transformers models at test size (``bench/corpus.py --export DIR --size
+#: test`` wrote them with torch 2.13 and transformers 5.24; the suite needs neither).
 EXPORTS = pathlib.Path(__file__).parent / "data" / "exports"
 
 
 def _export(name: str) -> OnnxModel:
-    return OnnxModel(name, onnx.load(EXPORTS / f"{name}.onnx"), dict(np.load(EXPORTS / f"{name}_inputs.npz")))
+    return OnnxModel(
+        name, onnx.load(EXPORTS / f"{name}.onnx"), dict(np.load(EXPORTS / f"{name}_inputs.npz"))
+    )
 
 
 #: The test corpus: graphs built here, then the exports.
@@ -60,8 +62,13 @@ def test_every_rewrite_runs_over_every_graph_of_the_test_corpus_without_failing(
             out = rewrite(mod)
         assert relax.analysis.check_well_formed(out), rewrite_name
         notes = skipped_passes(out)
-        assert len(notes) == len([w for w in caught if "skipped" in str(w.message) or "left" in str(w.message)])
-        assert all(n.startswith("ChannelsLastConvolutions left") for n in notes), (rewrite_name, notes)
+        assert len(notes) == len(
+            [w for w in caught if "skipped" in str(w.message) or "left" in str(w.message)]
+        )
+        assert all(n.startswith("ChannelsLastConvolutions left") for n in notes), (
+            rewrite_name,
+            notes,
+        )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         notes = skipped_passes(lower_for_tuning(mod, None, cpu_target))
@@ -81,21 +88,29 @@ def test_torch_exports_of_transformers_models_match_onnxruntime(name, cpu_target
 
 
 @pytest.mark.parametrize("name", ["alexnet", "vgg", "googlenet", "squeezenet"])
-def test_caffe_era_classics_at_opset_9_lower_without_layout_round_trips_and_match_onnxruntime(name, cpu_target):
+def test_caffe_era_classics_at_opset_9_lower_without_layout_round_trips_and_match_onnxruntime(
+    name, cpu_target
+):
     """Dropout, LRN, explicit pads, Reshape-flatten and Concat at opset 9 (the forms that crashed
-    ``ConvertLayout``): no rewrite skipped, no Dropout or Pad kernel left, each LRN one kernel, and the
-    only transposes the model's input and its flatten's, as kernels of their own."""
+    ``ConvertLayout``): no rewrite skipped, no Dropout or Pad kernel left, each LRN one kernel, and
+    the only transposes the model's input and its flatten's, as kernels of their own."""
     model = corpus.SMALL[name]()
     assert model.proto.opset_import[0].version == classics.CLASSIC_OPSET
     ops = {n.op_type for n in model.proto.graph.node}
     lowered = lower_for_tuning(from_onnx(model.proto), None, cpu_target)
     assert skipped_passes(lowered) == []
-    kernels = [gv.name_hint for gv, f in lowered.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
-    assert not [k for k in kernels if "dropout" in k or re.fullmatch(r"(fused_)?pad\d*", k)], kernels
+    kernels = [
+        gv.name_hint for gv, f in lowered.functions_items() if isinstance(f, tvm.tirx.PrimFunc)
+    ]
+    assert not [k for k in kernels if "dropout" in k or re.fullmatch(r"(fused_)?pad\d*", k)], (
+        kernels
+    )
     assert not [k for k in kernels if "avg_pool3d" in k], kernels  # LRN's window is no pool
     if "LRN" in ops:
         lrn = [k for k in kernels if "power" in k]
-        assert len(lrn) == sum(n.op_type == "LRN" for n in model.proto.graph.node) and all("divide" in k for k in lrn)
+        assert len(lrn) == sum(n.op_type == "LRN" for n in model.proto.graph.node) and all(
+            "divide" in k for k in lrn
+        )
     copies = [k for k in kernels if re.fullmatch(r"(fused_)?(transpose\d*_?)+(reshape\d*)?", k)]
     assert len(copies) == 2, kernels
     (got,) = run_model(untuned(model.proto, cpu_target), model.inputs)
@@ -104,9 +119,9 @@ def test_caffe_era_classics_at_opset_9_lower_without_layout_round_trips_and_matc
 
 
 def test_a_graph_with_inference_dropout_tunes_and_matches_onnxruntime(tmp_path, cpu_target):
-    """AlexNet's head at opset 9 (convolution, LRN, pool, Reshape-flatten, Dropout with its mask, Gemm):
-    the Dropout, once an InternalError in the channels-last lowering, is gone before tuning, and the
-    tuned model computes what ONNX Runtime computes."""
+    """AlexNet's head at opset 9 (convolution, LRN, pool, Reshape-flatten, Dropout with its mask,
+    Gemm): the Dropout, once an InternalError in the channels-last lowering, is gone before tuning,
+    and the tuned model computes what ONNX Runtime computes."""
     model = classics.alexnet_head()
     assert "Dropout" in {n.op_type for n in model.proto.graph.node}
     path = tmp_path / "alexnet_head.onnx"
@@ -119,7 +134,9 @@ def test_a_graph_with_inference_dropout_tunes_and_matches_onnxruntime(tmp_path, 
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
 
 
-def test_an_embedding_lookup_tunes_on_the_tuners_random_indices_and_matches_onnxruntime(tmp_path, cpu_target):
+def test_an_embedding_lookup_tunes_on_the_tuners_random_indices_and_matches_onnxruntime(
+    tmp_path, cpu_target
+):
     """A Gather of a weight by the model's int64 input (every exported language model's embedding):
     the tuner times kernels on random indices, far out of range, on which TVM's unchecked gather
     crashed every candidate and left the task untuned; clamped, each candidate runs, and in-range
@@ -138,7 +155,9 @@ def test_an_embedding_lookup_tunes_on_the_tuners_random_indices_and_matches_onnx
     run.tune(len(run.task_times()) * 2, per_round=2)
     take = [t for t in run.task_times() if t.name.startswith("take")]
     assert len(take) == 1 and take[0].seconds < math.inf, run.task_times()
-    assert all(record_seconds(r.run_secs) < math.inf for r in run.database().get_all_tuning_records())
+    assert all(
+        record_seconds(r.run_secs) < math.inf for r in run.database().get_all_tuning_records()
+    )
     ids = np.array([[0, 3, 49, -1, -50, 7]], np.int64)
     (got,) = run_model(run.compile(), {"ids": ids})
     (expected,), _ = onnxruntime_model(onnx.load(path), {"ids": ids}, threads=1)
@@ -157,14 +176,16 @@ def _one_node_model(node, x: np.ndarray):
 
 
 def _lrn_model(size: int, x: np.ndarray):
-    return _one_node_model(helper.make_node("LRN", ["x"], ["y"], size=size, alpha=0.3, beta=0.75, bias=2.0), x)
+    return _one_node_model(
+        helper.make_node("LRN", ["x"], ["y"], size=size, alpha=0.3, beta=0.75, bias=2.0), x
+    )
 
 
 @pytest.mark.parametrize("size", [3, 5, 4])
 def test_lrn_is_one_kernel_and_computes_the_onnx_specification(size, cpu_target):
-    """The window of channels from ``c - (size - 1) // 2`` to ``c + size // 2``: ONNX Runtime's for odd
-    sizes (it refuses even ones), numpy's spelling of the specification for all; TVM's own converter
-    fails on even sizes."""
+    """The window of channels from ``c - (size - 1) // 2`` to ``c + size // 2``: ONNX Runtime's for
+    odd sizes (it refuses even ones), numpy's spelling of the specification for all; TVM's own
+    converter fails on even sizes."""
     rng = np.random.default_rng(size)
     x = rng.standard_normal((1, 7, 3, 4)).astype("float32")
     model = _lrn_model(size, x)
@@ -183,11 +204,27 @@ def test_lrn_is_one_kernel_and_computes_the_onnx_specification(size, cpu_target)
 @pytest.mark.parametrize(
     "op, attrs, rewritten",
     [
-        ("AveragePool", {"kernel_shape": [32, 32], "strides": [32, 32], "ceil_mode": 1}, True),  # EfficientNet's
+        (
+            "AveragePool",
+            {"kernel_shape": [32, 32], "strides": [32, 32], "ceil_mode": 1},
+            True,
+        ),  # EfficientNet's
         ("MaxPool", {"kernel_shape": [32, 32], "strides": [32, 32], "ceil_mode": 1}, True),
-        ("AveragePool", {"kernel_shape": [9, 9], "pads": [1, 1, 1, 1], "count_include_pad": 0}, True),
-        ("AveragePool", {"kernel_shape": [9, 9], "pads": [1, 1, 1, 1], "count_include_pad": 1}, False),
-        ("AveragePool", {"kernel_shape": [3, 3], "strides": [2, 2]}, False),  # a true sliding window
+        (
+            "AveragePool",
+            {"kernel_shape": [9, 9], "pads": [1, 1, 1, 1], "count_include_pad": 0},
+            True,
+        ),
+        (
+            "AveragePool",
+            {"kernel_shape": [9, 9], "pads": [1, 1, 1, 1], "count_include_pad": 1},
+            False,
+        ),
+        (
+            "AveragePool",
+            {"kernel_shape": [3, 3], "strides": [2, 2]},
+            False,
+        ),  # a true sliding window
     ],
 )
 def test_a_pooling_whose_window_holds_the_whole_input_is_a_mean_and_matches_onnxruntime(
@@ -221,29 +258,41 @@ def _dropout_tuple_module(cpu_target):
     return builder.get()
 
 
-def test_a_rewrite_that_meets_an_unknown_form_is_skipped_and_the_report_says_so(tmp_path, cpu_target):
+def test_a_rewrite_that_meets_an_unknown_form_is_skipped_and_the_report_says_so(
+    tmp_path, cpu_target
+):
     """The channels-last rewrite on a tuple-valued Dropout output: Relax's ConvertLayout raises an
     InternalError; the rewrite leaves the convolution before it NCHW, the model lowers, tunes and
     runs, and the run's report names the rewrite in one line."""
     mod = _dropout_tuple_module(cpu_target)
-    with cpu_target, pytest.warns(UserWarning, match="ChannelsLastConvolutions left 1 of 1 convolutions NCHW: Check"):
+    with (
+        cpu_target,
+        pytest.warns(
+            UserWarning, match="ChannelsLastConvolutions left 1 of 1 convolutions NCHW: Check"
+        ),
+    ):
         alone = heron_passes.channels_last_convolutions(mod)
     assert tvm_ffi.structural_equal(alone["main"], mod["main"]) and len(skipped_passes(alone)) == 1
     run = TuningRun.create(tmp_path, RunSpec.of_relax(mod, None, tmp_path, cpu_target, seed=0))
     with pytest.warns(UserWarning, match="ChannelsLastConvolutions left"):
         (line,) = skipped_passes(run.lowered)
-    assert re.fullmatch(r"ChannelsLastConvolutions left 1 of 1 .*: Check failed: .*nested to match tuple", line)
+    assert re.fullmatch(
+        r"ChannelsLastConvolutions left 1 of 1 .*: Check failed: .*nested to match tuple", line
+    )
     run.tune(4, per_round=4)
     text = report.write(run)[0].read_text()
     assert f"- {line}" in text.split("## Rewrites skipped")[1]
     x = np.random.default_rng(1).standard_normal((1, 4, 6, 6)).astype("float32")
     vm = relax.VirtualMachine(run.compile(), tvm.cpu())
     out, mask = vm["main"](tvm.runtime.tensor(x))
-    assert out.numpy().shape == (1, 8, 6, 6) and (out.numpy() >= 0).all() and (mask.numpy() == 1).all()
+    assert (
+        out.numpy().shape == (1, 8, 6, 6) and (out.numpy() >= 0).all() and (mask.numpy() == 1).all()
+    )
 
 
 def test_a_graph_tvm_cannot_import_is_one_line_naming_the_operator():
-    """MaxPool with its indices output: TVM's importer fails on an assertion; the user reads one line."""
+    """MaxPool with its indices output: TVM's importer fails on an assertion; the user reads one
+    line."""
     x = np.zeros((1, 2, 4, 4), np.float32)
     graph = helper.make_graph(
         [helper.make_node("MaxPool", ["x"], ["y", "i"], kernel_shape=[2, 2])],
@@ -251,5 +300,7 @@ def test_a_graph_tvm_cannot_import_is_one_line_naming_the_operator():
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
     )
-    with pytest.raises(ModelError, match=r"^TVM's ONNX importer cannot import this model: .* in MaxPool; export"):
+    with pytest.raises(
+        ModelError, match=r"^TVM's ONNX importer cannot import this model: .* in MaxPool; export"
+    ):
         from_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]))

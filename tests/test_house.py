@@ -1,5 +1,6 @@
 """The layout the README promises, checked on the source: what may import what, who touches the
-database files, how many modules sit at the top, and that every command takes the one tuning path."""
+database files, how many modules sit at the top, and that every command takes the one tuning
+path."""
 
 import ast
 import json
@@ -58,10 +59,25 @@ def test_records_is_the_one_module_that_touches_the_database_files():
             and isinstance(n.body[0].value, ast.Constant)
         }
         for node in ast.walk(tree):
-            name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
-            assert name not in ("JSONDatabase", "DATABASE_FILES", "StoreMeasured"), f"{path}: {name}"
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
-                assert "database_tuning_record" not in node.value and "database_workload" not in node.value, path
+            name = (
+                node.id
+                if isinstance(node, ast.Name)
+                else node.attr
+                if isinstance(node, ast.Attribute)
+                else None
+            )
+            assert name not in ("JSONDatabase", "DATABASE_FILES", "StoreMeasured"), (
+                f"{path}: {name}"
+            )
+            if (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and id(node) not in docstrings
+            ):
+                assert (
+                    "database_tuning_record" not in node.value
+                    and "database_workload" not in node.value
+                ), path
 
 
 def test_at_most_four_modules_sit_at_the_package_top_besides_init():
@@ -70,10 +86,10 @@ def test_at_most_four_modules_sit_at_the_package_top_besides_init():
 
 
 def test_demo_and_both_tune_commands_take_the_one_tuning_path_and_a_model_is_lowered_once(tmp_path):
-    """Each command enters ``TuningRun.tune`` once and reads each work dir's records once; tune-model
-    lowers its model and extracts its tasks once (tuning, the task table, compiling and the untuned
-    check all use them) and still matches ONNX Runtime. None of them, all on the CPU, parses an
-    intrinsic of TVM's library but x86's."""
+    """Each command enters ``TuningRun.tune`` once and reads each work dir's records once;
+    tune-model lowers its model and extracts its tasks once (tuning, the task table, compiling and
+    the untuned check all use them) and still matches ONNX Runtime. None of them, all on the CPU,
+    parses an intrinsic of TVM's library but x86's."""
     model = tmp_path / "mlp.onnx"
     onnx.save(models.mlp(batch=4, features=16, hidden=32, out=8).proto, model)
     commands = {
@@ -104,11 +120,23 @@ def test_demo_and_both_tune_commands_take_the_one_tuning_path_and_a_model_is_low
             "--work-dir",
             tmp_path / "tune",
         ],
-        "tune-model": ["tune-model", model, "--trials", "4", "--round-size", "2", "--work-dir", tmp_path / "model"],
+        "tune-model": [
+            "tune-model",
+            model,
+            "--trials",
+            "4",
+            "--round-size",
+            "2",
+            "--work-dir",
+            tmp_path / "model",
+        ],
     }
     procs = {
         name: subprocess.Popen(
-            [sys.executable, COUNTING_CLI, *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            [sys.executable, COUNTING_CLI, *map(str, args)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         for name, args in commands.items()
     }
@@ -117,13 +145,23 @@ def test_demo_and_both_tune_commands_take_the_one_tuning_path_and_a_model_is_low
         assert proc.returncode == 0, f"{name}: {err[-3000:]}"
         counts = json.loads(err.strip().splitlines()[-1])
         assert counts["TuningRun.tune"] == 1, (name, counts)
-        assert counts["lower_for_tuning"] == counts["extract_tasks"] == (name == "tune-model"), (name, counts)
+        assert counts["lower_for_tuning"] == counts["extract_tasks"] == (name == "tune-model"), (
+            name,
+            counts,
+        )
         assert counts["database reads"] == 1, (name, counts)
-        # from the command to the stored record: few modules, each entered once (no call back up the layers)
-        path = [m for i, m in enumerate(counts["store path"]) if i == 0 or counts["store path"][i - 1] != m]
+        # from the command to the stored record: few modules, each entered once (no call back up the
+        # layers)
+        path = [
+            m
+            for i, m in enumerate(counts["store path"])
+            if i == 0 or counts["store path"][i - 1] != m
+        ]
         assert path[-1] == "records.py" and len(path) == len(set(path)) <= 10, (name, path)
         assert counts["intrinsic modules"] == ["x86"], (name, counts)  # not CUDA's WMMA, ARM's, ...
-        if name == "demo":  # tuned, checked, and compared with ONNX Runtime and the peak in the same run
+        if (
+            name == "demo"
+        ):  # tuned, checked, and compared with ONNX Runtime and the peak in the same run
             assert "checked against numpy" in out, out
             tuned = re.search(r"\(tuned\)\s+([\d.]+) ms\s+([\d.]+)\s+([\d.]+)%", out)
             assert tuned and float(tuned.group(1)) > 0 and float(tuned.group(2)) > 0, out
@@ -134,56 +172,70 @@ def test_demo_and_both_tune_commands_take_the_one_tuning_path_and_a_model_is_low
             assert "outputs checked against ONNX Runtime on a random input: correct" in out, out
 
 
-def test_python_tune_model_is_the_commands_run_locked_recorded_and_choosing_by_confirmed_times(tmp_path):
-    """``tune_model`` + ``compile_model`` from Python and ``ms-heron tune-model`` on one model, seed and
-    trial count: each holds its work dir's lock while it tunes, writes the run file, times each task's
-    best kernels again and compiles the kernel those times choose; each lowers the model, extracts
-    its tasks and reads its records once per run."""
+def test_python_tune_model_is_the_commands_run_locked_recorded_and_choosing_by_confirmed_times(
+    tmp_path,
+):
+    """``tune_model`` + ``compile_model`` from Python and ``ms-heron tune-model`` on one model, seed
+    and trial count: each holds its work dir's lock while it tunes, writes the run file, times each
+    task's best kernels again and compiles the kernel those times choose; each lowers the model,
+    extracts its tasks and reads its records once per run."""
     model = tmp_path / "mlp.onnx"
     onnx.save(models.mlp(batch=4, features=16, hidden=32, out=8).proto, model)
     python = (
-        "import json, os, sys\n"
-        "import counting_cli\n"
-        "counts = counting_cli.install()\n"
-        "from ms_heron.hardware.targets import host_target\n"
-        "from ms_heron.relax import compile_model, from_onnx, run_model\n"
-        "from ms_heron.tuning import RunError, RunSpec, TuningRun, tune_model\n"
-        f"model, work_dir = {str(model)!r}, {str(tmp_path / 'python')!r}\n"
-        "mod, target, refusals = from_onnx(model), host_target(), []\n"
-        "def second_process_refused(progress):  # while the run holds the lock, another tuning is refused\n"
-        "    if refusals:\n"
-        "        return\n"
-        "    try:\n"
-        "        TuningRun.open(work_dir).tune(64)\n"
-        "    except RunError as err:\n"
-        "        refusals.append(f'process {os.getpid()}' in str(err))\n"
-        "database = tune_model(mod, None, target, work_dir, 4, num_trials_per_iter=2, seed=0,\n"
-        "                      on_round=second_process_refused)\n"
-        "tuned = dict(counts)\n"
-        "compile_model(database, mod, None, target)\n"
-        "chosen = {str(r.workload.mod) : str(r.trace) for r in database.get_all_tuning_records()}\n"
-        "print(json.dumps({'tuned': tuned, 'compiled': dict(counts), 'refusals': refusals, 'chosen': len(chosen)}))\n"
+        "import json, os, sys\nimport counting_cli\ncounts = counting_cli.install()\nfrom "
+        "ms_heron.hardware.targets import host_target\nfrom ms_heron.relax import compile_model, "
+        "from_onnx, run_model\nfrom ms_heron.tuning import RunError, RunSpec, TuningRun, "
+        f"tune_model\nmodel, work_dir = {str(model)!r}, {str(tmp_path / 'python')!r}\nmod, target, "
+        "refusals = from_onnx(model), host_target(), []\ndef second_process_refused(progress):  # "
+        "while the run holds the lock, another tuning is refused\n    if refusals:\n        "
+        "return\n    try:\n        TuningRun.open(work_dir).tune(64)\n    except RunError as "
+        f"err:\n        refusals.append(f'process {{os.getpid()}}' in str(err))\ndatabase = "
+        "tune_model(mod, None, target, work_dir, 4, num_trials_per_iter=2, seed=0,\n              "
+        "        on_round=second_process_refused)\ntuned = dict(counts)\ncompile_model(database, "
+        f"mod, None, target)\nchosen = {{str(r.workload.mod) : str(r.trace) for r in "
+        f"database.get_all_tuning_records()}}\nprint(json.dumps({{'tuned': tuned, 'compiled': "
+        f"dict(counts), 'refusals': refusals, 'chosen': len(chosen)}}))\n"
     )
     proc = subprocess.run(
-        [sys.executable, "-c", python], capture_output=True, text=True, timeout=600, cwd=COUNTING_CLI.parent
+        [sys.executable, "-c", python],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=COUNTING_CLI.parent,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     assert got["refusals"] and all(got["refusals"]), got
-    assert {k: got["tuned"][k] for k in ("lower_for_tuning", "extract_tasks", "database reads", "TuningRun.tune")} == {
+    assert {
+        k: got["tuned"][k]
+        for k in ("lower_for_tuning", "extract_tasks", "database reads", "TuningRun.tune")
+    } == {
         "lower_for_tuning": 1,
         "extract_tasks": 1,
         "database reads": 1,
         "TuningRun.tune": 2,  # tune_model's, and the one refused
     }, got
-    assert got["compiled"]["lower_for_tuning"] == 2 and got["compiled"]["database reads"] == 1, got  # compile's own
+    assert got["compiled"]["lower_for_tuning"] == 2 and got["compiled"]["database reads"] == 1, (
+        got
+    )  # compile's own
     cli = subprocess.run(
         [
             sys.executable,
             COUNTING_CLI,
             *map(
                 str,
-                ["tune-model", model, "--trials", 4, "--round-size", 2, "--seed", 0, "--work-dir", tmp_path / "cli"],
+                [
+                    "tune-model",
+                    model,
+                    "--trials",
+                    4,
+                    "--round-size",
+                    2,
+                    "--seed",
+                    0,
+                    "--work-dir",
+                    tmp_path / "cli",
+                ],
             ),
         ],
         capture_output=True,
@@ -223,7 +275,9 @@ def test_measuring_workers_import_neither_the_search_nor_the_frontend():
         "except AttributeError as e:\n"
         "    print(e)\n"
     )
-    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.splitlines()[-3:] == [
         "[]",

@@ -121,7 +121,8 @@ class Fleet:
                 )
             )
         self._wait_until(
-            lambda: self.address.servers() == len(self.servers), "RPC servers did not register with the tracker"
+            lambda: self.address.servers() == len(self.servers),
+            "RPC servers did not register with the tracker",
         )
 
     @staticmethod
@@ -174,9 +175,13 @@ def test_a_candidates_float32_arguments_hold_no_undefined_value():
 
 def test_rpc_servers_measure_like_the_local_runner(tmp_path, fleet):
     fleet.add_servers(2)
-    session_timeout_s = 120  # a server kept busy by a finished candidate's session frees at this timeout
+    session_timeout_s = (
+        120  # a server kept busy by a finished candidate's session frees at this timeout
+    )
     started = time.monotonic()
-    remote = _run(tmp_path, "rpc").tune(8, per_round=4, runner=fleet.address.runner(timeout_s=session_timeout_s))
+    remote = _run(tmp_path, "rpc").tune(
+        8, per_round=4, runner=fleet.address.runner(timeout_s=session_timeout_s)
+    )
     remote_s = time.monotonic() - started
     local = _run(tmp_path, "local").tune(8, per_round=4)
     assert (remote.trials, remote.valid) == (local.trials, local.valid) == (8, 8)
@@ -191,24 +196,39 @@ def test_a_killed_rpc_server_leaves_tuning_to_the_other_and_loses_no_record(tmp_
         if progress.trials == 4:
             fleet.kill(fleet.servers[0])
 
-    state = run.tune(12, per_round=4, runner=fleet.address.runner(), on_round=kill_after_first_round)
+    state = run.tune(
+        12, per_round=4, runner=fleet.address.runner(), on_round=kill_after_first_round
+    )
     seconds = measured_seconds(run.work_dir)
     assert state.trials == len(seconds) == 12  # every candidate of every round is stored
-    assert all(s < float("inf") for s in seconds[:4])  # the round measured before the kill, as it was
-    assert sum(s < float("inf") for s in seconds[-4:]) >= 1  # the last round ran on the other server
+    assert all(
+        s < float("inf") for s in seconds[:4]
+    )  # the round measured before the kill, as it was
+    assert (
+        sum(s < float("inf") for s in seconds[-4:]) >= 1
+    )  # the last round ran on the other server
 
 
 def test_rpc_tracker_without_a_server_for_the_key_gets_one_line(tmp_path, fleet):
     proc = ms_heron_cli(
-        "tune", *SMALL_GEMM, "--trials", "4", "--rpc", f"127.0.0.1:{fleet.port}:absent", "--work-dir", tmp_path
+        "tune",
+        *SMALL_GEMM,
+        "--trials",
+        "4",
+        "--rpc",
+        f"127.0.0.1:{fleet.port}:absent",
+        "--work-dir",
+        tmp_path,
     )
     assert proc.returncode == 2
     assert proc.stderr.strip() == (
-        f"ms-heron: error: the RPC tracker at 127.0.0.1:{fleet.port} has no server for key 'absent' "
-        "(it holds no server); start one on each measuring machine: python -m tvm.exec.rpc_server "
-        f"--tracker 127.0.0.1:{fleet.port} --key absent"
+        f"ms-heron: error: the RPC tracker at 127.0.0.1:{fleet.port} has no server for key "
+        "'absent' (it holds no server); start one on each measuring machine: python -m "
+        f"tvm.exec.rpc_server --tracker 127.0.0.1:{fleet.port} --key absent"
     )
-    nobody = ms_heron_cli("tune", *SMALL_GEMM, "--rpc", f"127.0.0.1:{_free_port()}:k", "--work-dir", tmp_path)
+    nobody = ms_heron_cli(
+        "tune", *SMALL_GEMM, "--rpc", f"127.0.0.1:{_free_port()}:k", "--work-dir", tmp_path
+    )
     assert nobody.returncode == 2 and "no RPC tracker answers at 127.0.0.1:" in nobody.stderr
     assert len(nobody.stderr.strip().splitlines()) == 1
 
@@ -241,17 +261,18 @@ def test_hanging_candidates_overrun_the_budget_by_one_timeout_at_most(tmp_path, 
     assert "MetaSchedule's default design spaces fail on this task and are left out" in proc.stderr
     (last,) = json_lines(work / "progress.jsonl")[-1:]
     assert last["trials"] == 1 and last["valid"] == 0
-    # Build and run timeouts are capped by the budget (8 s here, raised to the 10 s floor): one hanging
-    # candidate, then the round is left. Uncapped, that one alone would run for MetaSchedule's 30 s timeout.
-    # Timed from the task scheduler's log, round start to round end: the process's set-up before it (import,
-    # probes, spaces) doubles when the suite's other worker is busy and says nothing about the timeouts.
+    # Build and run timeouts are capped by the budget (8 s here, raised to the 10 s floor): one
+    # hanging candidate, then the round is left. Uncapped, that one alone would run for
+    # MetaSchedule's 30 s timeout. Timed from the task scheduler's log, round start to round end:
+    # the process's set-up before it (import, probes, spaces) doubles when the suite's other worker
+    # is busy and says nothing about the timeouts.
     sent, updated = _round_span(work / "logs")
     assert (updated - sent).total_seconds() < DEFAULT_TIMEOUT_S, (sent, updated)
 
 
 def _round_span(logs):
-    """When the first round's candidates went to the builder and when the round's results came back, from
-    MetaSchedule's task-scheduler log (whole seconds)."""
+    """When the first round's candidates went to the builder and when the round's results came back,
+    from MetaSchedule's task-scheduler log (whole seconds)."""
     (log,) = logs.glob("*task_scheduler.log")
     stamps = {}
     for line in log.read_text().splitlines():
@@ -264,9 +285,13 @@ def _round_span(logs):
 def test_a_candidate_that_crashes_its_process_does_not_stop_tuning(tmp_path):
     source = tmp_path / "crash.py"
     source.write_text(CRASH_KERNEL)
-    proc = ms_heron_cli("tune", source, "--trials", "4", "--round-size", "2", "--work-dir", tmp_path / "run")
+    proc = ms_heron_cli(
+        "tune", source, "--trials", "4", "--round-size", "2", "--work-dir", tmp_path / "run"
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert re.search(r"ms_heron:\s+4/4 trials", proc.stdout) and "no valid record" in proc.stdout, proc.stdout
+    assert re.search(r"ms_heron:\s+4/4 trials", proc.stdout) and "no valid record" in proc.stdout, (
+        proc.stdout
+    )
     assert measured_seconds(tmp_path / "run") == [float("inf")] * 4
 
 
@@ -283,7 +308,9 @@ def test_the_budget_keeps_its_reserve_for_the_work_after_tuning():
     assert cost.seconds() == pytest.approx(18.0 / 32)
 
 
-def test_a_model_under_a_tiny_budget_gives_every_task_a_round_and_chooses_by_times_taken_again(tmp_path):
+def test_a_model_under_a_tiny_budget_gives_every_task_a_round_and_chooses_by_times_taken_again(
+    tmp_path,
+):
     model = models.mlp()  # two dense layers: two tasks
     path = tmp_path / "mlp.onnx"
     path.write_bytes(model.proto.SerializeToString())
@@ -293,12 +320,16 @@ def test_a_model_under_a_tiny_budget_gives_every_task_a_round_and_chooses_by_tim
     assert len(times) == 2 and all(t.seconds < float("inf") and t.confirmed for t in times), times
     assert run.state().trials < 400
 
-    # more records; each task's fastest were all timed again, and the model runs the fastest by those times
+    # more records; each task's fastest were all timed again, and the model runs the fastest by
+    # those times
     run.tune(16, per_round=4)
     database, confirmed = run.database(), confirmed_seconds(run.work_dir)
     times = run.task_times()
     for task, t in zip(extract_tasks(run.lowered, run.target), times):
-        top = [r for r in database.get_top_k(database.commit_workload(task.dispatched[0]), CHOICE_TOP_K)]
+        top = [
+            r
+            for r in database.get_top_k(database.commit_workload(task.dispatched[0]), CHOICE_TOP_K)
+        ]
         valid = [record_key(r) for r in top if record_seconds(r.run_secs) < float("inf")]
         assert len(valid) >= 2 and set(valid) <= set(confirmed), (task.task_name, valid)
         assert t.seconds == min(confirmed[k] for k in valid)
@@ -310,7 +341,9 @@ def test_a_model_under_a_tiny_budget_gives_every_task_a_round_and_chooses_by_tim
 
 def test_only_a_model_run_times_its_tasks_again(tmp_path):
     run = _run(tmp_path, "kernel")
-    with pytest.raises(RunError, match=r"is a kernel run; only a model run's tasks are timed again"):
+    with pytest.raises(
+        RunError, match=r"is a kernel run; only a model run's tasks are timed again"
+    ):
         run.confirm()
 
 
@@ -325,22 +358,36 @@ def test_merge_combines_records_of_one_target_and_skips_foreign_ones(tmp_path):
     before = {n: (tmp_path / n / "database_tuning_record.json").read_bytes() for n in "abc"}
     # Both seeds measure each Heron space's analytical choice first: those programs are the same.
     distinct = len(
-        {json.dumps(line[1][0]) for n in "ab" for line in json_lines(tmp_path / n / "database_tuning_record.json")}
+        {
+            json.dumps(line[1][0])
+            for n in "ab"
+            for line in json_lines(tmp_path / n / "database_tuning_record.json")
+        }
     )
     assert 3 <= distinct <= 6
     proc = ms_heron_cli("merge", tmp_path / "a", tmp_path / "b", tmp_path / "c", tmp_path / "all")
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert f"merged {distinct} records into {tmp_path / 'all'} ({6 - distinct} already there)" in proc.stdout
-    assert "skipped 2 records measured for another target: llvm" in proc.stdout and "num-cores=1" in proc.stdout
+    assert (
+        f"merged {distinct} records into {tmp_path / 'all'} ({6 - distinct} already there)"
+        in proc.stdout
+    )
+    assert (
+        "skipped 2 records measured for another target: llvm" in proc.stdout
+        and "num-cores=1" in proc.stdout
+    )
     assert {n: (tmp_path / n / "database_tuning_record.json").read_bytes() for n in "abc"} == before
     assert len(measured_seconds(tmp_path / "all")) == distinct
     again = ms_heron_cli("merge", tmp_path / "a", tmp_path / "all")
     assert "merged 0 records" in again.stdout and "(3 already there)" in again.stdout
-    show = ms_heron_cli("show", tmp_path / "all")  # the merged dir is a run: show and report work on it
+    show = ms_heron_cli(
+        "show", tmp_path / "all"
+    )  # the merged dir is a run: show and report work on it
     assert show.returncode == 0 and "sch.get_sblock" in show.stdout, show.stderr[-2000:]
 
 
-def test_the_builder_keeps_its_workers_across_rounds_and_reports_a_timeout_as_local_builder_does(cpu_target):
+def test_the_builder_keeps_its_workers_across_rounds_and_reports_a_timeout_as_local_builder_does(
+    cpu_target,
+):
     """TVM's LocalBuilder starts new worker processes every round, each importing TVM and ms_heron
     before its first build; ms_heron's builder builds the next round in the same processes. A build
     over its time limit is reported in LocalBuilder's words, which the search recognizes."""
@@ -354,7 +401,9 @@ def test_the_builder_keeps_its_workers_across_rounds_and_reports_a_timeout_as_lo
     assert workers and {p.pid for p in me.children()} == workers
 
     timed_out = local_builder(timeout_sec=0.001).build(inputs)  # no build takes less
-    assert [r.error_msg for r in timed_out] == ["LocalBuilder: Timeout, killed after 0.001 seconds"] * 2
+    assert [r.error_msg for r in timed_out] == [
+        "LocalBuilder: Timeout, killed after 0.001 seconds"
+    ] * 2
     assert timed_out[0].error_msg.startswith(BUILD_TIMEOUT)
 
 
@@ -366,7 +415,9 @@ def test_cold_seconds_times_a_built_kernel_as_the_tuner_does(cpu_target):
     def seconds(n):
         func = workloads.make("gemm", "fp32", M=n, N=n, K=n).func
         args = [a.as_json() for a in ArgInfo.from_prim_func(func)]
-        return cold_seconds(build_candidate(tvm.IRModule({"main": func}), cpu_target, None), args, repeat=5)
+        return cold_seconds(
+            build_candidate(tvm.IRModule({"main": func}), cpu_target, None), args, repeat=5
+        )
 
     small, large = seconds(32), seconds(128)
     assert 0 < small and 4 * small < large < float("inf"), (small, large)

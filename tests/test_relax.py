@@ -1,4 +1,5 @@
-"""Whole models through Relax: nn.Module and ONNX import, tuning, compilation, fallback, bad input."""
+"""Whole models through Relax: nn.Module and ONNX import, tuning, compilation, fallback, bad
+input."""
 
 import json
 import math
@@ -17,12 +18,27 @@ from tvm.s_tir import meta_schedule as ms
 
 from ms_heron.hardware.targets import has_avx_vnni, has_vnni, host_target
 from ms_heron.records import confirmed_seconds, open_database, record_seconds
-from ms_heron.relax import ModelError, bind_params, compile_model, extract_tasks, from_onnx, lower_for_tuning, run_model
+from ms_heron.relax import (
+    ModelError,
+    bind_params,
+    compile_model,
+    extract_tasks,
+    from_onnx,
+    lower_for_tuning,
+    run_model,
+)
 from ms_heron.relax.passes.winograd import padded_rows
 from ms_heron.report.baselines import onnxruntime_model, reference_outputs
 from ms_heron.space import design_spaces
 from ms_heron.testing import models
-from ms_heron.tuning import RunError, RunSpec, TuningRun, static_shape_tuning_pipeline, tune_model, tune_pass
+from ms_heron.tuning import (
+    RunError,
+    RunSpec,
+    TuningRun,
+    static_shape_tuning_pipeline,
+    tune_model,
+    tune_pass,
+)
 
 
 class _TwoLayer(nn.Module):
@@ -35,10 +51,14 @@ class _TwoLayer(nn.Module):
 
 
 def _two_layer():
-    """The module (its function is ``forward``, not ``main``), weights, an input and numpy's answer."""
+    """The module (its function is ``forward``, not ``main``), weights, an input and numpy's
+    answer."""
     mod, named = _TwoLayer().export_tvm(spec={"forward": {"x": nn.spec.Tensor((8, 32), "float32")}})
     rng = np.random.default_rng(0)
-    params = {name: (rng.standard_normal([int(d) for d in p.shape]) / 8).astype("float32") for name, p in named}
+    params = {
+        name: (rng.standard_normal([int(d) for d in p.shape]) / 8).astype("float32")
+        for name, p in named
+    }
     x = rng.standard_normal((8, 32)).astype("float32")
     hidden = np.maximum(x @ params["fc1.weight"].T + params["fc1.bias"], 0)
     return mod, params, x, hidden @ params["fc2.weight"].T + params["fc2.bias"]
@@ -47,14 +67,29 @@ def _two_layer():
 def test_nn_module_tunes_compiles_and_matches_numpy(tmp_path, cpu_target):
     mod, params, x, expected = _two_layer()
     rounds = []
-    db = tune_model(mod, params, cpu_target, str(tmp_path), 8, num_trials_per_iter=4, seed=0, on_round=rounds.append)
+    db = tune_model(
+        mod,
+        params,
+        cpu_target,
+        str(tmp_path),
+        8,
+        num_trials_per_iter=4,
+        seed=0,
+        on_round=rounds.append,
+    )
     tuned = [r for r in rounds if not r.confirmed]  # the last: its best kernels timed again
-    assert len({r.task for r in tuned}) == 2 and all(r.task.startswith("fused_matmul") for r in tuned)
-    assert rounds[-1].confirmed and rounds[-1].trials >= 8 and rounds[-1].best_seconds < float("inf")
+    assert len({r.task for r in tuned}) == 2 and all(
+        r.task.startswith("fused_matmul") for r in tuned
+    )
+    assert (
+        rounds[-1].confirmed and rounds[-1].trials >= 8 and rounds[-1].best_seconds < float("inf")
+    )
     # timed by the cold-weights runner: ten single calls each, minus any stretched past 1.5x their
     # median (MetaSchedule's default runner records one mean)
     timed = [
-        [float(x) for x in r.run_secs] for r in db.get_all_tuning_records() if record_seconds(r.run_secs) < float("inf")
+        [float(x) for x in r.run_secs]
+        for r in db.get_all_tuning_records()
+        if record_seconds(r.run_secs) < float("inf")
     ]
     assert timed and all(5 <= len(secs) <= 10 for secs in timed)
     with warnings.catch_warnings():
@@ -68,21 +103,31 @@ def test_a_stock_style_relax_pipeline_takes_heron_by_swapping_one_pass(tmp_path,
     """TVM's static-shape tuning pipeline with HeronTuneIRMod in MetaScheduleTuneIRMod's place: the
     kernels are Heron's (their records carry HeronSpace's annotations), applied, and right."""
     mod, params, x, expected = _two_layer()
-    tuned = static_shape_tuning_pipeline(8, cpu_target, str(tmp_path), max_trials_per_task=4)(bind_params(mod, params))
+    tuned = static_shape_tuning_pipeline(8, cpu_target, str(tmp_path), max_trials_per_task=4)(
+        bind_params(mod, params)
+    )
     kernels = [f for f in tuned.functions.values() if isinstance(f, tvm.tirx.PrimFunc)]
     assert len(kernels) == 2 and all(f.attrs.get("tirx.is_scheduled", False) for f in kernels)
     records = ms.database.JSONDatabase(work_dir=str(tmp_path)).get_all_tuning_records()
     assert len(records) == 8 and all(
-        any(str(i.attrs[0]).startswith("ms_heron.") for i in r.trace.insts if i.kind.name == "Annotate")
+        any(
+            str(i.attrs[0]).startswith("ms_heron.")
+            for i in r.trace.insts
+            if i.kind.name == "Annotate"
+        )
         for r in records
     )
     vm = tvm.relax.VirtualMachine(tvm.compile(tuned, target=cpu_target), tvm.cpu())
-    np.testing.assert_allclose(vm["forward"](tvm.runtime.tensor(x)).numpy(), expected, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        vm["forward"](tvm.runtime.tensor(x)).numpy(), expected, rtol=1e-5, atol=1e-5
+    )
     with pytest.raises(ValueError, match="run it under `with tvm.target.Target"):
         tune_pass({}, str(tmp_path / "no_target"), 4)(bind_params(mod, params))
 
 
-def test_fp32_conv_and_dense_weights_are_packed_at_compile_time_and_match_onnxruntime(tmp_path, cpu_target):
+def test_fp32_conv_and_dense_weights_are_packed_at_compile_time_and_match_onnxruntime(
+    tmp_path, cpu_target
+):
     """A model's fp32 constant weights (an NCHW convolution's and a dense layer's) are stored in the
     order the tuned kernels read them: every tuned task's best program re-lays them out
     (RewriteLayout), the compiled model does that once at compile time, and it computes what ONNX
@@ -111,14 +156,17 @@ def test_fp32_conv_and_dense_weights_are_packed_at_compile_time_and_match_onnxru
 
 def test_float_convolutions_run_channels_last_with_their_epilogues(tmp_path, cpu_target):
     """A ResNet bottleneck's three convolutions lower to NHWC kernels (lanes along the output
-    channels), each with its bias, and the last with the residual add and ReLU, fused; the only other
-    kernels are the transposes at the model's input and output; the tuned model computes what ONNX
-    Runtime computes."""
+    channels), each with its bias, and the last with the residual add and ReLU, fused; the only
+    other kernels are the transposes at the model's input and output; the tuned model computes what
+    ONNX Runtime computes."""
     model = models.resnet_bottleneck(size=6, channels=16, width=8)
     mod = from_onnx(model.proto, model.input_shapes())
     lowered = lower_for_tuning(mod, None, cpu_target)
     names = [t.task_name for t in extract_tasks(lowered, cpu_target)]
-    assert sorted(re.sub(r"\d+", "", n) for n in names if not n.startswith("fused_conv2d")) == ["transpose"] * 2, names
+    assert (
+        sorted(re.sub(r"\d+", "", n) for n in names if not n.startswith("fused_conv2d"))
+        == ["transpose"] * 2
+    ), names
     convs = [f for gv, f in lowered.functions_items() if gv.name_hint.startswith("fused_conv2d")]
     outputs = [[int(d) for d in f.params[-1].shape] for f in convs]
     assert len(convs) == 3 and all(shape[1:3] == [6, 6] for shape in outputs), outputs  # N, H, W, C
@@ -130,7 +178,9 @@ def test_float_convolutions_run_channels_last_with_their_epilogues(tmp_path, cpu
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
 
 
-def test_3x3_convolutions_run_as_winograd_with_their_epilogue_and_match_onnxruntime(tmp_path, cpu_target):
+def test_3x3_convolutions_run_as_winograd_with_their_epilogue_and_match_onnxruntime(
+    tmp_path, cpu_target
+):
     """A 3x3 stride-1 convolution with 16 channels becomes Winograd's three tasks: the input
     transform, the batched GEMM over the 16 transformed planes (its rows, one per 2x2 output tile,
     padded to whole register tiles) and the output transform carrying the bias and ReLU; the 1x1
@@ -159,9 +209,9 @@ def test_3x3_convolutions_run_as_winograd_with_their_epilogue_and_match_onnxrunt
 
 
 def test_winograd_gemm_rows_pad_to_the_register_tile_that_wastes_least():
-    """49 tiles (a 14x14 image) cannot be cut into 6-row tiles (the most two vectors of columns leave
-    room for in AVX2's 16 registers): 5-row tiles pad them to 50; rows a tile already divides stay,
-    and on AVX-512 7-row tiles divide them."""
+    """49 tiles (a 14x14 image) cannot be cut into 6-row tiles (the most two vectors of columns
+    leave room for in AVX2's 16 registers): 5-row tiles pad them to 50; rows a tile already divides
+    stay, and on AVX-512 7-row tiles divide them."""
     avx2 = tvm.target.Target({"kind": "llvm", "mcpu": "haswell"})
     assert [padded_rows(rows, avx2) for rows in (49, 196, 784, 16, 9)] == [50, 196, 784, 16, 10]
     avx512 = tvm.target.Target({"kind": "llvm", "mcpu": "skylake-avx512"})
@@ -176,7 +226,9 @@ def test_winograd_transforms_compute_the_convolution_on_cropped_tiles_and_padded
     w = rng.standard_normal((16, 16, 3, 3)).astype("float32") / 8
     x = rng.standard_normal((1, 16, 5, 33)).astype("float32")
     model = _one_node_model(
-        helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1]), x, [onnx.numpy_helper.from_array(w, "w")]
+        helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1]),
+        x,
+        [onnx.numpy_helper.from_array(w, "w")],
     )
     mod = from_onnx(model)
     lowered = lower_for_tuning(mod, None, cpu_target)
@@ -191,10 +243,18 @@ def test_winograd_transforms_compute_the_convolution_on_cropped_tiles_and_padded
 
 
 def test_failed_tasks_fall_back_to_untuned_kernels(tmp_path, cpu_target):
-    """Every candidate is killed by a real runner timeout: compile warns, and the model still runs right."""
+    """Every candidate is killed by a real runner timeout: compile warns, and the model still runs
+    right."""
     mod, params, x, expected = _two_layer()
     db = tune_model(
-        mod, params, cpu_target, str(tmp_path), 4, num_trials_per_iter=2, seed=0, runner=timing_out_runner()
+        mod,
+        params,
+        cpu_target,
+        str(tmp_path),
+        4,
+        num_trials_per_iter=2,
+        seed=0,
+        runner=timing_out_runner(),
     )
     with pytest.warns(UserWarning, match=r"2 task\(s\) have no tuned schedule"):
         executable = compile_model(db, mod, params, cpu_target)
@@ -202,22 +262,29 @@ def test_failed_tasks_fall_back_to_untuned_kernels(tmp_path, cpu_target):
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
 
 
-def test_int8_onnx_model_through_the_cli_reaches_the_dot_product_and_is_exact(tmp_path, int8_target):
+def test_int8_onnx_model_through_the_cli_reaches_the_dot_product_and_is_exact(
+    tmp_path, int8_target
+):
     """MatMulInteger layers (u8 with zero point x s8) become kernels of the CPU's dot product with
     weights packed at compile time, and compute what the model's exact arithmetic computes."""
     model = models.mlp(int8=True)
     path = tmp_path / "mlp.onnx"
     onnx.save(model.proto, path)
-    proc = ms_heron_cli("tune-model", path, "--trials", 12, "--round-size", 4, "--work-dir", tmp_path / "wd")
+    proc = ms_heron_cli(
+        "tune-model", path, "--trials", 12, "--round-size", 4, "--work-dir", tmp_path / "wd"
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert re.search(r"task 3/3 .*: best [\d.]+ ms", proc.stdout), proc.stdout
     assert re.search(r"best kernels timed again \| model ~[\d.]+ ms", proc.stdout), proc.stdout
     # ONNX Runtime, where it is exact (VNNI), or the exact reference, where its kernels saturate
     assert re.search(
-        r"outputs checked against (ONNX Runtime|the exact reference) on a random input: correct", proc.stdout
+        r"outputs checked against (ONNX Runtime|the exact reference) on a random input: correct",
+        proc.stdout,
     )
 
-    vm = tvm.relax.VirtualMachine(tvm.runtime.load_module(str(tmp_path / "wd" / "mlp_tuned.so")), tvm.cpu())
+    vm = tvm.relax.VirtualMachine(
+        tvm.runtime.load_module(str(tmp_path / "wd" / "mlp_tuned.so")), tvm.cpu()
+    )
     got = vm["main"](tvm.runtime.tensor(model.inputs["x"])).numpy()
     (expected,) = reference_outputs(model.proto, model.inputs)
     # Same integer arithmetic; only the final fp32 rescale may round differently.
@@ -226,7 +293,9 @@ def test_int8_onnx_model_through_the_cli_reaches_the_dot_product_and_is_exact(tm
     mod = from_onnx(model.proto, model.input_shapes())
     executable = compile_model(open_database(tmp_path / "wd"), mod, None, int8_target)
     assert HOST_DOT.form in executable.mod.imports[0].inspect_source("asm")
-    assert "layout_rewrite" not in executable.as_text()  # weights were re-laid out once, at compile time
+    assert (
+        "layout_rewrite" not in executable.as_text()
+    )  # weights were re-laid out once, at compile time
     _model_work_dir_reports_shows_and_resumes(tmp_path / "wd", path)
 
 
@@ -245,12 +314,19 @@ def _one_node_model(node, x: np.ndarray, initializers, output_type=TensorProto.F
 
 
 def _conv_integer_model(x, w, attrs, weight_zero_point=None):
-    """One ONNX ConvInteger (input zero point 128) over a u8 input of ``x``'s shape, weight ``w``."""
-    inits = [onnx.numpy_helper.from_array(w, "w"), onnx.numpy_helper.from_array(np.array(128, np.uint8), "zp")]
+    """One ONNX ConvInteger (input zero point 128) over a u8 input of ``x``'s shape, weight
+    ``w``."""
+    inits = [
+        onnx.numpy_helper.from_array(w, "w"),
+        onnx.numpy_helper.from_array(np.array(128, np.uint8), "zp"),
+    ]
     if weight_zero_point is not None:
         inits.append(onnx.numpy_helper.from_array(np.array(weight_zero_point, w.dtype), "w_zp"))
     node = helper.make_node(
-        "ConvInteger", ["x", "w", "zp", *(["w_zp"] if weight_zero_point is not None else [])], ["y"], **attrs
+        "ConvInteger",
+        ["x", "w", "zp", *(["w_zp"] if weight_zero_point is not None else [])],
+        ["y"],
+        **attrs,
     )
     return _one_node_model(node, x, inits, TensorProto.INT32)
 
@@ -269,14 +345,14 @@ def _conv_integer_model(x, w, attrs, weight_zero_point=None):
 def test_onnx_conv_integer_imports_and_computes_what_onnxruntime_computes(
     ci, co, k, attrs, weight_dtype, weight_zero_point, cpu_target
 ):
-    """TVM's frontend has no ConvInteger; ms_heron's converter pads the input with its zero point (as
-    ONNX Runtime does) and gives the same int32 results, bit for bit. A layer with no VNNI form
+    """TVM's frontend has no ConvInteger; ms_heron's converter pads the input with its zero point
+    (as ONNX Runtime does) and gives the same int32 results, bit for bit. A layer with no VNNI form
     (grouped, u8 weights, a weight zero point) is widened to int32 and named in a warning."""
     rng = np.random.default_rng(0)
     x = rng.integers(0, 256, (1, ci, 9, 9)).astype(np.uint8)
-    w = rng.integers(-127 if weight_dtype == np.int8 else 0, 128, (co, ci // attrs.get("group", 1), k, k)).astype(
-        weight_dtype
-    )
+    w = rng.integers(
+        -127 if weight_dtype == np.int8 else 0, 128, (co, ci // attrs.get("group", 1), k, k)
+    ).astype(weight_dtype)
     model = _conv_integer_model(x, w, dict(kernel_shape=[k, k], **attrs), weight_zero_point)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -297,14 +373,18 @@ def test_onnx_conv_integer_imports_and_computes_what_onnxruntime_computes(
     assert got.dtype == np.int32 and np.array_equal(got, expected)
 
 
-def test_int8_onnx_convolutions_reach_the_dot_product_with_fused_epilogues_and_are_exact(tmp_path, int8_target):
+def test_int8_onnx_convolutions_reach_the_dot_product_with_fused_epilogues_and_are_exact(
+    tmp_path, int8_target
+):
     """An int8 ResNet bottleneck (ConvInteger): each convolution runs channels-last on the CPU's dot
     product with its weights packed at compile time, its rescale, bias, ReLU and the next layer's
     quantize fused into its kernel (the transposes between convolutions cancel), and the model
     computes what its exact arithmetic computes."""
     model = models.resnet_bottleneck(size=6, channels=32, width=16, int8=True)
     mod = from_onnx(model.proto, model.input_shapes())
-    names = [t.task_name for t in extract_tasks(lower_for_tuning(mod, None, int8_target), int8_target)]
+    names = [
+        t.task_name for t in extract_tasks(lower_for_tuning(mod, None, int8_target), int8_target)
+    ]
     convs = [n for n in names if "conv2d" in n]
     assert len(convs) == 3 and sum("_relu" in n and "_quantize" in n for n in convs) == 2, names
     assert not any("transpose" in n and ("cast" in n or "conv2d" in n) for n in names), names
@@ -320,7 +400,9 @@ def test_int8_onnx_convolutions_reach_the_dot_product_with_fused_epilogues_and_a
 
 
 @pytest.mark.parametrize("quantized", ["matmul_integer", "qdq_conv"])
-def test_every_sample_of_every_space_tensorizes_and_keeps_its_weight_packed_at_compile_time(quantized, int8_target):
+def test_every_sample_of_every_space_tensorizes_and_keeps_its_weight_packed_at_compile_time(
+    quantized, int8_target
+):
     """In each design space of an int8 model's kernels, the copy that packs a constant weight into
     the intrinsic's tiles stays at the root (dropped when measuring, folded at compile time) and
     every sampled program is tensorized. The copy was once inlined into the tensorized GEMM in half
@@ -334,7 +416,9 @@ def test_every_sample_of_every_space_tensorizes_and_keeps_its_weight_packed_at_c
     checked = 0
     for task in extract_tasks(lowered, int8_target):
         func = task.dispatched[0]
-        for space in (s for s in design_spaces(func, int8_target) if "Blockize" in schedule_steps(s)):
+        for space in (
+            s for s in design_spaces(func, int8_target) if "Blockize" in schedule_steps(s)
+        ):
             assert "meta_schedule.layout_rewrite_preproc" in str(space.trace), task.task_name
             for seed in (1, 2):
                 sch = finished(space, func, seed=seed)
@@ -344,7 +428,8 @@ def test_every_sample_of_every_space_tensorizes_and_keeps_its_weight_packed_at_c
 
 
 def _operand_dtypes(lowered, kernel: str) -> list[list[str]]:
-    """The dtypes each ``kernel`` block (``conv2d``, ``matmul``) of a lowered model's TIR functions reads."""
+    """The dtypes each ``kernel`` block (``conv2d``, ``matmul``) of a lowered model's TIR functions
+    reads."""
     dtypes = []
     for _, func in lowered.functions_items():
         if isinstance(func, tvm.tirx.PrimFunc):
@@ -355,11 +440,14 @@ def _operand_dtypes(lowered, kernel: str) -> list[list[str]]:
     return dtypes
 
 
-def test_a_qdq_model_from_quantize_static_reaches_the_dot_product_within_one_quantization_step(tmp_path, int8_target):
+def test_a_qdq_model_from_quantize_static_reaches_the_dot_product_within_one_quantization_step(
+    tmp_path, int8_target
+):
     """ONNX Runtime's ``quantize_static`` (QDQ: every Conv between DequantizeLinears of a u8
     activation and an s8 weight): each convolution becomes a u8 x s8 dot-product kernel with the
-    scales, the bias, the next quantize and the residual add fused into it, and the model's output is
-    within one output quantization step of the graph run as written (ONNX Runtime, no fusions)."""
+    scales, the bias, the next quantize and the residual add fused into it, and the model's output
+    is within one output quantization step of the graph run as written (ONNX Runtime, no
+    fusions)."""
     model = models.quantized_static(models.resnet_bottleneck(size=6, channels=32, width=16))
     assert {"QuantizeLinear", "DequantizeLinear"} <= {n.op_type for n in model.proto.graph.node}
     mod = from_onnx(model.proto)
@@ -368,7 +456,9 @@ def test_a_qdq_model_from_quantize_static_reaches_the_dot_product_within_one_qua
     assert _operand_dtypes(lowered, "conv2d") == [["uint8", HOST_DOT.weight_dtype]] * 3
     names = [t.task_name for t in extract_tasks(lowered, int8_target)]
     assert sum(re.match(r"fused_.*conv2d.*_quantize", n) is not None for n in names) == 3, names
-    db = tune_model(mod, None, int8_target, str(tmp_path), 6 * len(names), num_trials_per_iter=4, seed=0)
+    db = tune_model(
+        mod, None, int8_target, str(tmp_path), 6 * len(names), num_trials_per_iter=4, seed=0
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # every task tuned
         executable = compile_model(db, mod, None, int8_target)
@@ -381,52 +471,69 @@ def test_a_qdq_model_from_quantize_static_reaches_the_dot_product_within_one_qua
     assert np.abs(got - expected).max() <= step
 
 
-def test_a_dynamically_quantized_model_runs_u8_x_s8_matmuls_and_matches_the_exact_reference(cpu_target):
-    """ONNX Runtime's ``quantize_dynamic`` (``DynamicQuantizeLinear``, whose zero point is computed at
-    run time, and ``MatMulInteger`` with an s8 weight and its zero point of 0): each matmul stays
+def test_a_dynamically_quantized_model_runs_u8_x_s8_matmuls_and_matches_the_exact_reference(
+    cpu_target,
+):
+    """ONNX Runtime's ``quantize_dynamic`` (``DynamicQuantizeLinear``, whose zero point is computed
+    at run time, and ``MatMulInteger`` with an s8 weight and its zero point of 0): each matmul stays
     u8 x s8 -> s32, and the model computes what ONNX's exact reference computes (ONNX Runtime's own
     kernels saturate pairs of products on CPUs without VNNI, 0.068 off on Zen 3)."""
     model = models.quantized_dynamic(models.mlp())
     assert "DynamicQuantizeLinear" in {n.op_type for n in model.proto.graph.node}
     lowered = lower_for_tuning(from_onnx(model.proto), None, cpu_target)
-    weight = HOST_DOT.weight_dtype if HOST_DOT else "int8"  # widened where the dot product multiplies s16
+    weight = (
+        HOST_DOT.weight_dtype if HOST_DOT else "int8"
+    )  # widened where the dot product multiplies s16
     assert _operand_dtypes(lowered, "matmul") == [["uint8", weight]] * 2
     (got,) = run_model(untuned(model.proto, cpu_target), model.inputs)
     (expected,) = reference_outputs(model.proto, model.inputs)
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
 
 
-def test_tune_model_checks_an_int8_model_against_the_exact_reference_where_onnxruntime_saturates(tmp_path):
+def test_tune_model_checks_an_int8_model_against_the_exact_reference_where_onnxruntime_saturates(
+    tmp_path,
+):
     """On a CPU without VNNI ONNX Runtime's int8 MatMulInteger saturates pairs of products, so
     ``tune-model`` checks the tuned model against the model's exact arithmetic there (and against
     ONNX Runtime, exact too, where the CPU has VNNI or AVX-VNNI)."""
     model = models.quantized_dynamic(models.mlp())
     path = tmp_path / "mlp_dynamic.onnx"
     onnx.save(model.proto, path)
-    proc = ms_heron_cli("tune-model", path, "--trials", 6, "--round-size", 2, "--work-dir", tmp_path / "wd")
+    proc = ms_heron_cli(
+        "tune-model", path, "--trials", 6, "--round-size", 2, "--work-dir", tmp_path / "wd"
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     host = host_target()
     saturates = not (has_vnni(host) or has_avx_vnni(host))
     reference = "the exact reference" if saturates else "ONNX Runtime"
-    assert f"outputs checked against {reference} on a random input: correct" in proc.stdout, proc.stdout
+    assert f"outputs checked against {reference} on a random input: correct" in proc.stdout, (
+        proc.stdout
+    )
     assert ("ONNX Runtime's int8 kernels saturate" in proc.stdout) == saturates, proc.stdout
 
 
-def test_dynamically_quantized_layers_of_one_shape_are_one_task_whatever_their_weight_scales(cpu_target):
+def test_dynamically_quantized_layers_of_one_shape_are_one_task_whatever_their_weight_scales(
+    cpu_target,
+):
     """Each layer's weight has its own scale; as a literal in the kernel it made every BERT layer's
     matmuls tasks of their own (89 tasks for BERT-base int8, 21 now)."""
 
     def tasks(layers):
-        model = models.quantized_dynamic(models.bert(layers=layers, seq=8, hidden=32, heads=2, ffn=64))
+        model = models.quantized_dynamic(
+            models.bert(layers=layers, seq=8, hidden=32, heads=2, ffn=64)
+        )
         return extract_tasks(lower_for_tuning(from_onnx(model.proto), None, cpu_target), cpu_target)
 
     one, two = tasks(1), tasks(2)
     assert sum("matmul" in t.task_name for t in one) >= 4, [t.task_name for t in one]
-    assert sorted(t.weight for t in two) == sorted(2 * t.weight for t in one), [t.task_name for t in two]
+    assert sorted(t.weight for t in two) == sorted(2 * t.weight for t in one), [
+        t.task_name for t in two
+    ]
 
 
 def _model_work_dir_reports_shows_and_resumes(work_dir, path):
-    """A model's work dir is a run like an operator's: report, show TASK, resume, refuse another model."""
+    """A model's work dir is a run like an operator's: report, show TASK, resume, refuse another
+    model."""
     report = ms_heron_cli("report", work_dir)
     assert report.returncode == 0, report.stderr[-3000:]
     text = (work_dir / "report.md").read_text()
@@ -434,22 +541,34 @@ def _model_work_dir_reports_shows_and_resumes(work_dir, path):
     tasks = re.findall(r"^\| (\w+) \| [\d.]+ \|", text.split("## Tasks")[1], flags=re.M)
     assert len(tasks) == 3 and (work_dir / "tuning_curve.png").stat().st_size > 0
     held = len((work_dir / "database_tuning_record.json").read_text().splitlines())
-    row = r"^\| \w+ \| [\d.]+ \| [\d.]+ \| [\d.]+ \| \d+% \| (\d+) \|"  # task, calls, bound, ms, share, trials
+    # task, calls, bound, ms, share, trials
+    row = r"^\| \w+ \| [\d.]+ \| [\d.]+ \| [\d.]+ \| \d+% \| (\d+) \|"
     trials = re.findall(row, text.split("## Tasks")[1], flags=re.M)
-    assert len(trials) == 3 and sum(map(int, trials)) == held, text  # each task's trials, all records counted
+    assert len(trials) == 3 and sum(map(int, trials)) == held, (
+        text
+    )  # each task's trials, all records counted
 
     unnamed = ms_heron_cli("show", work_dir)
     assert unnamed.returncode == 2 and f"name a task of model {path.name}: " in unnamed.stderr
     shown = ms_heron_cli("show", work_dir, tasks[0])
     assert shown.returncode == 0, shown.stderr[-3000:]
-    assert f"# best schedule of task {tasks[0]} of model {path.name}" in shown.stdout and "T.prim_func" in shown.stdout
+    assert (
+        f"# best schedule of task {tasks[0]} of model {path.name}" in shown.stdout
+        and "T.prim_func" in shown.stdout
+    )
 
-    again = ms_heron_cli("tune-model", path, "--trials", held + 4, "--round-size", 4, "--work-dir", work_dir)
+    again = ms_heron_cli(
+        "tune-model", path, "--trials", held + 4, "--round-size", 4, "--work-dir", work_dir
+    )
     assert again.returncode == 0, again.stderr[-3000:]
     assert f"resuming from {held} records" in again.stdout
     assert len((work_dir / "database_tuning_record.json").read_text().splitlines()) >= held + 4
     rounds = [json.loads(line) for line in (work_dir / "progress.jsonl").read_text().splitlines()]
-    assert rounds[-2]["trials"] >= held + 4 and rounds[-2]["task"] in tasks and rounds[-2]["best_seconds"] < math.inf
+    assert (
+        rounds[-2]["trials"] >= held + 4
+        and rounds[-2]["task"] in tasks
+        and rounds[-2]["best_seconds"] < math.inf
+    )
     # the last line: every task's best kernel timed again, the estimate from those times
     run = TuningRun.open(work_dir)
     times = run.task_times()
@@ -461,7 +580,10 @@ def _model_work_dir_reports_shows_and_resumes(work_dir, path):
     other = path.with_name("other.onnx")
     onnx.save(models.mlp(int8=False).proto, other)
     refused = ms_heron_cli("tune-model", other, "--work-dir", work_dir)
-    assert refused.returncode == 2 and f"holds a run of model {path.name}, not model other.onnx" in refused.stderr
+    assert (
+        refused.returncode == 2
+        and f"holds a run of model {path.name}, not model other.onnx" in refused.stderr
+    )
 
 
 def _matmul_model(nodes, x_shape, extra_inputs=()):
@@ -485,7 +607,10 @@ def test_dynamic_onnx_input_needs_a_static_shape():
 
 def test_onnx_operator_relax_cannot_import_is_named():
     model = _matmul_model(
-        [helper.make_node("MatMul", ["x", "w"], ["t"]), helper.make_node("Einsum", ["t"], ["y"], equation="ij->ji")],
+        [
+            helper.make_node("MatMul", ["x", "w"], ["t"]),
+            helper.make_node("Einsum", ["t"], ["y"], equation="ij->ji"),
+        ],
         [2, 4],
     )
     model.graph.node[1].op_type = "NoSuchOperator"
@@ -504,7 +629,9 @@ def test_onnx_operator_relax_cannot_import_is_named():
 def test_tune_model_rejects_bad_input_in_one_line(tmp_path, args, message):
     path = tmp_path / "m.onnx"
     onnx.save(_matmul_model([helper.make_node("MatMul", ["x", "w"], ["y"])], ["batch", 4]), path)
-    proc = ms_heron_cli("tune-model", *[a.format(model=path) for a in args], timeout=120, cwd=tmp_path)
+    proc = ms_heron_cli(
+        "tune-model", *[a.format(model=path) for a in args], timeout=120, cwd=tmp_path
+    )
     assert proc.returncode == 2, proc.stderr
     assert message in proc.stderr and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
@@ -517,7 +644,10 @@ def test_model_lowering_approximates_exp_and_erf_unless_exact_math_is_asked(cpu_
     mod = from_onnx(model.proto, model.input_shapes())
     names = {
         exact: " ".join(
-            t.task_name for t in extract_tasks(lower_for_tuning(mod, None, cpu_target, exact_math=exact), cpu_target)
+            t.task_name
+            for t in extract_tasks(
+                lower_for_tuning(mod, None, cpu_target, exact_math=exact), cpu_target
+            )
         )
         for exact in (False, True)
     }
@@ -527,14 +657,17 @@ def test_model_lowering_approximates_exp_and_erf_unless_exact_math_is_asked(cpu_
     expected, _ = onnxruntime_model(model.proto, model.inputs, threads=1)
     for exact in (False, True):
         with pytest.warns(UserWarning, match="no tuned schedule"):
-            executable = compile_model(ms.database.MemoryDatabase(), mod, None, cpu_target, exact_math=exact)
+            executable = compile_model(
+                ms.database.MemoryDatabase(), mod, None, cpu_target, exact_math=exact
+            )
         got = run_model(executable, model.inputs)
         np.testing.assert_allclose(got[0], expected[0], rtol=1e-4, atol=1e-4)
 
     path = tmp_path / "bert.onnx"
     onnx.save(model.proto, path)
     run_file = (
-        TuningRun.create(tmp_path / "wd", RunSpec.of_model(path, {}, cpu_target, 0)).work_dir / "ms_heron_run.json"
+        TuningRun.create(tmp_path / "wd", RunSpec.of_model(path, {}, cpu_target, 0)).work_dir
+        / "ms_heron_run.json"
     )
     old = {k: v for k, v in json.loads(run_file.read_text()).items() if k != "exact_math"}
     run_file.write_text(json.dumps(old))  # a run file from before the option: tuned with exact math
@@ -556,34 +689,47 @@ def test_a_relax_module_is_a_run_with_resume_report_and_show(tmp_path, cpu_targe
             return nn.relu(self.dense(x))
 
     def exported(features):
-        mod, named = Tiny(features).export_tvm(spec={"forward": {"x": nn.spec.Tensor((8, 16), "float32")}})
+        mod, named = Tiny(features).export_tvm(
+            spec={"forward": {"x": nn.spec.Tensor((8, 16), "float32")}}
+        )
         rng = np.random.default_rng(0)
-        return mod, {name: rng.standard_normal([int(d) for d in p.shape]).astype("float32") for name, p in named}
+        return mod, {
+            name: rng.standard_normal([int(d) for d in p.shape]).astype("float32")
+            for name, p in named
+        }
 
     work = tmp_path / "run"
-    TuningRun.create(work, RunSpec.of_relax(*exported(32), work, cpu_target, 0, label="tiny")).tune(3, per_round=3)
+    TuningRun.create(work, RunSpec.of_relax(*exported(32), work, cpu_target, 0, label="tiny")).tune(
+        3, per_round=3
+    )
     run = TuningRun.open(work)
     assert run.spec.describe() == "model tiny" and run.state().trials == 3
     assert run.tune(5, per_round=2).trials == 5
     task = max(run.task_times(), key=lambda t: t.seconds).name
     assert run.best_schedule(task).trace is not None
     report = ms_heron_cli("report", work)
-    assert report.returncode == 0 and "estimated model latency" in report.stdout, report.stderr[-2000:]
+    assert report.returncode == 0 and "estimated model latency" in report.stdout, report.stderr[
+        -2000:
+    ]
     with pytest.raises(RunError, match="holds a run of model tiny"):
         TuningRun.create(work, RunSpec.of_relax(*exported(48), work, cpu_target, 0, label="wider"))
 
 
-# -- what ONNX Runtime's graph optimizer does, at import --------------------------------------------
+# -- what ONNX Runtime's graph optimizer does, at import
+# --------------------------------------------
 
 
 def _untuned_against_onnxruntime(model, cpu_target, atol=1e-4):
-    """The model compiled without tuning records: its output against ONNX Runtime's on the same file."""
+    """The model compiled without tuning records: its output against ONNX Runtime's on the same
+    file."""
     (got,) = run_model(untuned(model.proto, cpu_target), model.inputs)
     (expected,), _ = onnxruntime_model(model.proto, model.inputs, threads=1)
     np.testing.assert_allclose(got, expected, rtol=atol, atol=atol)
 
 
-def test_a_resnet_lowers_to_one_kernel_per_convolution_with_batch_norm_folded_and_no_stack(cpu_target):
+def test_a_resnet_lowers_to_one_kernel_per_convolution_with_batch_norm_folded_and_no_stack(
+    cpu_target,
+):
     """Conv + BatchNorm + residual ``Sum`` + ReLU: the BatchNorm is folded into the weights and bias
     (no subtract / divide left), the Sum is an add (no stack), and the add and ReLU run in the
     kernel that writes the convolution's output (its own, or a Winograd convolution's output
@@ -599,9 +745,9 @@ def test_a_resnet_lowers_to_one_kernel_per_convolution_with_batch_norm_folded_an
     assert sum(int(t.weight) for t in kernels) == convs + 1  # + the classifier's Gemm
     assert not any(re.search("stack|subtract|divide|batch_norm", n) for n in names), names
     others = sorted(set(names) - {t.task_name for t in kernels})
-    # the input's and the output's transposes (channels-last convolutions), the last with the classifier's
-    # flatten; the one 3x3 stride-1 convolution with 16 channels or more is Winograd's (its input transform
-    # and GEMM)
+    # the input's and the output's transposes (channels-last convolutions), the last with the
+    # classifier's flatten; the one 3x3 stride-1 convolution with 16 channels or more is Winograd's
+    # (its input transform and GEMM)
     assert [re.sub(r"\d+$", "", n) for n in others] == [
         "fused_transpose1_reshape",
         "matmul",
@@ -610,15 +756,25 @@ def test_a_resnet_lowers_to_one_kernel_per_convolution_with_batch_norm_folded_an
         "transpose",
         "winograd_input",
     ], others
-    assert sum(int(t.weight) for t in kernels if "relu" in t.task_name) == sum(n.op_type == "Relu" for n in graph.node)
+    assert sum(int(t.weight) for t in kernels if "relu" in t.task_name) == sum(
+        n.op_type == "Relu" for n in graph.node
+    )
     _untuned_against_onnxruntime(model, cpu_target)
 
 
 def test_relu6_as_clip_fuses_into_the_depthwise_and_pointwise_convolutions(cpu_target):
-    """MobileNetV2's ``Clip(0, 6)``: TVM's importer emits two TIR calls FuseOps cannot merge; imported
-    as ``relax.op.clip`` it joins the convolution's kernel before it, depthwise and 1x1 alike."""
+    """MobileNetV2's ``Clip(0, 6)``: TVM's importer emits two TIR calls FuseOps cannot merge;
+    imported as ``relax.op.clip`` it joins the convolution's kernel before it, depthwise and 1x1
+    alike."""
     model = models.mobilenet_v2(size=32, stages=((1, 16, 1, 1), (6, 24, 2, 2)), last=64, classes=10)
-    names = [t.task_name for t in extract_tasks(lower_for_tuning(from_onnx(model.proto), None, cpu_target), cpu_target)]
+    names = [
+        t.task_name
+        for t in extract_tasks(
+            lower_for_tuning(from_onnx(model.proto), None, cpu_target), cpu_target
+        )
+    ]
     assert not any(re.match(r"(tir_clip|maximum|minimum|clip)", n) for n in names), names
-    assert sum("clip" in n for n in names) >= 4 and any(re.match(r"fused_conv2d\d*_add\d*_tir_clip", n) for n in names)
+    assert sum("clip" in n for n in names) >= 4 and any(
+        re.match(r"fused_conv2d\d*_add\d*_tir_clip", n) for n in names
+    )
     _untuned_against_onnxruntime(model, cpu_target)

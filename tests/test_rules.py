@@ -9,7 +9,14 @@ import numpy as np
 import pytest
 import tvm
 from conftest import HOST_DOT, SMALL_SHAPES, suite
-from rule_helpers import allocations, block_names, check_random_samples, finished, schedule_steps, stock_design_spaces
+from rule_helpers import (
+    allocations,
+    block_names,
+    check_random_samples,
+    finished,
+    schedule_steps,
+    stock_design_spaces,
+)
 from tvm import te
 from tvm.s_tir import Schedule
 from tvm.s_tir.meta_schedule.builder.local_builder import default_export
@@ -62,7 +69,10 @@ def _producer_gemm_relu(relu: bool) -> Workload:
         tensors.remove(c)
 
     def inputs(rng):
-        return [rng.uniform(-1, 1, (M, K)).astype("float32"), rng.uniform(-1, 1, (K, N)).astype("float32")]
+        return [
+            rng.uniform(-1, 1, (M, K)).astype("float32"),
+            rng.uniform(-1, 1, (K, N)).astype("float32"),
+        ]
 
     def reference(x, y):
         out = (x.astype(np.float64) + 1) @ y
@@ -70,7 +80,9 @@ def _producer_gemm_relu(relu: bool) -> Workload:
 
     from ms_heron.workloads.suite import _workload  # the same packaging the suite uses
 
-    return _workload("custom", "fp32", dict(M=M, N=N, K=K), tensors, 2 * M * N * K, inputs, reference)
+    return _workload(
+        "custom", "fp32", dict(M=M, N=N, K=K), tensors, 2 * M * N * K, inputs, reference
+    )
 
 
 def _nchw_conv_bias_relu() -> Workload:
@@ -87,20 +99,30 @@ def _nchw_conv_bias_relu() -> Workload:
         ),
         name="pad",
     )
-    rc, ry, rx = te.reduce_axis((0, CI), "rc"), te.reduce_axis((0, 3), "ry"), te.reduce_axis((0, 3), "rx")
+    rc, ry, rx = (
+        te.reduce_axis((0, CI), "rc"),
+        te.reduce_axis((0, 3), "ry"),
+        te.reduce_axis((0, 3), "rx"),
+    )
     conv = te.compute(
         (N, CO, H, W),
         lambda n, f, y, v: te.sum(pad[n, rc, y + ry, v + rx] * w[f, rc, ry, rx], axis=[rc, ry, rx]),
         name="C",
     )
-    out = te.compute((N, CO, H, W), lambda n, f, y, v: te.max(conv[n, f, y, v] + b[f], 0.0), name="Relu")
+    out = te.compute(
+        (N, CO, H, W), lambda n, f, y, v: te.max(conv[n, f, y, v] + b[f], 0.0), name="Relu"
+    )
 
     def inputs(rng):
-        return [rng.uniform(-1, 1, s).astype("float32") for s in ((N, CI, H, W), (CO, CI, 3, 3), (CO,))]
+        return [
+            rng.uniform(-1, 1, s).astype("float32") for s in ((N, CI, H, W), (CO, CI, 3, 3), (CO,))
+        ]
 
     def reference(xs, ws, bs):
         padded = np.pad(xs.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
-        windows = np.lib.stride_tricks.sliding_window_view(padded, (3, 3), axis=(2, 3))  # n c h w ry rx
+        windows = np.lib.stride_tricks.sliding_window_view(
+            padded, (3, 3), axis=(2, 3)
+        )  # n c h w ry rx
         return np.maximum(np.einsum("nchwyx,fcyx->nfhw", windows, ws) + bs[None, :, None, None], 0)
 
     from ms_heron.workloads.suite import _workload  # the same packaging the suite uses
@@ -114,7 +136,9 @@ def _nchw_conv_bias_relu() -> Workload:
         inputs,
         reference,
     )
-    return dataclasses.replace(workload, func=workload.func.with_attr("layout_free_buffers", [1, 2]))
+    return dataclasses.replace(
+        workload, func=workload.func.with_attr("layout_free_buffers", [1, 2])
+    )
 
 
 def test_always_inline_fires_on_strictly_inlinable_producers_only(cpu_target):
@@ -134,11 +158,20 @@ def test_a_transpose_feeding_a_gemm_is_placed_not_inlined(cpu_target):
     from tvm.s_tir.meta_schedule.testing.te_workload import transpose_batch_matmul
 
     workload = from_func(te.create_prim_func(transpose_batch_matmul(1, 32, 2, 16)), "tbg")
-    (space,) = stock_design_spaces(workload.func, [AlwaysInline(), MultiLevelTiling(), ComputeLocation()], cpu_target)
+    (space,) = stock_design_spaces(
+        workload.func, [AlwaysInline(), MultiLevelTiling(), ComputeLocation()], cpu_target
+    )
     kinds = [i.kind.name for i in space.trace.insts]
-    # The space's own decisions are random (inlining is one of them): its trace says what the rules did.
-    assert "ComputeInline" not in kinds and kinds.count("SampleComputeLocation") == kinds.count("ComputeAt") == 2
-    assert {str(i.attrs[0]) for i in space.trace.insts if i.kind.name == "GetSBlock"} >= {"query_T", "value_T"}
+    # The space's own decisions are random (inlining is one of them): its trace says what the rules
+    # did.
+    assert (
+        "ComputeInline" not in kinds
+        and kinds.count("SampleComputeLocation") == kinds.count("ComputeAt") == 2
+    )
+    assert {str(i.attrs[0]) for i in space.trace.insts if i.kind.name == "GetSBlock"} >= {
+        "query_T",
+        "value_T",
+    }
     check_random_samples(space, workload, cpu_target, samples=2)
 
 
@@ -148,7 +181,9 @@ def test_tensorize_fires_on_int8_with_the_cpus_dot_product_only(int8_target):
     outer = space.get(space.get_sblock("C_o"))
     assert outer.annotations[AUTO_TENSORIZE] == HOST_DOT.name
     check_random_samples(space, int8, int8_target, samples=1)
-    assert HOST_DOT.form in build(finished(space, int8.func).mod, int8_target).mod.inspect_source("asm")
+    assert HOST_DOT.form in build(finished(space, int8.func).mod, int8_target).mod.inspect_source(
+        "asm"
+    )
 
     fp32 = workloads.make("gemm", "fp32", **SMALL_SHAPES["gemm"])
     (space,) = stock_design_spaces(fp32.func, [Tensorize()], int8_target)
@@ -219,7 +254,9 @@ def test_a_consumer_that_reads_a_second_producer_is_written_back_not_fused(cpu_t
         check_random_samples(space, workload, cpu_target, samples=1)
 
 
-def test_nchw_convolution_vectorizes_its_output_channels_through_a_transposed_accumulator(cpu_target):
+def test_nchw_convolution_vectorizes_its_output_channels_through_a_transposed_accumulator(
+    cpu_target,
+):
     """6 output columns fill no vector, 16 output channels fill one: the micro-kernel's lanes run
     over the channels (the layout-free weight is re-laid out to match), the accumulator tile is
     stored channels-last and the bias + ReLU follow it at the same level. A GEMM whose activation
@@ -233,21 +270,29 @@ def test_nchw_convolution_vectorizes_its_output_channels_through_a_transposed_ac
         lane_var = space.get(space.get_loops(block)[-1]).loop_var
         channel = space.get(block).iter_vars[1].var
         bindings = {
-            iv.var.name: v for iv, v in zip(space.get(block).iter_vars, block_realize(space, block).iter_values)
+            iv.var.name: v
+            for iv, v in zip(space.get(block).iter_vars, block_realize(space, block).iter_values)
         }
         assert lane_var in tvm.tirx.analysis.undefined_vars(bindings[channel.name])
         accumulator = space.get(block).writes[0]
-        assert accumulator.source.name == "C_global" and int(accumulator.source.shape[-1]) == 16  # channels last
+        assert (
+            accumulator.source.name == "C_global" and int(accumulator.source.shape[-1]) == 16
+        )  # channels last
         assert CACHE_LEVEL in space.get(space.get_sblock("Relu")).annotations
         check_random_samples(space, workload, cpu_target, samples=2)
-    gemm = workloads.make("gemm", "fp32", M=16, N=24, K=16)  # 24 lanes: 1.5 vectors, but A is read along k
+    gemm = workloads.make(
+        "gemm", "fp32", M=16, N=24, K=16
+    )  # 24 lanes: 1.5 vectors, but A is read along k
     for space in stock_design_spaces(gemm.func, rules, cpu_target):
         block = space.get_sblock("C")
         lane_var = space.get(space.get_loops(block)[-1]).loop_var
         bindings = {
-            iv.var.name: v for iv, v in zip(space.get(block).iter_vars, block_realize(space, block).iter_values)
+            iv.var.name: v
+            for iv, v in zip(space.get(block).iter_vars, block_realize(space, block).iter_values)
         }
-        assert lane_var in tvm.tirx.analysis.undefined_vars(bindings[space.get(block).iter_vars[1].var.name])
+        assert lane_var in tvm.tirx.analysis.undefined_vars(
+            bindings[space.get(block).iter_vars[1].var.name]
+        )
 
 
 def test_pack_operand_packs_the_streamed_input_into_panels_when_sampled(cpu_target):
@@ -256,16 +301,25 @@ def test_pack_operand_packs_the_streamed_input_into_panels_when_sampled(cpu_targ
     tile, in a parallel loop of its own, and the result is unchanged. A layout-free weight is left
     to RewriteLayout, and int8 (tensorized) blocks are not touched."""
     workload = workloads.make("gemm", "fp32", M=32, N=64, K=16)
-    rules = [MultiLevelTiling(), AddCacheStage(levels=(1,)), PackOperand(), ParallelVectorizeUnroll()]
+    rules = [
+        MultiLevelTiling(),
+        AddCacheStage(levels=(1,)),
+        PackOperand(),
+        ParallelVectorizeUnroll(),
+    ]
     (space,) = stock_design_spaces(workload.func, rules, cpu_target)
     trace = space.trace.simplified(remove_postproc=True)
     (choice,) = [
-        inst for inst in trace.insts if inst.kind.name == "SampleCategorical" and list(inst.attrs[0]) == [0, 1]
+        inst
+        for inst in trace.insts
+        if inst.kind.name == "SampleCategorical" and list(inst.attrs[0]) == [0, 1]
     ]
     for decision in (0, 1):
         for seed in (1, 2):
             sch = tvm.s_tir.Schedule(workload.func, seed=seed)
-            tvm.s_tir.Trace(trace.insts, {choice: decision}).apply_to_schedule(sch, remove_postproc=True)
+            tvm.s_tir.Trace(trace.insts, {choice: decision}).apply_to_schedule(
+                sch, remove_postproc=True
+            )
             assert all(p.apply(sch) for p in default_postprocs())
             packed = [b for b in block_names(sch) if b == "W_global"]
             assert bool(packed) == bool(decision)
@@ -297,17 +351,23 @@ def test_add_cache_stage_needs_a_tiled_block(cpu_target):
 def test_multi_level_spm_adds_tile_buffers_as_a_second_space(int8_target):
     workload = suite("gemm", "int8", **SMALL_SHAPES["gemm"])
     rules = [Tensorize(), MultiLevelTiling(), MultiLevelSPM()]
-    plain, packed = sorted(stock_design_spaces(workload.func, rules, int8_target), key=lambda s: len(block_names(s)))
+    plain, packed = sorted(
+        stock_design_spaces(workload.func, rules, int8_target), key=lambda s: len(block_names(s))
+    )
     activation = "A_global" if HOST_DOT.widens else "A"  # vpmaddwd reads the u8 operand's s16 copy
     assert block_names(plain) == ([activation] if HOST_DOT.widens else []) + ["C_o"]
-    copies = [n for n in block_names(packed) if SPM_LEVEL in packed.get(packed.get_sblock(n)).annotations]
+    copies = [
+        n for n in block_names(packed) if SPM_LEVEL in packed.get(packed.get_sblock(n)).annotations
+    ]
     assert sorted(copies) == [f"{activation}_global", "W_global"]
     check_random_samples(packed, workload, int8_target)
 
 
 def test_multi_scope_spm_only_on_targets_with_scratchpads(cpu_target):
     workload = workloads.make("gemm", "fp16", **SMALL_SHAPES["gemm"])
-    (cpu_space,) = stock_design_spaces(workload.func, [MultiLevelTiling(), MultiScopeSPM()], cpu_target)
+    (cpu_space,) = stock_design_spaces(
+        workload.func, [MultiLevelTiling(), MultiScopeSPM()], cpu_target
+    )
     assert "shared" not in str(cpu_space.mod)
     gpu = Target("nvidia/nvidia-h100", host={"kind": "llvm"})
     (gpu_space,) = stock_design_spaces(workload.func, [MultiLevelTiling(), MultiScopeSPM()], gpu)
@@ -327,13 +387,16 @@ def test_parallel_vectorize_unroll(cpu_target):
 
 def test_parallel_vectorize_unroll_never_vectorizes_around_tensorized_code(int8_target):
     int8 = suite("gemm", "int8", **SMALL_SHAPES["gemm"])
-    (space,) = stock_design_spaces(int8.func, [Tensorize(), MultiLevelTiling(), ParallelVectorizeUnroll()], int8_target)
+    (space,) = stock_design_spaces(
+        int8.func, [Tensorize(), MultiLevelTiling(), ParallelVectorizeUnroll()], int8_target
+    )
     assert "T.vectorized" not in space.mod.script()  # never around tensorized code
     check_random_samples(space, int8, int8_target)
 
 
 def _row_centering() -> Workload:
-    """fp32 ``x - mean(x, axis=1)``: a row reduction and an element-wise output, neither tileable."""
+    """fp32 ``x - mean(x, axis=1)``: a row reduction and an element-wise output, neither
+    tileable."""
     M, K = 8, 96
     x = te.placeholder((M, K), "float32", name="X")
     r = te.reduce_axis((0, K), name="k")
@@ -353,10 +416,14 @@ def _row_centering() -> Workload:
 
 def test_parallel_vectorize_unroll_covers_untiled_reductions_and_wide_rows(cpu_target):
     workload = _row_centering()
-    (space,) = stock_design_spaces(workload.func, [MultiLevelTiling(), ParallelVectorizeUnroll()], cpu_target)
+    (space,) = stock_design_spaces(
+        workload.func, [MultiLevelTiling(), ParallelVectorizeUnroll()], cpu_target
+    )
     text = space.mod.script()
     assert text.count("T.parallel") == 2  # the row loop of the reduction and of the output
-    assert "T.vectorized(48)" in text  # 96 lanes do not fit in 64: split to the largest factor that does
+    assert (
+        "T.vectorized(48)" in text
+    )  # 96 lanes do not fit in 64: split to the largest factor that does
     check_random_samples(space, workload, cpu_target)
 
 
@@ -367,14 +434,19 @@ def test_lane_reduction_vectorizes_row_reductions_of_softmax_and_layer_norm(fami
     workload = workloads.make(family, "fp32", M=16, N=192)
     rules = [AlwaysInline(), MultiLevelTiling(), LaneReduction(), ParallelVectorizeUnroll()]
     (space,) = stock_design_spaces(workload.func, rules, cpu_target)
-    reductions = [b for b in block_names(space) if "rf" not in b and space.get(space.get_sblock(b)).init is not None]
+    reductions = [
+        b
+        for b in block_names(space)
+        if "rf" not in b and space.get(space.get_sblock(b)).init is not None
+    ]
     assert len(reductions) == 2  # max and sum, or sum and variance
     lanes = vector_bytes(cpu_target) // 4
     for name in reductions:
         width = int(space.get(space.get_sblock(name)).annotations[LANE_REDUCTION])
         assert width % lanes == 0 and 192 % width == 0
         text = finished(space, workload.func).mod.script()
-        # ``width`` partial results per row (accumulator vectors), folded into one vector, then its lanes
+        # ``width`` partial results per row (accumulator vectors), folded into one vector, then its
+        # lanes
         stages = (
             [(f"{name}_rf_rf_update", width), (f"{name}_rf_update", lanes)]
             if width > lanes
@@ -382,8 +454,12 @@ def test_lane_reduction_vectorizes_row_reductions_of_softmax_and_layer_norm(fami
         )
         for stage, vector in stages:
             assert f'T.sblock("{stage}")' in text
-            before = text[text.index(f'T.sblock("{stage}")') - 200 : text.index(f'T.sblock("{stage}")')]
-            assert f"T.vectorized({vector})" in before  # the lanes of the partial results, innermost
+            before = text[
+                text.index(f'T.sblock("{stage}")') - 200 : text.index(f'T.sblock("{stage}")')
+            ]
+            assert (
+                f"T.vectorized({vector})" in before
+            )  # the lanes of the partial results, innermost
     assert text.count("T.parallel") == 1
     check_random_samples(space, workload, cpu_target, samples=1)
 
@@ -392,15 +468,17 @@ def test_lane_reduction_leaves_short_and_tileable_reductions_alone(cpu_target):
     odd = workloads.make("softmax", "fp32", M=4, N=30)  # 30 is not a multiple of the vector lanes
     (space,) = stock_design_spaces(odd.func, [LaneReduction()], cpu_target)
     assert "_rf" not in space.mod.script()
-    gemm = workloads.make("gemm", "fp32", **SMALL_SHAPES["gemm"])  # data reuse: multi-level tiling's
+    gemm = workloads.make(
+        "gemm", "fp32", **SMALL_SHAPES["gemm"]
+    )  # data reuse: multi-level tiling's
     (space,) = stock_design_spaces(gemm.func, [LaneReduction()], cpu_target)
     assert "_rf" not in space.mod.script()
 
 
 def test_compute_location_puts_a_convolutions_padding_at_a_sampled_loop(cpu_target):
     """The padding of a padded convolution gets a SampleComputeLocation decision; re-sampled
-    locations compute it inside the convolution's loops (or at the root, or inline) and stay correct.
-    The unpadded convolution's blocks are left alone."""
+    locations compute it inside the convolution's loops (or at the root, or inline) and stay
+    correct. The unpadded convolution's blocks are left alone."""
     workload = workloads.make("c2d", "fp32", **SMALL_SHAPES["c2d"])
     rules = [MultiLevelTiling(), ParallelVectorizeUnroll(), ComputeLocation()]
     (space,) = stock_design_spaces(workload.func, rules, cpu_target)
@@ -413,7 +491,9 @@ def test_compute_location_puts_a_convolutions_padding_at_a_sampled_loop(cpu_targ
     for seed in range(1, 9):
         sch = finished(space, workload.func, seed=seed)
         run_and_check(build(sch.mod, cpu_target), workload, seed=seed)
-        if pad in block_names(sch):  # not inlined: inside the conv's loops when it has more loops than iterators
+        if pad in block_names(
+            sch
+        ):  # not inlined: inside the conv's loops when it has more loops than iterators
             block = sch.get_sblock(pad)
             nested += len(sch.get_loops(block)) > len(sch.get(block).iter_vars)
     assert nested >= 2
@@ -424,13 +504,21 @@ def test_compute_location_puts_a_convolutions_padding_at_a_sampled_loop(cpu_targ
 
 def test_lane_reduction_fuses_a_norms_two_reduction_axes(cpu_target):
     """TVM's NRM (a norm over a whole matrix per batch): its two reduction loops are fused into one
-    before the lane split (TVM's rfactor takes one loop), and the result matches the unscheduled kernel."""
+    before the lane split (TVM's rfactor takes one loop), and the result matches the unscheduled
+    kernel."""
     from tvm.s_tir.meta_schedule.testing.te_workload import norm_bmn  # pylint: disable=import-outside-toplevel
 
     workload = from_func(te.create_prim_func(norm_bmn(2, 32, 48)), "nrm")
-    (space,) = stock_design_spaces(workload.func, [LaneReduction(), ParallelVectorizeUnroll()], cpu_target)
-    lanes = vector_bytes(cpu_target) // 4  # four vector accumulators of fp32 lanes (32 x 48 has room for them)
-    assert 'T.sblock("C_rf")' in space.mod.script() and f"T.vectorized({4 * lanes})" in space.mod.script()
+    (space,) = stock_design_spaces(
+        workload.func, [LaneReduction(), ParallelVectorizeUnroll()], cpu_target
+    )
+    lanes = (
+        vector_bytes(cpu_target) // 4
+    )  # four vector accumulators of fp32 lanes (32 x 48 has room for them)
+    assert (
+        'T.sblock("C_rf")' in space.mod.script()
+        and f"T.vectorized({4 * lanes})" in space.mod.script()
+    )
     run_and_check(build(finished(space, workload.func).mod, cpu_target), workload)
 
 
@@ -439,37 +527,52 @@ def test_lane_reduction_fuses_a_norms_two_reduction_axes(cpu_target):
 
 def test_prime_extent_is_padded_into_a_space_with_real_tiles(cpu_target):
     """A GEMM with M = 127 (prime): with ``tile_extents`` on (off by default), besides the space as
-    it is, HeronSpace yields one padded by ``pad_einsum`` to 128, whose tiles of M are neither 1 nor the whole
-    extent; its random samples
-    compute the right answer, and the padded work stays within the waste bound in the lowered TIR."""
+    it is, HeronSpace yields one padded by ``pad_einsum`` to 128, whose tiles of M are neither 1 nor
+    the whole extent; its random samples
+    compute the right answer, and the padded work stays within the waste bound in the lowered
+    TIR."""
     from ms_heron.rules import default_rules  # pylint: disable=import-outside-toplevel
     from ms_heron.space import HeronSpace, design_spaces  # pylint: disable=import-outside-toplevel
 
     workload = workloads.make("gemm", "fp32", M=127, N=64, K=32)
     by_default = design_spaces(workload.func, cpu_target, HeronSpace(include_default_spaces=False))
-    assert not any(i.kind.name == "PadEinsum" for s in by_default for i in s.trace.insts)  # rows: opt-in
-    rules = [PadExtents(tile_extents=True) if isinstance(r, PadExtents) else r for r in default_rules(cpu_target)]
-    spaces = design_spaces(workload.func, cpu_target, HeronSpace(rules=rules, include_default_spaces=False))
+    assert not any(
+        i.kind.name == "PadEinsum" for s in by_default for i in s.trace.insts
+    )  # rows: opt-in
+    rules = [
+        PadExtents(tile_extents=True) if isinstance(r, PadExtents) else r
+        for r in default_rules(cpu_target)
+    ]
+    spaces = design_spaces(
+        workload.func, cpu_target, HeronSpace(rules=rules, include_default_spaces=False)
+    )
     padded = [s for s in spaces if any(i.kind.name == "PadEinsum" for i in s.trace.insts)]
     assert padded and len(padded) < len(spaces)  # padding is a choice: the unpadded spaces stay
     space = padded[0]
     m_tiles = next(
         space.trace.decisions[i]
         for i in space.trace.insts
-        if i.kind.name == "SamplePerfectTile" and math.prod(int(x) for x in space.trace.decisions[i]) == 128
+        if i.kind.name == "SamplePerfectTile"
+        and math.prod(int(x) for x in space.trace.decisions[i]) == 128
     )
     assert any(1 < int(t) < 128 for t in m_tiles)
     check_random_samples(space, workload, cpu_target, samples=2)
     # The padded input copy's place is sampled (inlined, or computed per tile): the padded work is
     # what the tiled GEMM block iterates over.
     padded = [int(iv.dom.extent) for iv in space.get(space.get_sblock("C")).iter_vars]
-    assert padded == [128, 64, 32] and math.prod(padded) / (127 * 64 * 32) <= 1 + PadExtents().max_waste
+    assert (
+        padded == [128, 64, 32]
+        and math.prod(padded) / (127 * 64 * 32) <= 1 + PadExtents().max_waste
+    )
 
 
 @pytest.mark.parametrize(
     "shape,expected",
     [
-        (dict(M=128, N=1004, K=64), "lanes"),  # the lane extent padded to whole 8- or 16-lane vectors
+        (
+            dict(M=128, N=1004, K=64),
+            "lanes",
+        ),  # the lane extent padded to whole 8- or 16-lane vectors
         (dict(M=17, N=64, K=64), None),  # 17 -> 24 would add 41% work: over the bound, left alone
         (dict(M=128, N=64, K=768), None),  # nothing awkward
     ],
@@ -479,7 +582,9 @@ def test_padding_pads_only_awkward_extents_within_the_waste_bound(shape, expecte
     (space,) = stock_design_spaces(workload.func, [], cpu_target)
     rule = PadExtents(tile_extents=True)
     rule.target = cpu_target
-    block = next(b for b in space.get_child_blocks(space.get_sblock("root")) if space.get(b).init is not None)
+    block = next(
+        b for b in space.get_child_blocks(space.get_sblock("root")) if space.get(b).init is not None
+    )
     padding = rule.padding(space, block)
     lanes = vector_bytes(cpu_target) // 4
     if expected is None:
@@ -496,17 +601,21 @@ def test_padding_pads_only_awkward_extents_within_the_waste_bound(shape, expecte
         ("c2d", dict(N=1, H=8, W=8, CI=3, CO=16, KH=3, KW=3, pad=1)),  # an RGB input's 3 channels
     ],
 )
-def test_int8_shapes_dot_product_tiles_do_not_divide_are_tensorized_through_padding(family, shape, int8_target):
+def test_int8_shapes_dot_product_tiles_do_not_divide_are_tensorized_through_padding(
+    family, shape, int8_target
+):
     """The Tensorize rule pads the block to whole tiles of the CPU's dot product (zero-filled input
-    copies, the result copied back): random samples are bit-exact, the assembly has the dot product's
-    instruction, and the padded work stays within ``max_waste`` in the lowered TIR."""
+    copies, the result copied back): random samples are bit-exact, the assembly has the dot
+    product's instruction, and the padded work stays within ``max_waste`` in the lowered TIR."""
     workload = suite(family, "int8", **shape)
     (space,) = stock_design_spaces(workload.func, [Tensorize(), MultiLevelTiling()], int8_target)
     assert space.get(space.get_sblock("C_o")).annotations[AUTO_TENSORIZE] == HOST_DOT.name
     check_random_samples(space, workload, int8_target, samples=1)
     mod = finished(space, workload.func).mod
     assert HOST_DOT.form in build(mod, int8_target).mod.inspect_source("asm")
-    padded_weight = allocations(mod)["W_pad"]  # zero-filled and packed in the dot product's layout by one pass
+    padded_weight = allocations(mod)[
+        "W_pad"
+    ]  # zero-filled and packed in the dot product's layout by one pass
     true_weight = workload.random_inputs()[1].size
     assert true_weight < padded_weight <= (1 + Tensorize().max_waste) * true_weight
 
@@ -521,7 +630,9 @@ def test_a_stage_left_at_the_root_runs_on_every_core(int8_target):
     (space,) = stock_design_spaces(workload.func, rules, int8_target)
     sch = finished(space, workload.func)
     kinds = tvm.tirx.ForKind
-    copies = ["W_pad", "A_global"] if HOST_DOT.widens else ["W_pad"]  # vpmaddwd reads the u8 operand's s16 copy
+    copies = (
+        ["W_pad", "A_global"] if HOST_DOT.widens else ["W_pad"]
+    )  # vpmaddwd reads the u8 operand's s16 copy
     assert all(sch.get(sch.get_loops(sch.get_sblock(c))[0]).kind == kinds.PARALLEL for c in copies)
     # the copies, the GEMM's outer tiles, the result copied back
     assert sch.mod.script().count("T.parallel(") == len(copies) + 2
@@ -530,9 +641,10 @@ def test_a_stage_left_at_the_root_runs_on_every_core(int8_target):
 
 def test_a_padded_weight_is_packed_tile_by_tile_where_the_search_places_it(int8_target):
     """In HeronSpace the pad-and-pack copy of a padded int8 weight walks the packed layout with each
-    tile (16 x 4 for AVX-512 VNNI) unrolled (so LLVM vectorizes it; byte by byte it took longer than the GEMM), and its
-    place is a sampled decision whose candidates leave out inlining into the tensorized GEMM:
-    samples placed inside the GEMM's tiles pack per panel, as MLAS does, and are bit-exact."""
+    tile (16 x 4 for AVX-512 VNNI) unrolled (so LLVM vectorizes it; byte by byte it took longer than
+    the GEMM), and its place is a sampled decision whose candidates leave out inlining into the
+    tensorized GEMM: samples placed inside the GEMM's tiles pack per panel, as MLAS does, and are
+    bit-exact."""
     from ms_heron.constraints import Solver, derive, replay  # pylint: disable=import-outside-toplevel
     from ms_heron.space import HeronSpace, design_spaces  # pylint: disable=import-outside-toplevel
 
@@ -540,7 +652,9 @@ def test_a_padded_weight_is_packed_tile_by_tile_where_the_search_places_it(int8_
     space = design_spaces(workload.func, int8_target, HeronSpace(include_default_spaces=False))[0]
     model = derive(space, int8_target)
     (location,) = [d for d in model.decisions if d.kind == "location"]
-    assert -2 not in location.candidates and len(location.candidates) > 2  # the root, and loops of the GEMM
+    assert (
+        -2 not in location.candidates and len(location.candidates) > 2
+    )  # the root, and loops of the GEMM
     places = set()
     for values in Solver(model, seed=0).samples(8):
         sch = replay(model, space.trace.simplified(remove_postproc=True), workload.func, values)
@@ -582,7 +696,10 @@ def test_blocked_transpose_tiles_a_layout_change_with_its_epilogue(cpu_target):
     (space,) = stock_design_spaces(workload.func, rules, cpu_target)
     assert block_names(space) == ["Relu"]
     relu = space.get_sblock("Relu")
-    assert int(space.get(relu).annotations[TRANSPOSE_TILE]) == min(16, vector_bytes(cpu_target) // 4) * 2
+    assert (
+        int(space.get(relu).annotations[TRANSPOSE_TILE])
+        == min(16, vector_bytes(cpu_target) // 4) * 2
+    )
     loops = [space.get(lp) for lp in space.get_loops(relu)]
     assert [int(lp.extent) for lp in loops[-2:]] == [min(16, vector_bytes(cpu_target) // 4), 2]
     kinds = tvm.tirx.ForKind
@@ -606,11 +723,21 @@ def test_an_init_over_many_micro_tiles_is_one_loop_and_builds_in_seconds(swept):
     in seconds and is exact; tiled so that the init zeroes one micro-tile, it is left as it is."""
     target = Target({"kind": "llvm", "mcpu": "haswell", "num-cores": 2})
     workload = workloads.c2d(N=1, H=14, W=14, CI=256, CO=1024, KH=1, KW=1, dot=dot_product(target))
-    rules = [Tensorize(), MultiLevelTiling(), AddCacheStage(levels=(0,))]  # accumulated in a tile buffer
+    rules = [
+        Tensorize(),
+        MultiLevelTiling(),
+        AddCacheStage(levels=(0,)),
+    ]  # accumulated in a tile buffer
     (space,) = stock_design_spaces(workload.func, rules, target)
     trace = space.trace.simplified(remove_postproc=True)
-    tiles = [i for i in trace.insts if i.kind.name == "SamplePerfectTile"]  # n, h, w, co / 8, kh, kw, ci / 2
-    middle = [[1, 1, 7, 2], [1, 1, 7, 2], [2, 1, 32, 2]] if swept else [[1, 7, 1, 2], [1, 7, 1, 2], [2, 32, 1, 2]]
+    tiles = [
+        i for i in trace.insts if i.kind.name == "SamplePerfectTile"
+    ]  # n, h, w, co / 8, kh, kw, ci / 2
+    middle = (
+        [[1, 1, 7, 2], [1, 1, 7, 2], [2, 1, 32, 2]]
+        if swept
+        else [[1, 7, 1, 2], [1, 7, 1, 2], [2, 32, 1, 2]]
+    )
     for inst, decision in zip(tiles, [[1, 1, 1, 1], *middle, [1, 1], [1, 1], [2, 64]], strict=True):
         trace = trace.with_decision(inst, decision, remove_postproc=True)
     sch = Schedule(workload.func)
@@ -620,8 +747,12 @@ def test_an_init_over_many_micro_tiles_is_one_loop_and_builds_in_seconds(swept):
     # one loop over micro-tiles, each 2 x 2 x 2 vectors unrolled; or the one micro-tile's loops
     assert init[-5:] == ([7 * 7 * 32, 1, 2, 2, 2] if swept else [1, 1, 2, 2, 2])
     started = time.perf_counter()
-    default_export(build_candidate(sch.mod, target, None))  # what the builder does, code generation included
+    default_export(
+        build_candidate(sch.mod, target, None)
+    )  # what the builder does, code generation included
     assert time.perf_counter() - started < local_builder().timeout_sec
     if not runs_here(target):
-        pytest.skip(f"compiled for haswell; the host CPU ({cpu_name(host_target())}) has no AVX2 to run it")
+        pytest.skip(
+            f"compiled for haswell; the host CPU ({cpu_name(host_target())}) has no AVX2 to run it"
+        )
     run_and_check(build(sch.mod, target), workload)

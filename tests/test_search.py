@@ -16,7 +16,14 @@ from tvm.s_tir.meta_schedule.runner import RunnerResult
 from ms_heron import HeronSearch, HeronSpace, workloads
 from ms_heron.schedule.annotations import is_metaschedule_space
 from ms_heron.search.decision_model import DecisionModel, rank_correlation
-from ms_heron.tuning import RunSpec, TuningRun, best_schedule, reset_metaschedule_logger, tune_func, tune_workload
+from ms_heron.tuning import (
+    RunSpec,
+    TuningRun,
+    best_schedule,
+    reset_metaschedule_logger,
+    tune_func,
+    tune_workload,
+)
 from ms_heron.tuning.budget import LATE_ROUND, Budget, WatchedSearch
 from ms_heron.workloads import load_kernel
 from ms_heron.workloads.evaluate import build, run_and_check, time_lib
@@ -37,7 +44,9 @@ def test_tunes_every_family_and_best_record_is_correct(family, cpu_target, tmp_p
     )
     records = db.get_all_tuning_records()
     assert len(records) == 8
-    assert all(r.run_secs and min(float(s) for s in r.run_secs) < 1e9 for r in records)  # valid by construction
+    assert all(
+        r.run_secs and min(float(s) for s in r.run_secs) < 1e9 for r in records
+    )  # valid by construction
     run_and_check(build(best_schedule(db, workload, cpu_target).mod, cpu_target), workload)
     log = "".join(p.read_text() for p in (tmp_path / "logs").glob("*task_0*"))
     assert log.count("HeronSearch round") == 2 and "valid 4/4" in log
@@ -72,8 +81,9 @@ def test_deterministic_with_fixed_seed(cpu_target):
 
 
 def test_round_zero_is_ranked_by_the_feature_model_other_tasks_trained(cpu_target):
-    """A model's tasks share MetaSchedule's feature model: once earlier tasks trained it, a new task's
-    first round is its top predictions (before: constrained-random, ignoring what was learned)."""
+    """A model's tasks share MetaSchedule's feature model: once earlier tasks trained it, a new
+    task's first round is its top predictions (before: constrained-random, ignoring what was
+    learned)."""
     from ms_heron.search.ranking import FEATURES  # pylint: disable=import-outside-toplevel
 
     cost_model = ms.cost_model.XGBModel(num_warmup_samples=1, num_tuning_cores=1)
@@ -81,8 +91,13 @@ def test_round_zero_is_ranked_by_the_feature_model_other_tasks_trained(cpu_targe
     untrained = _strategy(first_task, cpu_target, 3, cost_model=cost_model)
     batch = untrained.generate_measure_candidates()
     assert not untrained.guided
-    seconds = [time_lib(build(c.sch.mod, cpu_target), first_task, repeat=3, min_repeat_ms=5).seconds for c in batch]
-    cost_model.update(untrained.context, batch, [RunnerResult(run_secs=[s], error_msg=None) for s in seconds])
+    seconds = [
+        time_lib(build(c.sch.mod, cpu_target), first_task, repeat=3, min_repeat_ms=5).seconds
+        for c in batch
+    ]
+    cost_model.update(
+        untrained.context, batch, [RunnerResult(run_secs=[s], error_msg=None) for s in seconds]
+    )
 
     other = workloads.make("gemm", "fp32", M=64, N=32, K=64)
     other_task = _strategy(other, cpu_target, 3, cost_model=cost_model)
@@ -96,24 +111,40 @@ def test_round_zero_is_ranked_by_the_feature_model_other_tasks_trained(cpu_targe
     seconds = [p.key for _, programs in analytical for p in programs[1:]]
     others = len({p.space for p in other_task.pending} - set(other_task.analytical))
     leading = len(firsts) + others + len(seconds)
-    greedy = other_task.pending[: max(round(len(picked) * (1 - other_task.epsilon)), min(leading, len(picked)))]
+    greedy = other_task.pending[
+        : max(round(len(picked) * (1 - other_task.epsilon)), min(leading, len(picked)))
+    ]
     keys = [p.key for p in greedy]
     assert keys[: len(firsts)] == firsts
     leaders = greedy[len(firsts) : len(firsts) + others]
-    assert len({p.space for p in leaders}) == others and not {p.space for p in leaders} & set(other_task.analytical)
+    assert len({p.space for p in leaders}) == others and not {p.space for p in leaders} & set(
+        other_task.analytical
+    )
     assert keys[len(firsts) + others : leading] == seconds[: len(keys) - len(firsts) - others]
     for part in (leaders, greedy[len(firsts) + others + len(seconds) :]):
         scores = [p.predicted[FEATURES] for p in part]
         assert scores == sorted(scores, reverse=True)
     assert len(greedy) >= 3
 
-    # Past the deadline the task's first round is cut to its leaders, and their results alone come back.
-    late = _strategy(workloads.make("gemm", "fp32", M=64, N=32, K=64), cpu_target, 3, cost_model=cost_model)
+    # Past the deadline the task's first round is cut to its leaders, and their results alone come
+    # back.
+    late = _strategy(
+        workloads.make("gemm", "fp32", M=64, N=32, K=64), cpu_target, 3, cost_model=cost_model
+    )
     leaders = WatchedSearch(late, Budget(deadline=time.monotonic())).generate_measure_candidates()
     assert len(leaders) == LATE_ROUND < len(late.pending) and late.guided
-    seconds = [time_lib(build(c.sch.mod, cpu_target), other, repeat=3, min_repeat_ms=5).seconds for c in leaders]
-    late.notify_runner_results(leaders, [RunnerResult(run_secs=[s], error_msg=None) for s in seconds])
-    assert (late.stats[0].measured, late.stats[0].valid, late.trials) == (LATE_ROUND, LATE_ROUND, LATE_ROUND)
+    seconds = [
+        time_lib(build(c.sch.mod, cpu_target), other, repeat=3, min_repeat_ms=5).seconds
+        for c in leaders
+    ]
+    late.notify_runner_results(
+        leaders, [RunnerResult(run_secs=[s], error_msg=None) for s in seconds]
+    )
+    assert (late.stats[0].measured, late.stats[0].valid, late.trials) == (
+        LATE_ROUND,
+        LATE_ROUND,
+        LATE_ROUND,
+    )
 
 
 def test_decision_model_ranks_only_once_it_can_score_every_design_space():
@@ -125,10 +156,16 @@ def test_decision_model_ranks_only_once_it_can_score_every_design_space():
     from ms_heron.search.ranking import DECISIONS, FEATURES, Ranking  # pylint: disable=import-outside-toplevel
 
     rng = random.Random(0)
-    ranking = Ranking([["a"], ["b"], []], seed=0, cost_model=ms.cost_model.XGBModel(num_tuning_cores=1))
+    ranking = Ranking(
+        [["a"], ["b"], []], seed=0, cost_model=ms.cost_model.XGBModel(num_tuning_cores=1)
+    )
     rows = {name: [{name: rng.choice([1, 2, 4, 8])} for _ in range(12)] for name in "ab"}
     ranking.decision_models[0].fit(rows["a"], [r["a"] / 8 for r in rows["a"]])
-    mixed = [Program(space=0, values={"a": 8}), Program(space=1, values={"b": 8}), Program(space=2, values={})]
+    mixed = [
+        Program(space=0, values={"a": 8}),
+        Program(space=1, values={"b": 8}),
+        Program(space=2, values={}),
+    ]
     assert ranking.ranking_model() == FEATURES and ranking.predict(DECISIONS, mixed, None) is None
 
     ranking.decision_models[1].fit(rows["b"], [1 / r["b"] for r in rows["b"]])
@@ -142,15 +179,21 @@ def test_survives_failed_candidates_and_stops_at_budget(cpu_target):
     for _ in range(2):
         batch = strategy.generate_measure_candidates()
         assert batch and len(batch) == 8
-        failed = [RunnerResult(run_secs=None, error_msg="build failed: simulated by the test") for _ in batch]
+        failed = [
+            RunnerResult(run_secs=None, error_msg="build failed: simulated by the test")
+            for _ in batch
+        ]
         strategy.notify_runner_results(batch, failed)
-    assert strategy.generate_measure_candidates() is None  # 16 trials spent, all failed: tuning ends cleanly
+    assert (
+        strategy.generate_measure_candidates() is None
+    )  # 16 trials spent, all failed: tuning ends cleanly
     assert [s.valid for s in strategy.stats] == [0, 0]
 
 
 def test_design_space_without_decisions_is_measured_once(cpu_target):
     """A space with nothing to decide (a transpose, or here no sampling rule at all) gives one
-    program; the genetic operators skip it instead of failing, and tuning ends when it is measured."""
+    program; the genetic operators skip it instead of failing, and tuning ends when it is
+    measured."""
     from ms_heron.rules import AlwaysInline  # pylint: disable=import-outside-toplevel
 
     workload = workloads.make("gemm", "fp32", **SMALL_SHAPES["gemm"])
@@ -172,9 +215,9 @@ def test_design_space_without_decisions_is_measured_once(cpu_target):
 
 
 def test_first_round_measures_every_design_space(cpu_target):
-    """A layer norm's HeronSpace holds Heron's one lane-reduction program beside nine of MetaSchedule's
-    spaces; a small task often gets one round only, so that round measures a program of every space
-    (before, the one program could lose every pick to the nine spaces' samples)."""
+    """A layer norm's HeronSpace holds Heron's one lane-reduction program beside nine of
+    MetaSchedule's spaces; a small task often gets one round only, so that round measures a program
+    of every space (before, the one program could lose every pick to the nine spaces' samples)."""
     from ms_heron.search.genetic import Program, untried_spaces_first  # pylint: disable=import-outside-toplevel
 
     ranked = [
@@ -215,23 +258,28 @@ def test_first_round_measures_every_design_space(cpu_target):
 
 def test_first_round_measures_each_spaces_analytical_choice_first(cpu_target):
     """Every Heron space with a micro-kernel model starts from the programs BLIS's analytical model
-    picks (one per blocking, fewer when they coincide); MetaSchedule's validity-only spaces have none
-    and start from their best-ranked sample."""
-    strategy = _strategy(workloads.make("gemm", "fp32", M=16, N=64, K=32), cpu_target, 0, trials=32, per_round=16)
+    picks (one per blocking, fewer when they coincide); MetaSchedule's validity-only spaces have
+    none and start from their best-ranked sample."""
+    strategy = _strategy(
+        workloads.make("gemm", "fp32", M=16, N=64, K=32), cpu_target, 0, trials=32, per_round=16
+    )
     heron = {i for i, trace in enumerate(strategy.traces) if not is_metaschedule_space(trace)}
     assert set(strategy.analytical) == heron
     assert all(1 <= len(programs) <= 2 for programs in strategy.analytical.values())
     strategy.generate_measure_candidates()
     firsts = [strategy.analytical[i][0].key for i in sorted(heron)]
     assert [p.key for p in strategy.pending[: len(firsts)]] == firsts
-    assert {p.key for i in heron for p in strategy.analytical[i]} <= {p.key for p in strategy.pending}
+    assert {p.key for i in heron for p in strategy.analytical[i]} <= {
+        p.key for p in strategy.pending
+    }
     assert {p.space for p in strategy.pending} == set(range(len(strategy.traces)))
 
 
 def test_fresh_samples_follow_the_spaces_that_measured_fastest(cpu_target):
-    """MetaSchedule's spaces inside HeronSpace share one Heron space's prior (a BERT GEMM spent 19-27
-    of 48 trials on their validity-only samples, none among its best); after measurements each space's
-    weight follows its best time, so a MetaSchedule space that measures fastest gets its full share."""
+    """MetaSchedule's spaces inside HeronSpace share one Heron space's prior (a BERT GEMM spent
+    19-27 of 48 trials on their validity-only samples, none among its best); after measurements each
+    space's weight follows its best time, so a MetaSchedule space that measures fastest gets its
+    full share."""
     from ms_heron.search.genetic import space_weights  # pylint: disable=import-outside-toplevel
 
     inf = float("inf")
@@ -239,7 +287,9 @@ def test_fresh_samples_follow_the_spaces_that_measured_fastest(cpu_target):
     assert space_weights([1.0, 0.5, 0.5], {0: 2e-3, 1: 1e-3, 2: inf}) == [1.0 / 8, 0.5, 0.5 * 0.02]
     assert space_weights([1.0, 1.0], {0: inf}) == [1.0, 1.0]  # nothing ran yet: the priors
 
-    strategy = _strategy(workloads.make("gemm", "fp32", M=16, N=64, K=32), cpu_target, 0, trials=32, per_round=8)
+    strategy = _strategy(
+        workloads.make("gemm", "fp32", M=16, N=64, K=32), cpu_target, 0, trials=32, per_round=8
+    )
     default = [is_metaschedule_space(trace) for trace in strategy.traces]
     assert any(default) and not all(default)
     priors = strategy._space_weights()  # pylint: disable=protected-access
@@ -248,15 +298,24 @@ def test_fresh_samples_follow_the_spaces_that_measured_fastest(cpu_target):
     batch = strategy.generate_measure_candidates()
     fastest = next(i for i, p in enumerate(strategy.pending) if default[p.space])
     strategy.notify_runner_results(
-        batch, [RunnerResult(run_secs=[1e-4 if i == fastest else 1e-3], error_msg=None) for i in range(len(batch))]
+        batch,
+        [
+            RunnerResult(run_secs=[1e-4 if i == fastest else 1e-3], error_msg=None)
+            for i in range(len(batch))
+        ],
     )
     weights = strategy._space_weights()  # pylint: disable=protected-access
-    assert weights[strategy.pending[fastest].space] == max(weights) == priors[strategy.pending[fastest].space]
+    assert (
+        weights[strategy.pending[fastest].space]
+        == max(weights)
+        == priors[strategy.pending[fastest].space]
+    )
     assert all(w == pytest.approx(0.02) for w, d in zip(weights, default) if not d)
 
 
 def test_survives_candidates_that_time_out(cpu_target, tmp_path):
-    """A runner whose time limit every candidate exceeds: all are recorded as failed, tuning finishes."""
+    """A runner whose time limit every candidate exceeds: all are recorded as failed, tuning
+    finishes."""
     workload = suite("gemm", HOST_DTYPE, M=256, N=256, K=256)
     runner = timing_out_runner()
     db = tune_workload(
@@ -271,7 +330,9 @@ def test_survives_candidates_that_time_out(cpu_target, tmp_path):
         seed=0,
     )
     records = db.get_all_tuning_records()
-    assert len(records) == 4 and all(not r.run_secs or min(float(s) for s in r.run_secs) >= 1e9 for r in records)
+    assert len(records) == 4 and all(
+        not r.run_secs or min(float(s) for s in r.run_secs) >= 1e9 for r in records
+    )
 
 
 def test_decision_model_learns_which_variable_matters():
@@ -280,7 +341,8 @@ def test_decision_model_learns_which_variable_matters():
 
     rng = random.Random(0)
     rows = [
-        {"a": rng.choice([1, 2, 4, 8]), "b": rng.choice([1, 2, 4, 8]), "c": rng.choice([1, 2, 4])} for _ in range(40)
+        {"a": rng.choice([1, 2, 4, 8]), "b": rng.choice([1, 2, 4, 8]), "c": rng.choice([1, 2, 4])}
+        for _ in range(40)
     ]
     scores = [r["b"] / 8 for r in rows]
     model = DecisionModel(["a", "b", "c"])
@@ -295,21 +357,30 @@ def _log_lines(caplog) -> str:
 
 
 def test_te_workload_c3d_models_build_and_a_small_c3d_tunes(cpu_target, tmp_path):
-    """TVM's C3D (config 0: 7x7x7 kernel over 16x224x224) once overflowed a product bound: its models
-    now build and solve; a small conv3d of the same operator tunes through HeronSearch."""
+    """TVM's C3D (config 0: 7x7x7 kernel over 16x224x224) once overflowed a product bound: its
+    models now build and solve; a small conv3d of the same operator tunes through HeronSearch."""
     from tvm import te  # pylint: disable=import-outside-toplevel
     from tvm.s_tir.meta_schedule.testing.te_workload import conv3d_ndhwc, create_te_workload
 
     from ms_heron.constraints import Solver, derive  # pylint: disable=import-outside-toplevel
 
     big = create_te_workload("C3D", 0)
-    ctx = ms.TuneContext(mod=big, target=cpu_target, space_generator=HeronSpace(), task_name="c3d").clone()
+    ctx = ms.TuneContext(
+        mod=big, target=cpu_target, space_generator=HeronSpace(), task_name="c3d"
+    ).clone()
     for space in ctx.generate_design_space():
         model = derive(space, cpu_target)
         assert model.violations(Solver(model, seed=0).sample()) == []
     small = te.create_prim_func(conv3d_ndhwc(1, 4, 8, 8, 3, 8, 3, 2, 1))
     db = tune_func(
-        small, cpu_target, str(tmp_path), 8, num_trials_per_iter=4, space=HeronSpace(), strategy=HeronSearch(), seed=0
+        small,
+        cpu_target,
+        str(tmp_path),
+        8,
+        num_trials_per_iter=4,
+        space=HeronSpace(),
+        strategy=HeronSearch(),
+        seed=0,
     )
     assert len(db.get_all_tuning_records()) == 8
 
@@ -365,7 +436,9 @@ def test_space_whose_performance_constraints_conflict_is_searched_under_validity
     assert strategy.models and len(strategy.generate_measure_candidates()) == 4
 
 
-def test_a_users_tvmscript_kernel_tunes_and_is_checked_against_itself_unscheduled(cpu_target, tmp_path):
+def test_a_users_tvmscript_kernel_tunes_and_is_checked_against_itself_unscheduled(
+    cpu_target, tmp_path
+):
     workload = load_kernel(str(pathlib.Path(__file__).parent / "row_scale_kernel.py"))
     a, s = workload.random_inputs(0)
     assert workload.name == "row_scale" and workload.output_shape == (64, 48)
@@ -383,12 +456,15 @@ def test_a_users_tvmscript_kernel_tunes_and_is_checked_against_itself_unschedule
     run_and_check(build(best_schedule(db, workload, cpu_target).mod, cpu_target), workload)
 
 
-def test_stock_tune_tir_whose_builds_all_time_out_stops_after_the_first_round_naming_the_fix(cpu_target, tmp_path):
-    """The mission's line as written, with TVM's stock LocalBuilder: its workers import TVM's intrinsic
-    library before the first build; when that outlasts the timeout, HeronSearch stops the run with one
-    line instead of filling the database with failures."""
+def test_stock_tune_tir_whose_builds_all_time_out_stops_after_the_first_round_naming_the_fix(
+    cpu_target, tmp_path
+):
+    """The mission's line as written, with TVM's stock LocalBuilder: its workers import TVM's
+    intrinsic library before the first build; when that outlasts the timeout, HeronSearch stops the
+    run with one line instead of filling the database with failures."""
     workload = workloads.make("gemm", "fp32", **SMALL_SHAPES["gemm"])
-    reset_metaschedule_logger()  # pytest's log capture leaves handlers MetaSchedule's logging set-up crashes on
+    # pytest's log capture leaves handlers MetaSchedule's logging set-up crashes on
+    reset_metaschedule_logger()
     with pytest.raises(RuntimeError) as raised:
         ms.tune_tir(
             workload.func,
@@ -400,15 +476,19 @@ def test_stock_tune_tir_whose_builds_all_time_out_stops_after_the_first_round_na
             strategy=HeronSearch(),
             builder=ms.builder.LocalBuilder(timeout_sec=0.5),
         )
-    assert "pass builder=ms_heron.tuning.builder.local_builder() to ms.tune_tir" in str(raised.value)
-    assert len(ms.database.JSONDatabase(work_dir=str(tmp_path))) <= 4  # stopped after the first round
+    assert "pass builder=ms_heron.tuning.builder.local_builder() to ms.tune_tir" in str(
+        raised.value
+    )
+    assert (
+        len(ms.database.JSONDatabase(work_dir=str(tmp_path))) <= 4
+    )  # stopped after the first round
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "int8"])
 def test_stock_tune_tir_with_heron_tunes_correctly(dtype, request, tmp_path):
-    """``ms.tune_tir(mod, target, work_dir, max_trials_global=N, space=HeronSpace(), strategy=HeronSearch())``
-    with ms_heron's builder: every record valid, and stock ``compile_tir`` rebuilds the best (int8:
-    on the CPU's dot product)."""
+    """``ms.tune_tir(mod, target, work_dir, max_trials_global=N, space=HeronSpace(),
+    strategy=HeronSearch())`` with ms_heron's builder: every record valid, and stock ``compile_tir``
+    rebuilds the best (int8: on the CPU's dot product)."""
     from ms_heron.tuning.builder import local_builder  # pylint: disable=import-outside-toplevel
 
     target = request.getfixturevalue("int8_target" if dtype == "int8" else "cpu_target")
@@ -424,14 +504,20 @@ def test_stock_tune_tir_with_heron_tunes_correctly(dtype, request, tmp_path):
         strategy=HeronSearch(),
         builder=local_builder(),
     )
-    assert len(db) == 8 and all(min(float(s) for s in r.run_secs) < 1e9 for r in db.get_all_tuning_records())
+    assert len(db) == 8 and all(
+        min(float(s) for s in r.run_secs) < 1e9 for r in db.get_all_tuning_records()
+    )
     best = build(ms.tir_integration.compile_tir(db, workload.func, target).mod, target)
     run_and_check(best, workload)
     assert dtype == "fp32" or HOST_DOT.form in best.mod.inspect_source("asm")
 
 
 @pytest.mark.parametrize(
-    "part", ["space_generator=HeronSpace()", 'space_generator="post-order-apply", search_strategy=HeronSearch()']
+    "part",
+    [
+        "space_generator=HeronSpace()",
+        'space_generator="post-order-apply", search_strategy=HeronSearch()',
+    ],
 )
 def test_a_stock_tune_context_on_a_cpu_parses_only_the_x86_intrinsics(part):
     """A TuneContext imports TVM's whole intrinsic library (~1 min of TVMScript parsing in a fresh
@@ -451,17 +537,23 @@ print(sorted(m for m in sys.modules if m.startswith("tvm.s_tir.tensor_intrin."))
 
 
 def _heron_annotated(record) -> bool:
-    """Whether the record's design space came from HeronSpace (its rules annotate ``ms_heron.*``)."""
+    """Whether the record's design space came from HeronSpace (its rules annotate
+    ``ms_heron.*``)."""
     return any(
-        inst.kind.name == "Annotate" and str(inst.attrs[0]).startswith("ms_heron.") for inst in record.trace.insts
+        inst.kind.name == "Annotate" and str(inst.attrs[0]).startswith("ms_heron.")
+        for inst in record.trace.insts
     )
 
 
 def test_every_entry_point_tunes_with_heron_unless_told_metaschedule(cpu_target, tmp_path):
     workload = workloads.make("gemm", "fp32", **SMALL_SHAPES["gemm"])
     heron = [
-        tune_func(workload.func, cpu_target, str(tmp_path / "func"), 4, num_trials_per_iter=4, seed=0),
-        tune_workload(workload, cpu_target, str(tmp_path / "workload"), 4, num_trials_per_iter=4, seed=0),
+        tune_func(
+            workload.func, cpu_target, str(tmp_path / "func"), 4, num_trials_per_iter=4, seed=0
+        ),
+        tune_workload(
+            workload, cpu_target, str(tmp_path / "workload"), 4, num_trials_per_iter=4, seed=0
+        ),
     ]
     run = TuningRun.create(tmp_path / "run", RunSpec.of(workload, cpu_target, 0))
     run.tune(4, per_round=4)
@@ -470,7 +562,13 @@ def test_every_entry_point_tunes_with_heron_unless_told_metaschedule(cpu_target,
         records = db.get_all_tuning_records()
         assert len(records) == 4 and all(_heron_annotated(r) for r in records)
     stock = tune_workload(
-        workload, cpu_target, str(tmp_path / "stock"), 4, num_trials_per_iter=4, seed=0, search="metaschedule"
+        workload,
+        cpu_target,
+        str(tmp_path / "stock"),
+        4,
+        num_trials_per_iter=4,
+        seed=0,
+        search="metaschedule",
     )
     assert not any(_heron_annotated(r) for r in stock.get_all_tuning_records())
     with pytest.raises(ValueError, match="search='ansor': choose 'heron'"):

@@ -16,7 +16,8 @@ from ms_heron.workloads.evaluate import WrongResult, build, run_and_check
 
 
 @pytest.mark.parametrize(
-    "family,dtype", [("gemm", "fp32"), ("c2d", "fp32"), ("t2d", "fp32"), ("scan", "fp32"), ("gemm", "int8")]
+    "family,dtype",
+    [("gemm", "fp32"), ("c2d", "fp32"), ("t2d", "fp32"), ("scan", "fp32"), ("gemm", "int8")],
 )
 def test_stock_evolutionary_search_tunes_heron_spaces(family, dtype, cpu_target, tmp_path, request):
     """A GEMM, a strided and a transposed convolution, a scan with its computed operand, and the
@@ -25,14 +26,22 @@ def test_stock_evolutionary_search_tunes_heron_spaces(family, dtype, cpu_target,
     if dtype == "int8":
         request.getfixturevalue("int8_target")  # skips on a CPU without AVX2
     workload = suite(family, dtype, **SMALL_SHAPES[family])
-    db = tune_workload(workload, cpu_target, str(tmp_path), 8, num_trials_per_iter=8, space=HeronSpace(), seed=0)
-    sch = ms.tir_integration.compile_tir(db, workload.func, cpu_target)  # stock MetaSchedule rebuilds it
+    db = tune_workload(
+        workload, cpu_target, str(tmp_path), 8, num_trials_per_iter=8, space=HeronSpace(), seed=0
+    )
+    sch = ms.tir_integration.compile_tir(
+        db, workload.func, cpu_target
+    )  # stock MetaSchedule rebuilds it
     assert sch is not None
     lib = build(sch.mod, cpu_target)
     run_and_check(lib, workload)
-    if dtype == "int8":  # HeronSpace's int8 spaces tensorize (on a loaded machine an untensorized one may time best)
+    if (
+        dtype == "int8"
+    ):  # HeronSpace's int8 spaces tensorize (on a loaded machine an untensorized one may time best)
         traces = [str(record.trace) for record in db.get_all_tuning_records() if record.run_secs]
-        assert HOST_DOT.form in lib.mod.inspect_source("asm") or any(HOST_DOT.name in t for t in traces)
+        assert HOST_DOT.form in lib.mod.inspect_source("asm") or any(
+            HOST_DOT.name in t for t in traces
+        )
 
 
 @derived_object
@@ -70,7 +79,9 @@ def test_a_rule_that_raises_is_skipped_on_that_block_with_a_warning(cpu_target, 
     space = HeronSpace(user_rules=[FailsOnGemm()], include_default_spaces=False)
     with caplog.at_level("WARNING"):
         spaces = design_spaces(workload.func, cpu_target, space)
-    assert len(spaces) == 4 and all("meta_schedule.tiling_structure" in s.mod.script() for s in spaces)
+    assert len(spaces) == 4 and all(
+        "meta_schedule.tiling_structure" in s.mod.script() for s in spaces
+    )
     assert "rule FailsOnGemm failed on block 'C' and is skipped there: user rule bug" in caplog.text
 
 
@@ -91,7 +102,9 @@ def test_a_wrong_kernel_is_reported_as_wrong(int8_target, tmp_path):
     kernel that runs fast but computes the wrong thing is caught there, not trusted for its time."""
     workload = suite("gemm", "int8", M=16, N=16, K=64)
     run = TuningRun.create(tmp_path, RunSpec.of(workload, int8_target, seed=0))
-    state = run.tune(2, per_round=2, space=HeronSpace(rules=[AccumulateInInt8()], include_default_spaces=False))
+    state = run.tune(
+        2, per_round=2, space=HeronSpace(rules=[AccumulateInInt8()], include_default_spaces=False)
+    )
     assert state.valid >= 1  # it built and ran: only the check can tell
     with pytest.raises(WrongResult, match=r"gemm.*int outputs differ from numpy"):
         run.check_best()
@@ -109,7 +122,8 @@ def _seeded_spaces(workload, target, seed: int) -> list:
 
 
 def test_seed_zero_is_a_seed(cpu_target):
-    """The CLI's default seed 0 gives the same design spaces every time (it once meant "unseeded")."""
+    """The CLI's default seed 0 gives the same design spaces every time (it once meant
+    "unseeded")."""
     workload = workloads.make("gemm", "fp32", **SMALL_SHAPES["gemm"])
 
     def traces():

@@ -55,7 +55,8 @@ def test_gpu_limits_from_tag():
 
 
 def test_runtime_uses_every_physical_core():
-    """TVM's pool defaults to half the logical CPUs on x86; ms_heron makes it use every physical core."""
+    """TVM's pool defaults to half the logical CPUs on x86; ms_heron makes it use every physical
+    core."""
     import psutil
     import tvm
 
@@ -76,8 +77,11 @@ def test_fma_chains_are_measured_on_the_host_and_assumed_elsewhere(cpu_target):
     """Independent FMA chains one core keeps in flight (latency x ports): measured here, where one
     chain must be several times slower per FMA than many; 8 for a CPU that is not this one."""
     assert 2 <= fma_chains(cpu_target) <= 12
-    # an Arm CPU: any x86 one may run here (x86-64-v4 code runs on a Zen 4, whose zmm FMA needs 4 chains)
-    other = Target({"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "neoverse-v1", "num-cores": 2})
+    # an Arm CPU: any x86 one may run here (x86-64-v4 code runs on a Zen 4, whose zmm FMA needs 4
+    # chains)
+    other = Target(
+        {"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "neoverse-v1", "num-cores": 2}
+    )
     assert not runs_here(other) and fma_chains(other) == 8
 
 
@@ -104,7 +108,11 @@ def test_cores_respect_cpu_affinity_and_the_container_quota(tmp_path):
 
 def test_cache_sizes_of_another_cpu_come_from_the_environment(monkeypatch, cpu_target):
     other = Target(
-        {"kind": "llvm", "mcpu": "haswell" if cpu_name(cpu_target) != "haswell" else "znver4", "num-cores": 4}
+        {
+            "kind": "llvm",
+            "mcpu": "haswell" if cpu_name(cpu_target) != "haswell" else "znver4",
+            "num-cores": 4,
+        }
     )
     host = cpu_cache_bytes(cpu_target)
     monkeypatch.setenv(CACHES_ENV, "L1=32K,L2=256K")
@@ -112,6 +120,8 @@ def test_cache_sizes_of_another_cpu_come_from_the_environment(monkeypatch, cpu_t
     assert cpu_cache_bytes(cpu_target) == host  # the host's own are read from it
     monkeypatch.setenv(CACHES_ENV, "L1=lots")
     with pytest.raises(
-        TargetError, match=r"MS_HERON_CPU_CACHES='L1=lots': write the target CPU's per-core data caches as L1=32K,L2=1M"
+        TargetError,
+        match=r"MS_HERON_CPU_CACHES='L1=lots': write the target CPU's per-core data caches as "
+        r"L1=32K,L2=1M",
     ):
         cpu_cache_bytes(other)

@@ -1,4 +1,5 @@
-"""ExpectedGain: a model's budget goes where latency above the bound is, and a task at its bound stops."""
+"""ExpectedGain: a model's budget goes where latency above the bound is, and a task at its bound
+stops."""
 
 import math
 import re
@@ -6,7 +7,12 @@ import re
 import onnx
 import pytest
 
-from ms_heron.hardware.peak import bound_seconds, fma_peak_gops, memory_bandwidth_gbps, share_of_bound
+from ms_heron.hardware.peak import (
+    bound_seconds,
+    fma_peak_gops,
+    memory_bandwidth_gbps,
+    share_of_bound,
+)
 from ms_heron.relax import from_onnx, lower_for_tuning, model_tasks
 from ms_heron.search.task_scheduler import ExpectedGain, TaskProgress, at_bound, next_round
 from ms_heron.testing import models
@@ -15,9 +21,15 @@ from ms_heron.tuning import tune_tasks
 
 def test_next_round_goes_to_the_most_latency_above_the_bound_and_a_task_at_its_bound_stops():
     tasks = [
-        TaskProgress(name="t", calls=1, bound_s=1e-3, best_s=1.05e-3, rounds=3),  # at 95% of its bound
-        TaskProgress(name="t", calls=4, bound_s=1e-4, best_s=4e-4, rounds=1),  # 4 calls x 0.3 ms above its bound
-        TaskProgress(name="t", calls=1, bound_s=2e-4, best_s=1e-3, rounds=2, stale=2),  # 0.8 ms above, stuck twice
+        TaskProgress(
+            name="t", calls=1, bound_s=1e-3, best_s=1.05e-3, rounds=3
+        ),  # at 95% of its bound
+        TaskProgress(
+            name="t", calls=4, bound_s=1e-4, best_s=4e-4, rounds=1
+        ),  # 4 calls x 0.3 ms above its bound
+        TaskProgress(
+            name="t", calls=1, bound_s=2e-4, best_s=1e-3, rounds=2, stale=2
+        ),  # 0.8 ms above, stuck twice
     ]
     assert at_bound(tasks, 0.9) == [0]
     assert next_round(tasks, [1, 2], discount=0.5) == 1  # 1.2 ms vs 0.8 ms x 0.25
@@ -25,7 +37,10 @@ def test_next_round_goes_to_the_most_latency_above_the_bound_and_a_task_at_its_b
     tasks[1].best_s = 1.5e-4  # improved: 0.2 ms above; the stuck task now has more to win
     assert next_round(tasks, [1, 2], discount=1.0) == 2
     # Never-measured tasks go first, the largest (calls x bound) first; nothing live: tuning ends.
-    fresh = [TaskProgress(name="t", calls=1, bound_s=1e-3), TaskProgress(name="t", calls=6, bound_s=5e-4)]
+    fresh = [
+        TaskProgress(name="t", calls=1, bound_s=1e-3),
+        TaskProgress(name="t", calls=6, bound_s=5e-4),
+    ]
     assert next_round([*tasks, *fresh], [1, 3, 4], discount=0.5) == 4
     assert next_round(tasks, [], discount=0.5) == -1
 
@@ -50,7 +65,8 @@ def test_bad_options_are_refused_naming_the_range(kwargs, message):
 
 
 def test_bounds_come_from_the_host_peaks(cpu_target):
-    """A matmul's bound is its flops at the measured FMA peak or its bytes at the measured bandwidth."""
+    """A matmul's bound is its flops at the measured FMA peak or its bytes at the measured
+    bandwidth."""
     import tvm  # pylint: disable=import-outside-toplevel
     from tvm import te  # pylint: disable=import-outside-toplevel
 
@@ -98,11 +114,19 @@ def test_a_task_at_its_bound_gets_no_further_round_and_tuning_ends(tmp_path, cpu
     assert [t.rounds for t in done.tasks] == [1, 1, 1, 1]
     assert all(0 < t.bound_s and t.best_s < math.inf for t in done.tasks)
     assert len(rounds) == 4 and rounds[-1].trials < 64
-    assert rounds[0].task == max(done.tasks, key=lambda t: t.calls * t.bound_s).name  # the larger task first
+    assert (
+        rounds[0].task == max(done.tasks, key=lambda t: t.calls * t.bound_s).name
+    )  # the larger task first
 
     going = ExpectedGain(at_bound=1.0)
     seen = rounds_of(going, 24)
     bounds = {t.name: t.bound_s for t in going.tasks}
-    later = [(before, now.task) for before, now in zip(seen, seen[1:]) if before.best_seconds[now.task] < math.inf]
+    later = [
+        (before, now.task)
+        for before, now in zip(seen, seen[1:])
+        if before.best_seconds[now.task] < math.inf
+    ]
     assert later  # a task's round after its first: it was above its bound when the round began
-    assert all(share_of_bound(bounds[task], before.best_seconds[task]) < 1.0 for before, task in later)
+    assert all(
+        share_of_bound(bounds[task], before.best_seconds[task]) < 1.0 for before, task in later
+    )

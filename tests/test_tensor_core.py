@@ -38,11 +38,17 @@ def _matmul(in_dtype, out_dtype, n=64):
     a = te.placeholder((n, n), in_dtype, name="A")
     b = te.placeholder((n, n), in_dtype, name="B")
     k = te.reduce_axis((0, n), name="k")
-    c = te.compute((n, n), lambda i, j: te.sum(a[i, k].astype(out_dtype) * b[k, j].astype(out_dtype), axis=k), name="C")
+    c = te.compute(
+        (n, n),
+        lambda i, j: te.sum(a[i, k].astype(out_dtype) * b[k, j].astype(out_dtype), axis=k),
+        name="C",
+    )
     return te.create_prim_func([a, b, c])
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH: CUDA sources cannot be compiled here")
+@pytest.mark.skipif(
+    shutil.which("nvcc") is None, reason="nvcc is not on PATH: CUDA sources cannot be compiled here"
+)
 @pytest.mark.parametrize(
     "tag,in_dtype,out_dtype",
     [
@@ -72,7 +78,11 @@ def test_constrained_wmma_samples_verify_and_compile_with_nvcc(tag, in_dtype, ou
 
 
 @pytest.mark.parametrize(
-    "family,shape", [("gemm", dict(M=64, N=128, K=64)), ("c2d", dict(N=1, H=8, W=8, CI=32, CO=32, KH=3, KW=3, pad=1))]
+    "family,shape",
+    [
+        ("gemm", dict(M=64, N=128, K=64)),
+        ("c2d", dict(N=1, H=8, W=8, CI=32, CO=32, KH=3, KW=3, pad=1)),
+    ],
 )
 def test_shared_memory_model_matches_lowered_allocations(family, shape):
     """Tile buffers A/B: exactly their padded allocation; the write-back stage: an upper bound
@@ -101,13 +111,20 @@ def test_shared_memory_model_matches_lowered_allocations(family, shape):
     assert checked >= 9
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH: CUDA sources cannot be compiled here")
+@pytest.mark.skipif(
+    shutil.which("nvcc") is None, reason="nvcc is not on PATH: CUDA sources cannot be compiled here"
+)
 def test_tuning_builder_exports_an_nvcc_checked_tensor_core_candidate():
     target = _target(TARGETS[1])
     workload = workloads.gemm(64, 64, 64, "fp16")
     spaces, postprocs = design_spaces_and_postprocs(workload.func, target)
     model = derive(spaces[0], target)
-    sch = replay(model, spaces[0].trace.simplified(remove_postproc=True), workload.func, Solver(model).sample())
+    sch = replay(
+        model,
+        spaces[0].trace.simplified(remove_postproc=True),
+        workload.func,
+        Solver(model).sample(),
+    )
     assert all(p.apply(sch) for p in postprocs)
     (result,) = local_builder(max_workers=1).build([ms.builder.BuilderInput(sch.mod, target)])
     assert result.error_msg is None and result.artifact_path.endswith(".tar")

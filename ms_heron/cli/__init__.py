@@ -32,7 +32,8 @@ _DISK_ERRORS = {errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EDQUOT, errno.EFB
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ms-heron",
-        description="Heron's constraint-aware auto-scheduling on TVM MetaSchedule: tune kernels and whole models.",
+        description="Heron's constraint-aware auto-scheduling on TVM MetaSchedule: tune kernels "
+        "and whole models.",
     )
     sub = parser.add_subparsers(dest="command", required=True)
     shared = shared_options()
@@ -55,11 +56,14 @@ def main(argv: list[str] | None = None) -> int:
         if err.errno not in _DISK_ERRORS:
             raise
         print(
-            f"ms-heron: error: cannot write {err.filename or 'the work dir'} ({err.strerror}); every record "
-            "stored before is kept: free space or make it writable, then run the same command to resume",
+            f"ms-heron: error: cannot write {err.filename or 'the work dir'} ({err.strerror}); "
+            "every record stored before is kept: free space or make it writable, then run the "
+            "same command to resume",
             file=sys.stderr,
         )
         return 2
-    except WrongResult as err:  # a tuned kernel that computes the wrong thing: a bug to report, not a usage error
+    except (
+        WrongResult
+    ) as err:  # a tuned kernel that computes the wrong thing: a bug to report, not a usage error
         print(f"ms-heron: WRONG RESULT: {err}; please report it with the work dir", file=sys.stderr)
         return 1

@@ -1,4 +1,5 @@
-"""What every ``ms-heron`` command shares: the shared options, durations, clocks, CTRL-C, one tuning arm."""
+"""What every ``ms-heron`` command shares: the shared options, durations, clocks, CTRL-C, one tuning
+arm."""
 
 from __future__ import annotations
 
@@ -22,9 +23,13 @@ class UsageError(HeronError, ValueError):
 def shared_options() -> argparse.ArgumentParser:
     """The options every tuning command takes (a parent parser)."""
     shared = argparse.ArgumentParser(add_help=False)
-    shared.add_argument("--target", default="host", help='"host" (default), a tag, or a JSON target dict')
+    shared.add_argument(
+        "--target", default="host", help='"host" (default), a tag, or a JSON target dict'
+    )
     shared.add_argument("--seed", type=int, default=0)
-    shared.add_argument("-v", "--verbose", action="store_true", help="show MetaSchedule's per-round logs")
+    shared.add_argument(
+        "-v", "--verbose", action="store_true", help="show MetaSchedule's per-round logs"
+    )
     return shared
 
 
@@ -44,13 +49,18 @@ def runner(args: argparse.Namespace, *, cold: bool, deadline: float | None):
         return None
     tracker = Tracker.parse(args.rpc)
     measuring = tracker.runner(cold=cold, timeout_s=budget_timeout(deadline))
-    print(f"measuring on {measuring.width} RPC server(s) of key {tracker.key!r} at {tracker.host}:{tracker.port}")
+    print(
+        f"measuring on {measuring.width} RPC server(s) of key {tracker.key!r} at "
+        f"{tracker.host}:{tracker.port}"
+    )
     return measuring
 
 
 def quiet_metaschedule(verbose: bool) -> None:
     """MetaSchedule logs every round to the console at INFO; keep that for ``-v``."""
-    logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.INFO if verbose else logging.WARNING)
+    logging.getLogger("tvm.s_tir.meta_schedule").setLevel(
+        logging.INFO if verbose else logging.WARNING
+    )
 
 
 def parse_duration(text: str) -> float:
@@ -91,7 +101,8 @@ class Interrupts:
         return self
 
     def __exit__(self, *exc) -> None:
-        pass  # workers may still be alive: the mask and the waiting thread stay until the process ends
+        # workers may still be alive: the mask and the waiting thread stay until the process ends
+        pass
 
     def stop_requested(self) -> bool:
         return self.asked.is_set()
@@ -108,11 +119,14 @@ class Interrupts:
         if first:
             self.asked.set()
             print(
-                "\nms-heron: stopping after the round in flight (CTRL-C again to stop now)", file=sys.stderr, flush=True
+                "\nms-heron: stopping after the round in flight (CTRL-C again to stop now)",
+                file=sys.stderr,
+                flush=True,
             )
             return
         print(
-            f"\nms-heron: stopped; the records stored in {self.work_dir} are kept: run the same command to resume",
+            f"\nms-heron: stopped; the records stored in {self.work_dir} are kept: run the same "
+            "command to resume",
             file=sys.stderr,
             flush=True,
         )
@@ -120,10 +134,18 @@ class Interrupts:
 
 
 def tune_arm(run, trials: int, *, label: str, interrupts: Interrupts, **options) -> bool:
-    """Tune (or resume) ``run`` up to ``trials`` records through :meth:`TuningRun.tune`, saying so in
-    one line when it resumes or has nothing to do; False when CTRL-C stopped it (said too)."""
-    run.tune(trials, stop=interrupts.stop_requested, say=lambda line: print(f"{label}: {line}", flush=True), **options)
+    """Tune (or resume) ``run`` up to ``trials`` records through :meth:`TuningRun.tune`, saying so
+    in one line when it resumes or has nothing to do; False when CTRL-C stopped it (said too)."""
+    run.tune(
+        trials,
+        stop=interrupts.stop_requested,
+        say=lambda line: print(f"{label}: {line}", flush=True),
+        **options,
+    )
     if interrupts.stop_requested():
-        print(f"interrupted: every measured record is stored in {run.work_dir}; run the same command to resume")
+        print(
+            f"interrupted: every measured record is stored in {run.work_dir}; run the same command "
+            "to resume"
+        )
         return False
     return True

@@ -15,15 +15,22 @@ from .common import Interrupts, quiet_metaschedule, tune_arm
 
 
 def add_parser(sub, shared: argparse.ArgumentParser) -> None:
-    demo = sub.add_parser("demo", parents=[shared], help="tune a GEMM on this CPU and compare with ONNX Runtime")
-    demo.add_argument("--shape", type=int, nargs=3, metavar=("M", "N", "K"), default=(512, 512, 512))
+    demo = sub.add_parser(
+        "demo", parents=[shared], help="tune a GEMM on this CPU and compare with ONNX Runtime"
+    )
+    demo.add_argument(
+        "--shape", type=int, nargs=3, metavar=("M", "N", "K"), default=(512, 512, 512)
+    )
     demo.add_argument(
         "--dtype",
         choices=["int8", "fp32"],
-        help="int8 (u8 x s8 -> s32 on VNNI) or fp32; default int8 where the CPU has AVX-512 VNNI, else fp32",
+        help="int8 (u8 x s8 -> s32 on VNNI) or fp32; default int8 where the CPU has AVX-512 VNNI, "
+        "else fp32",
     )
     demo.add_argument("--trials", type=int, default=64, help="measured candidates (default 64)")
-    demo.add_argument("--work-dir", help="keep the tuning database and logs here (default: a temp dir)")
+    demo.add_argument(
+        "--work-dir", help="keep the tuning database and logs here (default: a temp dir)"
+    )
     demo.set_defaults(run=run)
 
 
@@ -58,7 +65,11 @@ def run(args: argparse.Namespace) -> int:
         start = time.perf_counter()
         with Interrupts(run.work_dir) as interrupts:
             if not tune_arm(
-                run, args.trials, label="ms_heron", interrupts=interrupts, per_round=min(TRIALS_PER_ROUND, args.trials)
+                run,
+                args.trials,
+                label="ms_heron",
+                interrupts=interrupts,
+                per_round=min(TRIALS_PER_ROUND, args.trials),
             ):
                 return 130
         tuning_s = time.perf_counter() - start
@@ -78,10 +89,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"note: {err}")
     if int8 and ort_s is not None and onnxruntime_int8_saturates():
         print(
-            f"note: ONNX Runtime's int8 kernels saturate pairs of products on this CPU (no VNNI): its "
-            f"MatMulInteger is timed as it is, but it is not exact here; ms_heron's {dot.isa} kernel is"
+            "note: ONNX Runtime's int8 kernels saturate pairs of products on this CPU (no VNNI): "
+            f"its MatMulInteger is timed as it is, but it is not exact here; ms_heron's {dot.isa} "
+            "kernel is"
         )
-    print(f"tuned in {tuning_s:.0f} s; best kernel checked {'bit-exact ' if int8 else ''}against numpy")
+    print(
+        f"tuned in {tuning_s:.0f} s; best kernel checked {'bit-exact ' if int8 else ''}against "
+        "numpy"
+    )
     print(f"measured {unit} peak of this machine: {peak:.0f} GOPS")
     rows = [("ms_heron (tuned)", tuned.seconds)]
     if ort_s is not None:

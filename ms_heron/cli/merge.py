@@ -11,9 +11,18 @@ from ..tuning.workdir import merge_runs
 
 def add_parser(sub) -> None:
     merge = sub.add_parser("merge", help="combine work dirs' records of one target into DEST")
-    merge.add_argument("sources", nargs="+", metavar="SRC", help="work dirs (or MetaSchedule database dirs) to read")
-    merge.add_argument("dest", metavar="DEST", help="the work dir to add them to (created if missing)")
-    merge.add_argument("--target", help="the target to keep, when DEST is new and no SRC has a run file")
+    merge.add_argument(
+        "sources",
+        nargs="+",
+        metavar="SRC",
+        help="work dirs (or MetaSchedule database dirs) to read",
+    )
+    merge.add_argument(
+        "dest", metavar="DEST", help="the work dir to add them to (created if missing)"
+    )
+    merge.add_argument(
+        "--target", help="the target to keep, when DEST is new and no SRC has a run file"
+    )
     merge.set_defaults(run=run)
 
 

@@ -1,4 +1,5 @@
-"""``ms-heron report`` and ``show``: what a work dir found, as markdown + PNG, or as TVMScript + trace."""
+"""``ms-heron report`` and ``show``: what a work dir found, as markdown + PNG, or as TVMScript +
+trace."""
 
 from __future__ import annotations
 
@@ -13,10 +14,13 @@ def add_parsers(sub) -> None:
     report.add_argument("work_dir")
     report.set_defaults(run=run_report)
     show = sub.add_parser(
-        "show", help="the best schedule of a work dir (of one task of a model) as TVMScript and trace"
+        "show",
+        help="the best schedule of a work dir (of one task of a model) as TVMScript and trace",
     )
     show.add_argument("work_dir")
-    show.add_argument("task", nargs="?", help="a model run's task (the names `report` and `tune-model` list)")
+    show.add_argument(
+        "task", nargs="?", help="a model run's task (the names `report` and `tune-model` list)"
+    )
     show.set_defaults(run=run_show)
 
 
@@ -41,7 +45,9 @@ def run_report(args: argparse.Namespace) -> int:
 def run_show(args: argparse.Namespace) -> int:
     run = TuningRun.open(args.work_dir)
     if args.task and not run.is_model:
-        raise UsageError(f"{run.work_dir} tunes one kernel ({run.spec.describe()}); drop the task name")
+        raise UsageError(
+            f"{run.work_dir} tunes one kernel ({run.spec.describe()}); drop the task name"
+        )
     sch = run.best_schedule(args.task or "")
     what = f"task {args.task} of {run.spec.describe()}" if args.task else run.spec.describe()
     print(f"# best schedule of {what} in {run.work_dir}\n")

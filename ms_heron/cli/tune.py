@@ -1,5 +1,6 @@
 """``ms-heron tune``: tune a suite workload or a user's kernel into a work dir with live progress, a
-wall-clock budget and an optional MetaSchedule baseline; re-running it on the same work dir resumes."""
+wall-clock budget and an optional MetaSchedule baseline; re-running it on the same work dir
+resumes."""
 
 from __future__ import annotations
 
@@ -32,13 +33,20 @@ from .common import (
 
 
 def add_parser(sub, shared: argparse.ArgumentParser) -> None:
-    tune = sub.add_parser("tune", parents=[shared], help="tune a workload into a work dir (re-run to resume)")
+    tune = sub.add_parser(
+        "tune", parents=[shared], help="tune a workload into a work dir (re-run to resume)"
+    )
     tune.add_argument(
         "workload",
         help=f"a case such as gemm.G1, a family ({', '.join(workloads.FAMILIES)}) with --shape, "
         "or your TVMScript kernel as kernel.py[:name]",
     )
-    tune.add_argument("--shape", nargs="+", metavar="NAME=INT", help="the family's dimensions, e.g. M=512 N=512 K=512")
+    tune.add_argument(
+        "--shape",
+        nargs="+",
+        metavar="NAME=INT",
+        help="the family's dimensions, e.g. M=512 N=512 K=512",
+    )
     tune.add_argument(
         "--dtype",
         choices=list(workloads.DTYPES),
@@ -46,14 +54,20 @@ def add_parser(sub, shared: argparse.ArgumentParser) -> None:
         "AVX-512 VNNI, else fp32",
     )
     tune.add_argument(
-        "--trials", type=int, default=200, help="records the work dir should hold in the end (default 200)"
+        "--trials",
+        type=int,
+        default=200,
+        help="records the work dir should hold in the end (default 200)",
     )
     tune.add_argument(
         "--time-budget",
         help="wall-clock limit such as 10m, set-up included; past it nothing more is measured "
-        "(candidates left unmeasured wait for a resume; each task's first round still gets a valid kernel)",
+        "(candidates left unmeasured wait for a resume; each task's first round still gets a "
+        "valid kernel)",
     )
-    tune.add_argument("--work-dir", help="database, logs and progress (default: ms_heron_runs/<workload>)")
+    tune.add_argument(
+        "--work-dir", help="database, logs and progress (default: ms_heron_runs/<workload>)"
+    )
     tune.add_argument(
         "--round-size",
         type=int,
@@ -78,7 +92,9 @@ def _workload(args: argparse.Namespace, dtype: str, target) -> Workload:
         return load_kernel(args.workload)
     if "." in args.workload:
         if args.shape:
-            raise UsageError(f"{args.workload} is a named case with a fixed shape; drop --shape or name a family")
+            raise UsageError(
+                f"{args.workload} is a named case with a fixed shape; drop --shape or name a family"
+            )
         return workloads.case(args.workload, dtype, target=target)
     shape = {}
     for item in args.shape or []:
@@ -89,7 +105,8 @@ def _workload(args: argparse.Namespace, dtype: str, target) -> Workload:
     if args.workload in workloads.FAMILIES and not shape:
         cases = [c for c in workloads.CASES if c.startswith(args.workload + ".")]
         raise UsageError(
-            f"{args.workload} needs --shape (e.g. M=1024 N=1024 K=1024) or a named case such as {cases[0]}"
+            f"{args.workload} needs --shape (e.g. M=1024 N=1024 K=1024) or a named case such as "
+            f"{cases[0]}"
         )
     return workloads.make(args.workload, dtype, target=target, **shape)
 
@@ -97,7 +114,9 @@ def _workload(args: argparse.Namespace, dtype: str, target) -> Workload:
 class _ProgressLine:
     """One status line per measured round; redrawn in place on a terminal."""
 
-    def __init__(self, label: str, ops: float, trials: int, start_trials: int, deadline: float | None):
+    def __init__(
+        self, label: str, ops: float, trials: int, start_trials: int, deadline: float | None
+    ):
         self.label, self.ops, self.trials, self.deadline = label, ops, trials, deadline
         self.start_trials, self.started = start_trials, time.monotonic()
         self.tty = sys.stdout.isatty()
@@ -114,10 +133,13 @@ class _ProgressLine:
             else "none yet"
         )
         line = (
-            f"{self.label}: {p.trials:4d}/{self.trials} trials | best {best} | valid {p.valid / max(p.trials, 1):.0%} "
-            f"| {clock(spent)} elapsed, ~{clock(left) if left < math.inf else '?'} left"
+            f"{self.label}: {p.trials:4d}/{self.trials} trials | best {best} | valid "
+            f"{p.valid / max(p.trials, 1):.0%} | {clock(spent)} elapsed, "
+            f"~{clock(left) if left < math.inf else '?'} left"
         )
-        print(("\r" + line.ljust(110)) if self.tty else line, end="" if self.tty else "\n", flush=True)
+        print(
+            ("\r" + line.ljust(110)) if self.tty else line, end="" if self.tty else "\n", flush=True
+        )
 
     def close(self) -> None:
         if self.tty:
@@ -163,9 +185,13 @@ def run(args: argparse.Namespace) -> int:
     deadline = deadline_after(budget_s)
     work_dir = args.work_dir or f"ms_heron_runs/{workload.name}"
     quiet_metaschedule(args.verbose)
-    measuring = runner(args, cold=False, deadline=deadline)  # before the work dir: a refused --rpc leaves none
+    measuring = runner(
+        args, cold=False, deadline=deadline
+    )  # before the work dir: a refused --rpc leaves none
     run = TuningRun.create(work_dir, RunSpec.of(workload, target, args.seed))
-    print(f"ms-heron tune: {run.spec.describe()} on {cpu_name(run.target)}; records in {run.work_dir}")
+    print(
+        f"ms-heron tune: {run.spec.describe()} on {cpu_name(run.target)}; records in {run.work_dir}"
+    )
     with Interrupts(run.work_dir) as interrupts:
         done = _tune(
             run,
@@ -195,18 +221,25 @@ def run(args: argparse.Namespace) -> int:
     if not done:
         return 130
     _check_best(arms)
-    print(f"report with plots: ms-heron report {run.work_dir}; best schedule: ms-heron show {run.work_dir}")
+    print(
+        f"report with plots: ms-heron report {run.work_dir}; best schedule: ms-heron show "
+        f"{run.work_dir}"
+    )
     return 0
 
 
 def _check_best(arms: list) -> None:
-    """Run each arm's best kernel once against the workload's reference before anyone trusts its time."""
+    """Run each arm's best kernel once against the workload's reference before anyone trusts its
+    time."""
     checked = []
     for label, arm_run in arms:
         if arm_run.state().best_seconds == math.inf:
             continue
         if not runs_here(arm_run.target):
-            print(f"{label}: best kernel not checked (its target {cpu_name(arm_run.target)} does not run on this CPU)")
+            print(
+                f"{label}: best kernel not checked (its target {cpu_name(arm_run.target)} does not "
+                "run on this CPU)"
+            )
             continue
         arm_run.check_best()  # WrongResult: exit 1
         checked.append(label)

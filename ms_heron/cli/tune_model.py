@@ -27,11 +27,16 @@ from .common import (
 
 def add_parser(sub, shared: argparse.ArgumentParser) -> None:
     model = sub.add_parser(
-        "tune-model", parents=[shared], help="tune every kernel of an ONNX model, compile it, compare with ONNX Runtime"
+        "tune-model",
+        parents=[shared],
+        help="tune every kernel of an ONNX model, compile it, compare with ONNX Runtime",
     )
     model.add_argument("model", help="an .onnx file")
     model.add_argument(
-        "--input-shape", nargs="+", metavar="NAME:DIMS", help="static shapes for symbolic inputs, e.g. x:1,128"
+        "--input-shape",
+        nargs="+",
+        metavar="NAME:DIMS",
+        help="static shapes for symbolic inputs, e.g. x:1,128",
     )
     model.add_argument(
         "--trials",
@@ -42,14 +47,20 @@ def add_parser(sub, shared: argparse.ArgumentParser) -> None:
     model.add_argument(
         "--time-budget",
         help="wall-clock limit such as 10m, set-up included; past it nothing more is measured "
-        "(candidates left unmeasured wait for a resume; each task's first round still gets a valid kernel)",
+        "(candidates left unmeasured wait for a resume; each task's first round still gets a "
+        "valid kernel)",
     )
-    model.add_argument("--work-dir", help="database and logs (default: ms_heron_models/<model>); re-run to resume")
-    model.add_argument("--output", help="compiled model library (default: <work-dir>/<model>_tuned.so)")
+    model.add_argument(
+        "--work-dir", help="database and logs (default: ms_heron_models/<model>); re-run to resume"
+    )
+    model.add_argument(
+        "--output", help="compiled model library (default: <work-dir>/<model>_tuned.so)"
+    )
     model.add_argument(
         "--exact-math",
         action="store_true",
-        help="keep exact exp/erf/tanh (scalar libm calls) instead of TVM's fast vectorized approximations",
+        help="keep exact exp/erf/tanh (scalar libm calls) instead of TVM's fast vectorized "
+        "approximations",
     )
     model.add_argument(
         "--round-size",
@@ -72,7 +83,8 @@ def _input_shapes(items: list[str] | None) -> dict[str, tuple[int, ...]]:
 
 
 class _ModelProgressLine:
-    """One line per measured round of model tuning: trials, the task just measured, model estimate."""
+    """One line per measured round of model tuning: trials, the task just measured, model
+    estimate."""
 
     def __init__(self, tasks: list[str], trials: int, budget_s: float | None):
         self.tasks, self.trials, self.budget_s = tasks, trials, budget_s
@@ -80,14 +92,19 @@ class _ModelProgressLine:
 
     def __call__(self, p) -> None:
         spent = time.monotonic() - self.started
-        model = f"{p.best_seconds * 1e3:.3f} ms" if p.best_seconds < math.inf else "? (tasks untried)"
+        model = (
+            f"{p.best_seconds * 1e3:.3f} ms" if p.best_seconds < math.inf else "? (tasks untried)"
+        )
         budget = f" of {clock(self.budget_s)}" if self.budget_s is not None else ""
         if p.confirmed:
-            print(f"  best kernels timed again | model ~{model} | {clock(spent)}{budget}", flush=True)
+            print(
+                f"  best kernels timed again | model ~{model} | {clock(spent)}{budget}", flush=True
+            )
             return
         print(
-            f"  {p.trials:4d}/{self.trials} trials | task {self.tasks.index(p.task) + 1}/{len(self.tasks)} {p.task}: "
-            f"best {p.task_seconds * 1e3:.4f} ms | model ~{model} | {clock(spent)}{budget}",
+            f"  {p.trials:4d}/{self.trials} trials | task {self.tasks.index(p.task) + 1}/"
+            f"{len(self.tasks)} {p.task}: best {p.task_seconds * 1e3:.4f} ms | model ~{model} | "
+            f"{clock(spent)}{budget}",
             flush=True,
         )
 
@@ -101,7 +118,12 @@ def run(args: argparse.Namespace) -> int:
 
     from ..relax import run_model, time_model
     from ..relax.passes import skipped_passes
-    from ..report.baselines import BaselineUnavailable, max_abs_diff, onnxruntime_model, reference_outputs
+    from ..report.baselines import (
+        BaselineUnavailable,
+        max_abs_diff,
+        onnxruntime_model,
+        reference_outputs,
+    )
     from ..report.tables import task_table
 
     path = Path(args.model)
@@ -113,15 +135,20 @@ def run(args: argparse.Namespace) -> int:
     deadline = deadline_after(budget_s)  # the budget counts the model's import and lowering too
     target = parse_target(args.target)
     work_dir = Path(args.work_dir or f"ms_heron_models/{path.stem}")
-    measuring = runner(args, cold=True, deadline=deadline)  # before the work dir: a refused --rpc leaves none
+    measuring = runner(
+        args, cold=True, deadline=deadline
+    )  # before the work dir: a refused --rpc leaves none
     run = TuningRun.create(
-        work_dir, RunSpec.of_model(path, _input_shapes(args.input_shape), target, args.seed, exact_math=args.exact_math)
+        work_dir,
+        RunSpec.of_model(
+            path, _input_shapes(args.input_shape), target, args.seed, exact_math=args.exact_math
+        ),
     )
     output = Path(args.output or work_dir / f"{path.stem}_tuned.so")
     tasks = [t.name for t in run.tasks]
     print(
-        f"ms-heron tune-model: {path.name}, {len(tasks)} tasks, {args.trials} trials on {cpu_name(run.target)}; "
-        f"records in {work_dir}"
+        f"ms-heron tune-model: {path.name}, {len(tasks)} tasks, {args.trials} trials on "
+        f"{cpu_name(run.target)}; records in {work_dir}"
     )
     for line in skipped_passes(run.lowered):
         print(f"note: {line}; the model runs without that rewrite")
@@ -138,7 +165,10 @@ def run(args: argparse.Namespace) -> int:
             runner=measuring,
         ):
             return 130
-    print("\nper task (best kernel, timed again after tuning; calls per model run; share of the model estimate):")
+    print(
+        "\nper task (best kernel, timed again after tuning; calls per model run; share of the "
+        "model estimate):"
+    )
     print("\n".join(task_table({"ms_heron": run.task_times()})))
     executable = run.compile()
     output.parent.mkdir(parents=True, exist_ok=True)
@@ -150,26 +180,40 @@ def run(args: argparse.Namespace) -> int:
         f"tuned in {run.state().elapsed_s:.0f} s; compiled model: {output} "
         "(load with tvm.runtime.load_module, run with relax.VirtualMachine)"
     )
-    print(f"report with plots: ms-heron report {work_dir}; a task's best schedule: ms-heron show {work_dir} TASK")
+    print(
+        f"report with plots: ms-heron report {work_dir}; a task's best schedule: ms-heron show "
+        f"{work_dir} TASK"
+    )
     print(f"{'ms_heron (tuned)':28s}{tuned_s * 1e3:10.3f} ms")
     try:
         ort_inputs = dict(zip(_onnx_input_names(run.onnx_model), inputs.values()))
-        ort_outputs, ort_s = onnxruntime_model(run.onnx_model, ort_inputs, threads=num_cores(run.target))
+        ort_outputs, ort_s = onnxruntime_model(
+            run.onnx_model, ort_inputs, threads=num_cores(run.target)
+        )
     except BaselineUnavailable as err:
         print(f"note: {err}; checking against the untuned model instead")
-        _check_outputs(outputs, run_model(run.compile(ms.database.MemoryDatabase()), inputs), "the untuned model")
+        _check_outputs(
+            outputs,
+            run_model(run.compile(ms.database.MemoryDatabase()), inputs),
+            "the untuned model",
+        )
         return 0
     if _saturates(run.onnx_model):
         print(
-            "ONNX Runtime's int8 kernels saturate pairs of products on this CPU (no VNNI): checking against "
-            "the model's exact arithmetic instead"
+            "ONNX Runtime's int8 kernels saturate pairs of products on this CPU (no VNNI): "
+            "checking against the model's exact arithmetic instead"
         )
-        _check_outputs(outputs, reference_outputs(run.onnx_model, ort_inputs), "the exact reference")
+        _check_outputs(
+            outputs, reference_outputs(run.onnx_model, ort_inputs), "the exact reference"
+        )
     else:
         _check_outputs(outputs, ort_outputs, "ONNX Runtime")
     diff = max_abs_diff(outputs, ort_outputs)
     print(f"{'ONNX Runtime':28s}{ort_s * 1e3:10.3f} ms")
-    print(f"speed-up over ONNX Runtime: {ort_s / tuned_s:.2f}x; max abs difference of the outputs: {diff:.3g}")
+    print(
+        f"speed-up over ONNX Runtime: {ort_s / tuned_s:.2f}x; max abs difference of the outputs: "
+        f"{diff:.3g}"
+    )
     return 0
 
 
@@ -186,7 +230,8 @@ def _check_outputs(outputs, expected, reference: str) -> None:
         bound = 1e-2 * max(1.0, float(np.abs(want).max()))
         if not err <= bound:
             raise WrongResult(
-                f"output {index} of the tuned model differs from {reference}'s by {err:.3g} (more than {bound:.3g})"
+                f"output {index} of the tuned model differs from {reference}'s by {err:.3g} (more "
+                f"than {bound:.3g})"
             )
     print(f"outputs checked against {reference} on a random input: correct")
 

@@ -2,7 +2,14 @@
 
 from .derive import derive
 from .model import Constraint, ConstraintModel, Decision, Footprint
-from .replay import RepairedDecision, decided_values, decisions_of, native_sample, replay, values_from_trace
+from .replay import (
+    RepairedDecision,
+    decided_values,
+    decisions_of,
+    native_sample,
+    replay,
+    values_from_trace,
+)
 from .solver import Infeasible, Solver, count_solutions, uniformity
 from .walk import ConstraintOptions
 

@@ -13,7 +13,12 @@ from ortools.sat.python import cp_model
 
 from ..hardware.peak import fma_chains
 from ..hardware.targets import cpu_cache_bytes, is_cpu, num_cores, vector_bytes, vector_registers
-from ..schedule.annotations import TILING_STRUCTURE, block_annotations, iter_kinds, split_by_structure
+from ..schedule.annotations import (
+    TILING_STRUCTURE,
+    block_annotations,
+    iter_kinds,
+    split_by_structure,
+)
 from .geometry import add_summed_bytes, dtype_bytes, read_window_dims
 from .model import MAX_BOUND, Constraint, ConstraintModel, Footprint, ObjectiveStage
 from .solver import maximum
@@ -22,7 +27,12 @@ from .walk import Loop, Walk
 
 def on_parallel(walk: Walk, inst) -> None:
     if walk.options.parallel_jobs and is_cpu(walk.target):
-        _add_parallel(walk.model, walk.loops.get(inst.inputs[0]), num_cores(walk.target), walk.fresh("parallel"))
+        _add_parallel(
+            walk.model,
+            walk.loops.get(inst.inputs[0]),
+            num_cores(walk.target),
+            walk.fresh("parallel"),
+        )
 
 
 def on_vectorize(walk: Walk, inst) -> None:
@@ -78,7 +88,11 @@ def _add_vector(model: ConstraintModel, loop: Loop | None, options, name: str) -
     lanes, limit = extent[0], options.max_vector_extent
     model.cp.Add(lanes <= limit)
     model.add(
-        Constraint(name=f"{name}: vector lanes <= {limit}", kind="vector", holds=lambda v, n=name, k=limit: v[n] <= k)
+        Constraint(
+            name=f"{name}: vector lanes <= {limit}",
+            kind="vector",
+            holds=lambda v, n=name, k=limit: v[n] <= k,
+        )
     )
     if options.power_of_two_lanes:
         powers = [1 << i for i in range(max(1, limit).bit_length())]
@@ -123,10 +137,17 @@ def _add_micro_kernel(model, space, nest, target) -> list[_Latency]:
         latency += _add_registers(model, space.get(rv), block_name, micro, target)
         _add_parallel_traffic(model, space.get(rv), block_name, levels)
         between = names[structure.find("R") + 1 : structure.rfind("R")]
-        _add_whole_reduction(model, block_name, [lp for n in between if n[0] == "S" for lp in levels[n]])
-        around = structure.find("R") - 1  # the spatial level whose loops sweep one job's micro-tiles
+        _add_whole_reduction(
+            model, block_name, [lp for n in between if n[0] == "S" for lp in levels[n]]
+        )
+        around = (
+            structure.find("R") - 1
+        )  # the spatial level whose loops sweep one job's micro-tiles
         if around > 0:
-            swept = [levels[names[around]][-1], *(lp for n in names[around + 1 :] for lp in levels[n])]
+            swept = [
+                levels[names[around]][-1],
+                *(lp for n in names[around + 1 :] for lp in levels[n]),
+            ]
             _add_sweep(model, space.get(rv), block_name, swept, caches["L2"])
         # L1: over the whole last reduction level (the KC loop); L2: one step of the first (the
         # level inside it), as BLIS keeps one MC x KC block in L2, not the block's whole K span.
@@ -137,7 +158,8 @@ def _add_micro_kernel(model, space, nest, target) -> list[_Latency]:
 
 
 def _add_registers(model, block, block_name: str, micro: list, target) -> list[_Latency]:
-    """The ``register`` constraints; returns the accumulator count's latency bound, to be added last."""
+    """The ``register`` constraints; returns the accumulator count's latency bound, to be added
+    last."""
     factors = [f for lp in micro for f in lp.factors]
     if not factors or all(isinstance(f, int) for f in factors):
         return []  # fixed by the trace (intrinsic-sized tiles): nothing to choose
@@ -145,7 +167,9 @@ def _add_registers(model, block, block_name: str, micro: list, target) -> list[_
     per_iteration = dtype_bytes(out.source.dtype) * math.prod(int(r.extent) for r in out.region)
     width, registers = vector_bytes(target), vector_registers(target)
     name = f"register_tile[{block_name}]"
-    intrinsic = per_iteration > dtype_bytes(out.source.dtype)  # it writes whole vectors per iteration
+    intrinsic = per_iteration > dtype_bytes(
+        out.source.dtype
+    )  # it writes whole vectors per iteration
     # A dot product writes one vector per call, like one lane of an FMA kernel: its innermost tiled
     # iterator (output channels) counts the streamed weight vectors, the others the broadcast rows.
     # A tile product (AMX) writes a whole accumulator tile: its factors count tiles.
@@ -153,9 +177,14 @@ def _add_registers(model, block, block_name: str, micro: list, target) -> list[_
     if tiles:
         rows, lanes = factors, [per_iteration]
     else:
-        rows, lanes = [f for lp in micro[:-1] for f in lp.factors], [*micro[-1].factors, per_iteration]
+        rows, lanes = (
+            [f for lp in micro[:-1] for f in lp.factors],
+            [*micro[-1].factors, per_iteration],
+        )
     lane_bytes = model.product(f"{name}.lane_bytes", lanes)
-    vectors = model.cp.NewIntVar(1, max(1, -(-model.upper_bound(lanes) // width)), f"{name}.vectors")
+    vectors = model.cp.NewIntVar(
+        1, max(1, -(-model.upper_bound(lanes) // width)), f"{name}.vectors"
+    )
     model.cp.Add(vectors * width >= lane_bytes)
     model.cp.Add(vectors * width <= lane_bytes + width - 1)
     mr = model.product(f"{name}.rows", rows) if rows else 1
@@ -166,8 +195,18 @@ def _add_registers(model, block, block_name: str, micro: list, target) -> list[_
     model.cp.Add(accumulators + vectors + 1 <= registers)
     model.maximize("registers", [(accumulators, 1)])
     if not tiles and not isinstance(mr, int):
-        _add_load_objectives(model, name, mr, vectors, accumulators, width // dtype_bytes(out.source.dtype), registers)
-    if not intrinsic and _fills_vectors(model, micro[-1].factors, dtype_bytes(out.source.dtype), width):
+        _add_load_objectives(
+            model,
+            name,
+            mr,
+            vectors,
+            accumulators,
+            width // dtype_bytes(out.source.dtype),
+            registers,
+        )
+    if not intrinsic and _fills_vectors(
+        model, micro[-1].factors, dtype_bytes(out.source.dtype), width
+    ):
         model.cp.Add(vectors * width == lane_bytes)
         model.add(
             Constraint(
@@ -194,13 +233,23 @@ def _add_registers(model, block, block_name: str, micro: list, target) -> list[_
     return (
         []
         if intrinsic
-        else [_Latency(name=name, accumulators=accumulators, rows=tuple(rows), lanes=tuple(lanes), width=width)]
+        else [
+            _Latency(
+                name=name,
+                accumulators=accumulators,
+                rows=tuple(rows),
+                lanes=tuple(lanes),
+                width=width,
+            )
+        ]
     )
 
 
-def _add_load_objectives(model, name: str, mr, vectors, accumulators, lanes: int, registers: int) -> None:
-    """Each step of the micro-kernel loads ``MR`` broadcasts and ``NR / lanes`` vectors for ``MR x NR
-    / lanes`` FMAs. First no more loads than FMAs (x86 cores issue as many loads as FMAs per
+def _add_load_objectives(
+    model, name: str, mr, vectors, accumulators, lanes: int, registers: int
+) -> None:
+    """Each step of the micro-kernel loads ``MR`` broadcasts and ``NR / lanes`` vectors for ``MR x
+    NR / lanes`` FMAs. First no more loads than FMAs (x86 cores issue as many loads as FMAs per
     cycle: a 16 x 1-vector tile is load-bound where 8 x 2 and 4 x 4 are not), then the fewest cache
     lines per step (``MR / lanes`` of broadcast rows, ``NR / lanes`` of the streamed panel): a BERT
     GEMM with cold weights ran 2.0 ms with 8 x 2 vectors, 2.3 ms with 4 x 4."""
@@ -209,8 +258,8 @@ def _add_load_objectives(model, name: str, mr, vectors, accumulators, lanes: int
 
 
 def _minimize_excess(model, stage: ObjectiveStage, name: str, amount, upper: int) -> None:
-    """The stage ``stage``: ``amount`` (a linear expression, at most ``upper``) no more than 0, or as
-    little over it as the model allows: a limit the analytical choice keeps where it can."""
+    """The stage ``stage``: ``amount`` (a linear expression, at most ``upper``) no more than 0, or
+    as little over it as the model allows: a limit the analytical choice keeps where it can."""
     excess = model.cp.NewIntVar(0, upper, name)
     model.cp.AddMaxEquality(excess, [amount, 0])
     model.maximize(stage, [(excess, -1)])
@@ -269,7 +318,9 @@ def _value(values, factors) -> int:
     return math.prod(values[f] if not isinstance(f, int) else f for f in factors)
 
 
-def _read_windows(model, block, block_name: str, inside: list, scope: str) -> list[tuple[Footprint, int]]:
+def _read_windows(
+    model, block, block_name: str, inside: list, scope: str
+) -> list[tuple[Footprint, int]]:
     """One window per buffer ``block`` reads inside the loops ``inside``, as derived variables named
     ``<scope>[<block>].<buffer>``, with an upper bound of its elements; empty when an access is not
     affine (its window is unknown)."""
@@ -295,7 +346,8 @@ def _read_windows(model, block, block_name: str, inside: list, scope: str) -> li
 
 
 def _window_bytes(model, windows: list[tuple[Footprint, int]]):
-    """The bytes of :func:`_read_windows`' windows, as a linear expression, and an upper bound of them."""
+    """The bytes of :func:`_read_windows`' windows, as a linear expression, and an upper bound of
+    them."""
     return (
         sum(model.vars[w.variable] * w.dtype_bytes for w, _ in windows),
         sum(upper * w.dtype_bytes for w, upper in windows),
@@ -310,7 +362,9 @@ def _add_parallel_traffic(model, block, block_name: str, levels: dict) -> None:
     factors = [f for lp in levels["S0"] for f in lp.factors]
     if not factors or all(isinstance(f, int) for f in factors):
         return
-    windows = _read_windows(model, block, block_name, [lp for n in list(levels)[1:] for lp in levels[n]], "job")
+    windows = _read_windows(
+        model, block, block_name, [lp for n in list(levels)[1:] for lp in levels[n]], "job"
+    )
     if not windows:
         return
     jobs = model.product(f"jobs[{block_name}]", factors)
@@ -342,22 +396,27 @@ def _add_sweep(model, block, block_name: str, swept: list, limit: int) -> None:
     if not windows:
         return
     swept_bytes, upper = _window_bytes(model, windows)
-    _minimize_excess(model, "sweep", f"sweep[{block_name}].excess", swept_bytes - limit, min(upper, MAX_BOUND))
+    _minimize_excess(
+        model, "sweep", f"sweep[{block_name}].excess", swept_bytes - limit, min(upper, MAX_BOUND)
+    )
 
 
 def _add_working_set(model, block, block_name: str, inside: list, cache: str, limit: int) -> None:
-    """The bytes ``block`` reads inside the loops ``inside`` (one window per read buffer) <= ``limit``."""
+    """The bytes ``block`` reads inside the loops ``inside`` (one window per read buffer) <=
+    ``limit``."""
     sets = [footprint for footprint, _ in _read_windows(model, block, block_name, inside, cache)]
     if not sets:
         return
     model.working_sets += sets
-    model.maximize(cache, [(model.vars[fp.variable], fp.dtype_bytes) for fp in sets], cap=limit // 2)
+    model.maximize(
+        cache, [(model.vars[fp.variable], fp.dtype_bytes) for fp in sets], cap=limit // 2
+    )
     add_summed_bytes(
         model,
         sets,
         limit,
-        f"{cache}[{{block}}]: {{buffers}} read per {'micro-tile' if cache == 'L1' else 'cache block'} "
-        f"<= {cache} {{limit}} B",
+        f"{cache}[{{block}}]: {{buffers}} read per "
+        f"{'micro-tile' if cache == 'L1' else 'cache block'} <= {cache} {{limit}} B",
         performance=True,
         kind=cache,
     )

@@ -38,7 +38,9 @@ ANNOTATIONS: dict[str, Handler] = {
 }
 
 
-def derive(space: Schedule, target: Target, options: ConstraintOptions = ConstraintOptions()) -> ConstraintModel:
+def derive(
+    space: Schedule, target: Target, options: ConstraintOptions = ConstraintOptions()
+) -> ConstraintModel:
     """The constraint model of the design space ``space`` (a Schedule whose trace samples).
 
     MetaSchedule's own spaces (added by HeronSpace) get their validity constraints only.
@@ -49,7 +51,9 @@ def derive(space: Schedule, target: Target, options: ConstraintOptions = Constra
     state = Walk(space=space, trace=trace, target=target, options=options)
     for inst in trace.insts:
         kind = inst.kind.name
-        handler = ANNOTATIONS.get(str(inst.attrs[0])) if kind == "Annotate" else INSTRUCTIONS.get(kind)
+        handler = (
+            ANNOTATIONS.get(str(inst.attrs[0])) if kind == "Annotate" else INSTRUCTIONS.get(kind)
+        )
         if handler is not None:
             handler(state, inst)
     cpu.add_cpu_constraints(state)

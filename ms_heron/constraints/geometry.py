@@ -1,4 +1,5 @@
-"""Footprint geometry: how many elements a cache stage or a tile level holds, from the blocks' regions.
+"""Footprint geometry: how many elements a cache stage or a tile level holds, from the blocks'
+regions.
 
 Per buffer dimension, a read window is ``sum |coef_v| * (E_v - 1) + extent`` over the block
 iterators ``v`` of its affine index, where ``E_v`` is the product of the tile factors of ``v``'s
@@ -88,7 +89,9 @@ def on_compute_at(walk: Walk, inst) -> None:
         return
     inside = tiled[max(positions) + 1 :]
     if str(buffer.scope()).startswith("shared"):
-        inside = [lp for lp in tiled[: max(positions) + 1] if lp.thread.startswith("threadIdx")] + inside
+        inside = [
+            lp for lp in tiled[: max(positions) + 1] if lp.thread.startswith("threadIdx")
+        ] + inside
     name = walk.fresh(f"footprint.{buffer.name}.")
     if any(region.source.same_as(buffer_region.source) for region in sch_block.writes):
         dims = _write_tile_dims(model, name, sch_block, buffer_region, inside)
@@ -114,12 +117,17 @@ def on_compute_at(walk: Walk, inst) -> None:
 
 
 def _extent(parts: tuple, const: int, values) -> int:
-    """A dimension's extent from solved ``values``: ``const`` + sum of coef x (product of factors - 1)."""
-    return const + sum(c * (math.prod(values[f] if not isinstance(f, int) else f for f in fs) - 1) for c, fs in parts)
+    """A dimension's extent from solved ``values``: ``const`` + sum of coef x (product of factors -
+    1)."""
+    return const + sum(
+        c * (math.prod(values[f] if not isinstance(f, int) else f for f in fs) - 1)
+        for c, fs in parts
+    )
 
 
 def read_window_dims(model, name, sch_block, region, inside):
-    """Per buffer dimension ``(variable, upper, fn)``: the window ``sum |c_v| (E_v - 1) + extent``."""
+    """Per buffer dimension ``(variable, upper, fn)``: the window ``sum |c_v| (E_v - 1) +
+    extent``."""
 
     def inner_extent(idx):
         return [f for lp in inside if lp.iter_index == idx for f in lp.factors]
@@ -136,29 +144,42 @@ def read_window_dims(model, name, sch_block, region, inside):
         upper = min(const + sum(c * model.upper_bound(fs) for c, _, fs in parts), MAX_BOUND)
         dim = model.cp.NewIntVar(1, upper, f"{name}.d{d}")
         model.cp.Add(dim == const + sum(c * (p - 1) for c, p, _ in parts))
-        dims.append((dim, upper, functools.partial(_extent, tuple((c, fs) for c, _, fs in parts), const)))
+        dims.append(
+            (dim, upper, functools.partial(_extent, tuple((c, fs) for c, _, fs in parts), const))
+        )
     return dims
 
 
 def _write_tile_dims(model, name, sch_block, region, inside):
-    """A write-back holds the output tile: spatial iterations inside the anchor x elements each writes.
+    """A write-back holds the output tile: spatial iterations inside the anchor x elements each
+    writes.
 
     Counting elements instead of index windows also covers outputs whose layout was transformed
     (TensorCore fragments index ``i // 16 % t``), where the window is not affine.
     """
     kinds = [int(iv.iter_type) for iv in sch_block.iter_vars]
-    factors = [f for lp in inside if lp.iter_index is not None and kinds[lp.iter_index] == 0 for f in lp.factors]
+    factors = [
+        f
+        for lp in inside
+        if lp.iter_index is not None and kinds[lp.iter_index] == 0
+        for f in lp.factors
+    ]
     per_iteration = math.prod(int(r.extent) for r in region.region)
     upper = model.upper_bound([*factors, per_iteration])
     tile = model.product(f"{name}.tile", [*factors, per_iteration], upper)
     dim = model.cp.NewIntVar(1, upper, f"{name}.d0")
     model.cp.Add(dim == tile)
-    fn = lambda v, fs=tuple(factors), k=per_iteration: k * math.prod(v[f] if not isinstance(f, int) else f for f in fs)  # noqa: E731
+    fs = tuple(factors)
+
+    def fn(v):
+        return per_iteration * math.prod(v[f] if not isinstance(f, int) else f for f in fs)
+
     return [(dim, upper, fn)]
 
 
 def _alignment(stage, buffer) -> tuple | None:
-    """``(axis, factor, offset)`` of the stage's ``storage_align`` on ``buffer`` (rows padded), or None."""
+    """``(axis, factor, offset)`` of the stage's ``storage_align`` on ``buffer`` (rows padded), or
+    None."""
     for index, axis, factor, offset in stage.annotations.get("buffer_dim_align", []):
         regions = stage.writes if int(index) < len(stage.writes) else []
         if regions and regions[int(index)].source.same_as(buffer):
@@ -167,7 +188,8 @@ def _alignment(stage, buffer) -> tuple | None:
 
 
 def _padded(model, name, dims, alignment):
-    """Dims with the row stride after ``axis`` padded to ``factor * q + offset`` (TVM's storage_align)."""
+    """Dims with the row stride after ``axis`` padded to ``factor * q + offset`` (TVM's
+    storage_align)."""
     if alignment is None or len(dims) < 2:
         return dims
     axis, factor, offset = alignment
@@ -192,7 +214,8 @@ def _padded(model, name, dims, alignment):
 
 
 def _copy_pairs(space) -> list[tuple[str, str]]:
-    """(source, destination) buffer names of every one-to-one copy block (cache and fragment stages)."""
+    """(source, destination) buffer names of every one-to-one copy block (cache and fragment
+    stages)."""
     pairs, stack = [], list(space.get_child_blocks(space.get_sblock("root")))
     while stack:
         rv = stack.pop()
@@ -230,7 +253,12 @@ def dtype_bytes(dtype) -> int:
 
 
 def add_summed_bytes(
-    model: ConstraintModel, footprints, limit: int, label: str, performance: bool, kind: ConstraintKind = "memory"
+    model: ConstraintModel,
+    footprints,
+    limit: int,
+    label: str,
+    performance: bool,
+    kind: ConstraintKind = "memory",
 ) -> None:
     """Per tiled block, the bytes of its ``footprints`` summed within ``limit``."""
     by_block: dict[str, list] = {}

@@ -1,8 +1,9 @@
-"""GPU constraints: threads per block, shared memory per block, and whole vectors in cooperative fetches.
+"""GPU constraints: threads per block, shared memory per block, and whole vectors in cooperative
+fetches.
 
-The limits come from the Target (:class:`~ms_heron.hardware.targets.GpuLimits`); the walk reads ``Bind``,
-the ``warp_execution`` annotation of MetaSchedule's TensorCore rule (a warp runs each thread-y
-iteration) and the cooperative-fetch vector widths.
+The limits come from the Target (:class:`~ms_heron.hardware.targets.GpuLimits`); the walk reads
+``Bind``, the ``warp_execution`` annotation of MetaSchedule's TensorCore rule (a warp runs each
+thread-y iteration) and the cooperative-fetch vector widths.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from .walk import Kernel, Loop, Walk
 
 #: Block annotation MetaSchedule's TensorCore rule sets: a warp executes each thread-y iteration.
 WARP_EXECUTION = "warp_execution"
-#: Block annotation of a shared-memory stage: its loads are spread over the block's threads, vectorized.
+#: Block annotation of a shared-memory stage: its loads are spread over the block's threads,
+#: vectorized.
 COOPERATIVE_FETCH = "meta_schedule.cooperative_fetch"
 
 
@@ -47,12 +49,17 @@ def _bind(loop: Loop | None, axis: str, kernels: dict) -> None:
         return
     for part in (loop, *loop.parts):
         part.thread = axis
-    if axis.startswith("threadIdx") and loop.factors and axis not in kernels.setdefault(loop.block, Kernel()).threads:
+    if (
+        axis.startswith("threadIdx")
+        and loop.factors
+        and axis not in kernels.setdefault(loop.block, Kernel()).threads
+    ):
         kernels[loop.block].threads[axis] = loop.factors
 
 
 def _add_threads(model: ConstraintModel, kernels: dict, limits: GpuLimits) -> None:
-    """Threads per block (thread axes x warp lanes) within the target's ``max_threads_per_block``."""
+    """Threads per block (thread axes x warp lanes) within the target's
+    ``max_threads_per_block``."""
     for block, kernel in kernels.items():
         factors = [f for fs in kernel.threads.values() for f in fs]
         if not factors:
@@ -64,7 +71,8 @@ def _add_threads(model: ConstraintModel, kernels: dict, limits: GpuLimits) -> No
         model.cp.Add(threads <= cap)
         model.add(
             Constraint(
-                name=f"{name}: {' x '.join(kernel.threads)}{f' x {lanes} lanes' if lanes > 1 else ''} <= {cap}",
+                name=f"{name}: {' x '.join(kernel.threads)}"
+                f"{f' x {lanes} lanes' if lanes > 1 else ''} <= {cap}",
                 kind="threads",
                 holds=lambda v, n=name, k=cap: v[n] <= k,
             )
@@ -72,7 +80,8 @@ def _add_threads(model: ConstraintModel, kernels: dict, limits: GpuLimits) -> No
 
 
 def _add_shared_memory(model: ConstraintModel, limits: GpuLimits) -> None:
-    """All shared buffers of one kernel, padded, in bytes, summed within ``max_shared_memory_per_block``."""
+    """All shared buffers of one kernel, padded, in bytes, summed within
+    ``max_shared_memory_per_block``."""
     shared = [fp for fp in model.footprints if fp.scope.startswith("shared")]
     add_summed_bytes(
         model,
@@ -84,17 +93,24 @@ def _add_shared_memory(model: ConstraintModel, limits: GpuLimits) -> None:
 
 
 def _add_fetch_vectors(model: ConstraintModel, fetch_vectors: dict) -> None:
-    """A cooperative fetch's vector width divides the elements it copies (Heron: no ragged vectors)."""
+    """A cooperative fetch's vector width divides the elements it copies (Heron: no ragged
+    vectors)."""
     for fp in model.footprints:
         choice = fetch_vectors.get(fp.stage)
         if choice is None:
             continue
         decision = next(d for d in model.decisions if d.variables == (choice,))
         widths = decision.candidates
-        width = model.cp.NewIntVarFromDomain(cp_model.Domain.FromValues(sorted(set(widths))), f"{choice}.width")
+        width = model.cp.NewIntVarFromDomain(
+            cp_model.Domain.FromValues(sorted(set(widths))), f"{choice}.width"
+        )
         model.cp.AddElement(model.vars[choice], list(widths), width)
-        elements = f"{fp.variable}{UNPADDED}" if f"{fp.variable}{UNPADDED}" in model.vars else fp.variable
-        count = model.cp.NewIntVar(1, 1 << 40, f"{fp.variable}.vectors")  # bounded through ``elements``
+        elements = (
+            f"{fp.variable}{UNPADDED}" if f"{fp.variable}{UNPADDED}" in model.vars else fp.variable
+        )
+        count = model.cp.NewIntVar(
+            1, 1 << 40, f"{fp.variable}.vectors"
+        )  # bounded through ``elements``
         model.cp.AddMultiplicationEquality(model.vars[elements], [width, count])
         model.add(
             Constraint(

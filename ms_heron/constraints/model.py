@@ -18,19 +18,24 @@ from tvm.s_tir.schedule import Instruction
 Values = dict  # variable name -> int
 DecisionKind = Literal["tile", "categorical", "location"]
 #: What a constraint limits: tiles multiplying to the extent, a categorical's range, parallel jobs
-#: covering the cores, vector lanes, registers of the micro-kernel, bytes in a memory level, threads.
-ConstraintKind = Literal["split", "candidates", "parallel", "vector", "register", "memory", "L1", "L2", "threads"]
+#: covering the cores, vector lanes, registers of the micro-kernel, bytes in a memory level,
+#: threads.
+ConstraintKind = Literal[
+    "split", "candidates", "parallel", "vector", "register", "memory", "L1", "L2", "threads"
+]
 #: The stages of a design space's analytical choice (BLIS's model, Low et al. TOMS 2016) that every
 #: blocking shares, maximized one after another, each held at its optimum while the next is
 #: maximized: no more loads than FMAs per micro-kernel step, then the register micro-tile's
 #: accumulators, then the fewest cache lines per step. Loads come before accumulators: on AVX2's 16
 #: registers the most accumulators are a 14 x 1-vector tile, load-bound, which ran 1.2-2.4x slower
 #: than 4 x 2 vectors on ResNet-50's convolutions (Zen 3).
-ObjectiveStage = Literal["loads", "registers", "lines", "traffic", "L1", "L2", "whole_reduction", "sweep"]
+ObjectiveStage = Literal[
+    "loads", "registers", "lines", "traffic", "L1", "L2", "whole_reduction", "sweep"
+]
 OBJECTIVE_STAGES: tuple[ObjectiveStage, ...] = ("loads", "registers", "lines")
-#: How the analytical choice fills the spatial loops between the two reduction levels: one choice per
-#: blocking, each with its own stages after the shared ones. ``cache_block``: the fewest bytes all
-#: parallel jobs read together (``traffic``), the largest ``KC`` within half of L1, then BLIS's
+#: How the analytical choice fills the spatial loops between the two reduction levels: one choice
+#: per blocking, each with its own stages after the shared ones. ``cache_block``: the fewest bytes
+#: all parallel jobs read together (``traffic``), the largest ``KC`` within half of L1, then BLIS's
 #: ``MC x KC`` and ``KC x NC`` blocks within half of L2, swept by the micro-tiles inside each KC
 #: step (a large GEMM reuses its weight panel so). ``whole_reduction``: no spatial loop between the
 #: reduction levels, so each micro-tile runs its whole reduction and its fused epilogue before the
@@ -55,7 +60,8 @@ class Decision:
 
     inst: Instruction
     #: "tile" (SamplePerfectTile), "categorical" (SampleCategorical: the trace holds an index into
-    #: the candidates) or "location" (SampleComputeLocation: the trace holds the loop position itself).
+    #: the candidates) or "location" (SampleComputeLocation: the trace holds the loop position
+    #: itself).
     kind: DecisionKind
     variables: tuple[str, ...]
     #: tile: the loop extent; categorical and location: the candidate values.
@@ -127,11 +133,15 @@ class ConstraintModel:
         #: sum that must stay within a bound while it is maximized): see :data:`OBJECTIVE_STAGES`
         #: and :data:`BLOCKING_STAGES`.
         self.objectives: dict[str, list[tuple[cp_model.IntVar, int]]] = {}
-        self.objective_caps: dict[str, list[tuple[tuple[tuple[cp_model.IntVar, int], ...], int]]] = {}
+        self.objective_caps: dict[
+            str, list[tuple[tuple[tuple[cp_model.IntVar, int], ...], int]]
+        ] = {}
 
     # -- building ---------------------------------------------------------------------------
 
-    def new_var(self, name: str, values: Sequence[int] | None = None, lo: int = 0, hi: int = 0) -> cp_model.IntVar:
+    def new_var(
+        self, name: str, values: Sequence[int] | None = None, lo: int = 0, hi: int = 0
+    ) -> cp_model.IntVar:
         values = sorted(set(values)) if values is not None else list(range(lo, hi + 1))
         var = self.cp.NewIntVarFromDomain(cp_model.Domain.FromValues(values), name)
         self.vars[name] = var
@@ -156,11 +166,16 @@ class ConstraintModel:
                 by_decision.setdefault(self._decision_of.get(t), []).append(t)
         for decision, names in by_decision.items():
             most = math.prod(self.domains[n][-1] for n in names)
-            bound *= most if decision is None or decision.kind != "tile" else min(most, decision.extent)
+            bound *= (
+                most if decision is None or decision.kind != "tile" else min(most, decision.extent)
+            )
         return max(1, min(bound, MAX_BOUND))
 
-    def product(self, name: str, terms: Sequence, upper: int | None = None) -> cp_model.IntVar | int:
-        """A variable equal to the product of ``terms`` (variable names or ints), chained pairwise."""
+    def product(
+        self, name: str, terms: Sequence, upper: int | None = None
+    ) -> cp_model.IntVar | int:
+        """A variable equal to the product of ``terms`` (variable names or ints), chained
+        pairwise."""
         upper = min(self.upper_bound(terms) if upper is None else upper, MAX_BOUND)
         const = math.prod(t for t in terms if isinstance(t, int))
         names = [t for t in terms if not isinstance(t, int)]
@@ -175,7 +190,9 @@ class ConstraintModel:
             scaled = self.cp.NewIntVar(1, upper, f"{name}.scaled")
             self.cp.Add(scaled == const * acc)
             acc = scaled
-        self.derived[name] = lambda values, names=tuple(names), const=const: const * math.prod(values[n] for n in names)
+        self.derived[name] = lambda values, names=tuple(names), const=const: (
+            const * math.prod(values[n] for n in names)
+        )
         return acc
 
     def add_decision(self, decision: Decision) -> None:
@@ -184,7 +201,8 @@ class ConstraintModel:
             self._decision_of[name] = decision
 
     def multiply(self, target: cp_model.IntVar, variables: Sequence, upper: int, name: str) -> None:
-        """``target == prod(variables)`` (CP-SAT variables), chained pairwise with bounded temporaries."""
+        """``target == prod(variables)`` (CP-SAT variables), chained pairwise with bounded
+        temporaries."""
         acc = variables[0]
         for i, var in enumerate(variables[1:], 1):
             nxt = self.cp.NewIntVar(1, max(1, min(upper, MAX_BOUND)), f"{name}.acc{i}")
@@ -193,12 +211,15 @@ class ConstraintModel:
         self.cp.Add(target == acc)
 
     def product_of_dims(self, name: str, dims: Sequence) -> None:
-        """The derived variable ``name``: the product of a buffer's dims, ``(variable, upper, fn)`` each."""
+        """The derived variable ``name``: the product of a buffer's dims, ``(variable, upper, fn)``
+        each."""
         upper = max(1, min(math.prod(u for _, u, _ in dims), MAX_BOUND))
         total = self.cp.NewIntVar(1, upper, name)
         self.multiply(total, [d for d, _, _ in dims], upper, name)
         self.vars[name] = total
-        self.derived[name] = lambda v, fns=tuple(f for _, _, f in dims): math.prod(fn(v) for fn in fns)
+        self.derived[name] = lambda v, fns=tuple(f for _, _, f in dims): math.prod(
+            fn(v) for fn in fns
+        )
 
     def add(self, constraint: Constraint) -> None:
         self.constraints.append(constraint)
@@ -227,7 +248,11 @@ class ConstraintModel:
     def violations(self, values: Values, performance: bool = True) -> list[str]:
         """Names of the constraints the assignment breaks (empty: valid)."""
         full = self.evaluate(values)
-        return [c.name for c in self.constraints if (performance or not c.performance) and not c.holds(full)]
+        return [
+            c.name
+            for c in self.constraints
+            if (performance or not c.performance) and not c.holds(full)
+        ]
 
     def summary(self) -> dict:
         """Sizes for logs and reports: variables, constraints by kind, size of the space."""

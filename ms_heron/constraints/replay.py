@@ -47,10 +47,14 @@ def replay(model: ConstraintModel, trace: Trace, mod: IRModule, values: Values) 
     decided.apply_to_schedule(sch, remove_postproc=True)
     back = decided_values(model, sch.trace)
     if back is None:
-        raise RepairedDecision("the replay's sampling instructions do not match the model's decisions")
+        raise RepairedDecision(
+            "the replay's sampling instructions do not match the model's decisions"
+        )
     for d in model.decisions:
         if d.kind != "location" and d.to_trace(back) != d.to_trace(values):
-            raise RepairedDecision(f"replay changed {d.kind} decision {d.to_trace(values)} into {d.to_trace(back)}")
+            raise RepairedDecision(
+                f"replay changed {d.kind} decision {d.to_trace(values)} into {d.to_trace(back)}"
+            )
     return sch
 
 

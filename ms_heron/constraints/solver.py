@@ -13,12 +13,20 @@ from collections.abc import Iterable
 
 from ortools.sat.python import cp_model
 
-from .model import BLOCKING_STAGES, OBJECTIVE_STAGES, Blocking, ConstraintModel, ObjectiveStage, Values
+from .model import (
+    BLOCKING_STAGES,
+    OBJECTIVE_STAGES,
+    Blocking,
+    ConstraintModel,
+    ObjectiveStage,
+    Values,
+)
 
 #: CP-SAT's deterministic time (its count of work done, roughly seconds) for one stage of the
 #: analytical choice. A stage's optimum is found within a few hundredths; a larger conv's
 #: ``traffic`` stage then spends any wall-clock limit proving it (1 s per space), which on a
-#: ResNet-50 was 70 of the set-up's 94 s, and a wall-clock cut-off made the choice depend on the load.
+#: ResNet-50 was 70 of the set-up's 94 s, and a wall-clock cut-off made the choice depend on the
+#: load.
 STAGE_WORK = 0.05
 
 
@@ -27,8 +35,8 @@ class Infeasible(RuntimeError):
 
 
 class Solver:
-    """CP-SAT over one ConstraintModel: random solutions, completions of partly fixed values, and the
-    solution nearest to a hint (how a draw that breaks a constraint is repaired)."""
+    """CP-SAT over one ConstraintModel: random solutions, completions of partly fixed values, and
+    the solution nearest to a hint (how a draw that breaks a constraint is repaired)."""
 
     def __init__(self, model: ConstraintModel, seed: int = 0, time_limit_s: float = 5.0):
         self.model = model
@@ -38,7 +46,10 @@ class Solver:
 
     def _solve(self, fixed: Values, hints: Values) -> Values | None:
         cp = self.model.cp.clone()
-        variables = {name: cp.get_int_var_from_proto_index(var.Index()) for name, var in self.model.vars.items()}
+        variables = {
+            name: cp.get_int_var_from_proto_index(var.Index())
+            for name, var in self.model.vars.items()
+        }
         for name, value in fixed.items():
             cp.Add(variables[name] == int(value))
         for name, value in hints.items():
@@ -67,7 +78,10 @@ class Solver:
         for decision in self.model.decisions:
             if decision.kind == "tile":
                 hints.update(
-                    zip(decision.variables, _random_tiling(decision.extent, len(decision.variables), self.rng))
+                    zip(
+                        decision.variables,
+                        _random_tiling(decision.extent, len(decision.variables), self.rng),
+                    )
                 )
         skip = set(skip)
         return {n: v for n, v in hints.items() if n not in skip}
@@ -80,7 +94,8 @@ class Solver:
         return got
 
     def complete(self, fixed: Values, hints: Values | None = None) -> Values:
-        """A solution that keeps ``fixed``; the other variables are re-solved (crossover, mutation)."""
+        """A solution that keeps ``fixed``; the other variables are re-solved (crossover,
+        mutation)."""
         free_hints = self._random_hints(skip=fixed)
         free_hints.update(hints or {})
         got = self._solve(dict(fixed), {k: v for k, v in free_hints.items() if k not in fixed})
@@ -91,10 +106,10 @@ class Solver:
     def analytical(self, stage_work: float = STAGE_WORK) -> dict[Blocking, Values]:
         """The solutions the analytical model picks, one per blocking: the model's objectives
         maximized stage after stage (:data:`~.model.OBJECTIVE_STAGES`, then the blocking's own
-        :data:`~.model.BLOCKING_STAGES`; the best found within ``stage_work``, CP-SAT's deterministic
-        time, so that the choice is the same on a loaded or a quiet machine). Empty when the model
-        has no objective. A stage whose cap leaves no solution is skipped; what no stage decides is
-        left to CP-SAT's deterministic search."""
+        :data:`~.model.BLOCKING_STAGES`; the best found within ``stage_work``, CP-SAT's
+        deterministic time, so that the choice is the same on a loaded or a quiet machine). Empty
+        when the model has no objective. A stage whose cap leaves no solution is skipped; what no
+        stage decides is left to CP-SAT's deterministic search."""
         if not self.model.objectives:
             return {}
         cp, shared = self.model.cp.clone(), None
@@ -109,9 +124,12 @@ class Solver:
                 choices[blocking] = solution
         return choices
 
-    def _maximize(self, cp: cp_model.CpModel, stage: ObjectiveStage, solution: Values | None, work: float):
-        """``cp`` with ``stage``'s objective held at its optimum, and that optimum's solution; ``cp``
-        and ``solution`` unchanged when the stage has no terms or no solution within its caps."""
+    def _maximize(
+        self, cp: cp_model.CpModel, stage: ObjectiveStage, solution: Values | None, work: float
+    ):
+        """``cp`` with ``stage``'s objective held at its optimum, and that optimum's solution;
+        ``cp`` and ``solution`` unchanged when the stage has no terms or no solution within its
+        caps."""
         terms = self.model.objectives.get(stage)
         if not terms:
             return cp, solution
@@ -125,7 +143,9 @@ class Solver:
         if solver.Solve(trial) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             return cp, solution
         solution = {
-            name: int(solver.Value(trial.get_int_var_from_proto_index(self.model.vars[name].Index())))
+            name: int(
+                solver.Value(trial.get_int_var_from_proto_index(self.model.vars[name].Index()))
+            )
             for name in self.model.primary
         }
         trial.ClearObjective()
@@ -147,7 +167,8 @@ class Solver:
 
 
 def _linear(cp: cp_model.CpModel, terms):
-    """``sum(coefficient * variable)`` over ``terms`` of the model ``cp`` was cloned from, in ``cp``."""
+    """``sum(coefficient * variable)`` over ``terms`` of the model ``cp`` was cloned from, in
+    ``cp``."""
     return sum(cp.get_int_var_from_proto_index(var.Index()) * k for var, k in terms)
 
 
@@ -174,8 +195,8 @@ class _Counter(cp_model.CpSolverSolutionCallback):
 
 
 def _cp_solver() -> cp_model.CpSolver:
-    """A CP-SAT solver that leaves SIGINT alone: by default CP-SAT installs its own CTRL-C handler per
-    solve and resets SIGINT to the default action afterwards, so the next CTRL-C would kill the
+    """A CP-SAT solver that leaves SIGINT alone: by default CP-SAT installs its own CTRL-C handler
+    per solve and resets SIGINT to the default action afterwards, so the next CTRL-C would kill the
     tuning process instead of stopping it after the round in flight."""
     solver = cp_model.CpSolver()
     solver.parameters.catch_sigint_signal = False

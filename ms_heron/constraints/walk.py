@@ -39,7 +39,9 @@ class ConstraintOptions:
 
     def validity_only(self) -> "ConstraintOptions":
         """These options with every performance constraint off."""
-        return dataclasses.replace(self, parallel_jobs=False, cache_capacity=False, power_of_two_lanes=False)
+        return dataclasses.replace(
+            self, parallel_jobs=False, cache_capacity=False, power_of_two_lanes=False
+        )
 
 
 @dataclass(kw_only=True)
@@ -58,7 +60,8 @@ class Loop:
 
 @dataclass
 class Kernel:
-    """What a GPU kernel's tiled block binds: thread-axis extents, and whether a warp runs each thread."""
+    """What a GPU kernel's tiled block binds: thread-axis extents, and whether a warp runs each
+    thread."""
 
     threads: dict = field(default_factory=dict)  # axis -> factors
     warp_lanes: bool = False
@@ -75,10 +78,14 @@ class Walk:
     model: ConstraintModel = field(default_factory=ConstraintModel)
     loops: dict = field(default_factory=dict)  # LoopRV -> Loop
     blocks: dict = field(default_factory=dict)  # SBlockRV -> block name
-    nest: dict = field(default_factory=dict)  # block name -> its tiled loops in order, once reordered
+    nest: dict = field(
+        default_factory=dict
+    )  # block name -> its tiled loops in order, once reordered
     sampled: dict = field(default_factory=dict)  # ExprRV -> variable name
     kernels: dict = field(default_factory=dict)  # tiled block name -> Kernel (GPU)
-    fetch_vectors: dict = field(default_factory=dict)  # cooperative-fetch stage -> its vector-width choice
+    fetch_vectors: dict = field(
+        default_factory=dict
+    )  # cooperative-fetch stage -> its vector-width choice
     counter: int = 0
 
     def fresh(self, prefix: str) -> str:
@@ -136,22 +143,32 @@ def on_sample_perfect_tile(walk: Walk, inst) -> None:
 def on_sample_categorical(walk: Walk, inst) -> None:
     walk.sampled[inst.outputs[0]] = walk.fresh("choice")
     _add_categorical(
-        walk.model, inst, "categorical", tuple(int(c) for c in inst.attrs[0]), walk.sampled[inst.outputs[0]]
+        walk.model,
+        inst,
+        "categorical",
+        tuple(int(c) for c in inst.attrs[0]),
+        walk.sampled[inst.outputs[0]],
     )
 
 
 def on_sample_compute_location(walk: Walk, inst) -> None:
     name = walk.block_name(inst.inputs[0])
-    _add_categorical(walk.model, inst, "location", _location_candidates(walk.space, name), walk.fresh("location"))
+    _add_categorical(
+        walk.model, inst, "location", _location_candidates(walk.space, name), walk.fresh("location")
+    )
 
 
 def on_split(walk: Walk, inst) -> None:
     ins = list(inst.inputs)
     parent = walk.loops.get(ins[0], Loop(block=None, iter_index=None, factors=()))
     for rv, factor in zip(inst.outputs, ins[1:]):
-        term = walk.sampled.get(factor, int(factor) if isinstance(factor, (int, tirx.IntImm)) else None)
+        term = walk.sampled.get(
+            factor, int(factor) if isinstance(factor, (int, tirx.IntImm)) else None
+        )
         walk.loops[rv] = Loop(
-            block=parent.block, iter_index=parent.iter_index, factors=(term,) if term is not None else ()
+            block=parent.block,
+            iter_index=parent.iter_index,
+            factors=(term,) if term is not None else (),
         )
 
 
@@ -162,11 +179,16 @@ def on_reorder(walk: Walk, inst) -> None:
 
 
 def on_fuse(walk: Walk, inst) -> None:
-    parts = [walk.loops.get(rv, Loop(block=None, iter_index=None, factors=())) for rv in inst.inputs]
+    parts = [
+        walk.loops.get(rv, Loop(block=None, iter_index=None, factors=())) for rv in inst.inputs
+    ]
     known = all(p.factors for p in parts)
     factors = tuple(f for p in parts for f in p.factors) if known else ()
     walk.loops[inst.outputs[0]] = Loop(
-        block=parts[0].block, iter_index=None, factors=factors, parts=tuple(c for p in parts for c in p.constituents())
+        block=parts[0].block,
+        iter_index=None,
+        factors=factors,
+        parts=tuple(c for p in parts for c in p.constituents()),
     )
 
 
@@ -192,23 +214,25 @@ def _add_categorical(model: ConstraintModel, inst, kind: str, cands: tuple, name
     model.add_decision(Decision(inst=inst, kind=kind, variables=(name,), candidates=cands))
     model.add(
         Constraint(
-            name=f"{name} in candidates {cands}", kind="candidates", holds=lambda v, n=name, k=len(cands): 0 <= v[n] < k
+            name=f"{name} in candidates {cands}",
+            kind="candidates",
+            holds=lambda v, n=name, k=len(cands): 0 <= v[n] < k,
         )
     )
 
 
 def _location_candidates(space: Schedule, block: str | None) -> tuple[int, ...]:
-    """What ``SampleComputeLocation`` may pick for ``block``: inline (-2), root (-1), or a loop of its
-    consumer by position.
+    """What ``SampleComputeLocation`` may pick for ``block``: inline (-2), root (-1), or a loop of
+    its consumer by position.
 
     TVM's own candidate list (``CollectComputeLocation``) also drops unit loops and loops after the
-    first reduction, which depend on the sampled tiles; this is its superset, and TVM maps a position
-    it rejects to the next valid one further out when the program is replayed (``replay`` reads
-    the normalized decision back). Inline is left out where a consumer is tensorized: the intrinsic
-    must read the block's buffer (a padded weight's packed copy), not the expression that fills it.
-    So are the loops from the first one a rule vectorized inward: a block placed there is vectorized
-    with its consumer, and TVM's vectorizer miscompiles a nested block with a branch (a concatenation
-    feeding a blocked transpose came out wrong at every such position).
+    first reduction, which depend on the sampled tiles; this is its superset, and TVM maps a
+    position it rejects to the next valid one further out when the program is replayed (``replay``
+    reads the normalized decision back). Inline is left out where a consumer is tensorized: the
+    intrinsic must read the block's buffer (a padded weight's packed copy), not the expression that
+    fills it. So are the loops from the first one a rule vectorized inward: a block placed there is
+    vectorized with its consumer, and TVM's vectorizer miscompiles a nested block with a branch (a
+    concatenation feeding a blocked transpose came out wrong at every such position).
     """
     try:
         rv = space.get_sblock(block)
@@ -216,7 +240,10 @@ def _location_candidates(space: Schedule, block: str | None) -> tuple[int, ...]:
         depth = max((_scalar_depth(space, c) for c in consumers), default=0)
         inline = () if feeds_tensorized(space, rv) else (-2,)
     except Exception:  # pylint: disable=broad-except  # inlined in this space: no loops to name
-        depth = max((_scalar_depth(space, b) for b in space.get_child_blocks(space.get_sblock("root"))), default=0)
+        depth = max(
+            (_scalar_depth(space, b) for b in space.get_child_blocks(space.get_sblock("root"))),
+            default=0,
+        )
         inline = (-2,)
     return (*inline, -1, *range(depth))
 

@@ -40,19 +40,19 @@ from .targets import TargetError, cpu_name, is_cpu, vector_bytes
 #: widens them (exact only on narrow weights: :func:`bytes_multiply_exactly`).
 Form = Literal["vpdpbusd", "vpmaddwd", "vpmaddubsw"]
 
-#: Weights within +-64 (the 7-bit weights of ONNX Runtime's ``reduce_range``) keep every pair of u8 x
-#: s8 products within s16 (255 x 64 x 2 = 32640), however they are paired.
+#: Weights within +-64 (the 7-bit weights of ONNX Runtime's ``reduce_range``) keep every pair of u8
+#: x s8 products within s16 (255 x 64 x 2 = 32640), however they are paired.
 NARROW_WEIGHT = 64
 
 
 def bytes_multiply_exactly(weights: np.ndarray, axis: int | None) -> bool:
-    """Whether ``vpmaddubsw`` is exact on these s8 weights ("narrow") for every u8 activation: no pair
-    it sums -- elements ``2i`` and ``2i + 1`` along the reduction ``axis``, as the weight is packed; an
-    odd last one pairs with the padding's zero -- can leave s16. That is 255 x (the pair's positive
-    weights) <= 32767 and 255 x (its negative ones) >= -32768: a pair of 127 and -128 fits, 65 and 64
-    do not. With ``axis`` None (the pairing is not known) every weight must lie within
-    +-:data:`NARROW_WEIGHT`, which fits whatever the pairing. A constraint on data, not on shapes:
-    only the lowering, where weights are constants, can check it."""
+    """Whether ``vpmaddubsw`` is exact on these s8 weights ("narrow") for every u8 activation: no
+    pair it sums -- elements ``2i`` and ``2i + 1`` along the reduction ``axis``, as the weight is
+    packed; an odd last one pairs with the padding's zero -- can leave s16. That is 255 x (the
+    pair's positive weights) <= 32767 and 255 x (its negative ones) >= -32768: a pair of 127 and
+    -128 fits, 65 and 64 do not. With ``axis`` None (the pairing is not known) every weight must lie
+    within +-:data:`NARROW_WEIGHT`, which fits whatever the pairing. A constraint on data, not on
+    shapes: only the lowering, where weights are constants, can check it."""
     if weights.dtype != np.int8:
         return False
     if weights.size == 0:
@@ -65,7 +65,8 @@ def bytes_multiply_exactly(weights: np.ndarray, axis: int | None) -> bool:
     pairs = w.reshape(*w.shape[:-1], -1, 2)
     most, least = np.iinfo(np.int16).max, np.iinfo(np.int16).min
     return bool(
-        (255 * np.clip(pairs, 0, None).sum(-1) <= most).all() and (255 * np.clip(pairs, None, 0).sum(-1) >= least).all()
+        (255 * np.clip(pairs, 0, None).sum(-1) <= most).all()
+        and (255 * np.clip(pairs, None, 0).sum(-1) >= least).all()
     )
 
 
@@ -103,8 +104,8 @@ class DotProduct:
 
     @property
     def tile(self) -> tuple[int, int]:
-        """``(lanes, reduction)``: the packed weight's tile, ``[n // lanes, k // reduction, n % lanes,
-        k % reduction]``."""
+        """``(lanes, reduction)``: the packed weight's tile, ``[n // lanes, k // reduction, n %
+        lanes, k % reduction]``."""
         return self.lanes, self.reduction
 
     @property
@@ -142,7 +143,9 @@ class DotProduct:
         if self.form == "vpmaddwd":
             return acc + T.call_llvm_pure_intrin(ops[0], a, b, dtype=out)
         pairs = T.call_llvm_pure_intrin(ops[0], a, b, dtype=f"int16x{2 * self.lanes}")
-        return acc + T.call_llvm_pure_intrin(ops[1], pairs, T.broadcast(T.int16(1), 2 * self.lanes), dtype=out)
+        return acc + T.call_llvm_pure_intrin(
+            ops[1], pairs, T.broadcast(T.int16(1), 2 * self.lanes), dtype=out
+        )
 
     def broadcast(self, word: tirx.PrimExpr) -> tirx.PrimExpr:
         """A 32-bit word (one activation group: 4 bytes, or 2 s16) repeated across the lanes, as a
@@ -246,9 +249,10 @@ def require_dot_product(target: Target) -> DotProduct:
     dot = dot_product(target)
     if dot is None:
         raise TargetError(
-            f"int8 kernels need an x86 CPU with AVX2 at least, but target {target.kind.name} with CPU "
-            f"'{cpu_name(target)}' has none; use an mcpu such as 'haswell', 'znver3' or 'znver4' (or "
-            "ms_heron.hardware.targets.host_target() on such a machine), or the fp32 form"
+            f"int8 kernels need an x86 CPU with AVX2 at least, but target {target.kind.name} with "
+            f"CPU '{cpu_name(target)}' has none; use an mcpu such as 'haswell', 'znver3' or "
+            "'znver4' (or ms_heron.hardware.targets.host_target() on such a machine), or the fp32 "
+            "form"
         )
     return dot
 
@@ -258,4 +262,6 @@ def native_dtype(target: Target) -> str:
     operations per instruction than an fp32 FMA on its widest vector (every x86 CPU with AVX2: 32
     against 16 there), else ``fp32``. The default of ``ms-heron tune`` and ``demo``."""
     dot = dot_product(target)
-    return "int8" if dot is not None and dot.ops_per_step > 2 * vector_bytes(target) // 4 else "fp32"
+    return (
+        "int8" if dot is not None and dot.ops_per_step > 2 * vector_bytes(target) // 4 else "fp32"
+    )

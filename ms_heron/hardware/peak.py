@@ -3,9 +3,9 @@ memory bandwidth, FMA latency.
 
 They give "% of peak" figures and each model task's bound (what the budget split holds its best
 kernel against). The numbers come from the probe kernels of :mod:`ms_heron.hardware.probes`
-(independent accumulator chains of AMX tile products, dot products or vector FMAs on every core; a load stream
-larger than the caches), so they need no C compiler, follow the Target's vector width and reflect
-the clock the machine runs at right now. Each is measured once per process.
+(independent accumulator chains of AMX tile products, dot products or vector FMAs on every core; a
+load stream larger than the caches), so they need no C compiler, follow the Target's vector width
+and reflect the clock the machine runs at right now. Each is measured once per process.
 """
 
 from __future__ import annotations
@@ -20,7 +20,15 @@ from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from tvm.target import Target
 
 from .dot_products import DotProduct, dot_product, require_dot_product
-from .probes import FMA_COEF, PEAK_CHAINS, amx_kernel, best_seconds, dot_kernel, fma_kernel, read_kernel
+from .probes import (
+    FMA_COEF,
+    PEAK_CHAINS,
+    amx_kernel,
+    best_seconds,
+    dot_kernel,
+    fma_kernel,
+    read_kernel,
+)
 from .targets import TargetError, has_amx, largest_cache_bytes, num_cores, runs_here, vector_bytes
 
 _OPS_PER_TILE_PRODUCT = 2 * 16 * 16 * 64  # one tdpbusd: a 16 x 16 int32 tile over 64 steps
@@ -37,16 +45,22 @@ def dot_peak_gops(target: Target, dot: DotProduct | None = None, iters: int = 2_
     _require_runs_here(target, "dot_peak_gops")
     cores = num_cores(target)
     best = best_seconds(
-        dot_kernel(dot, cores, iters), target, np.array([0x01010101, 0x01010101], "int32"), (cores, dot.lanes)
+        dot_kernel(dot, cores, iters),
+        target,
+        np.array([0x01010101, 0x01010101], "int32"),
+        (cores, dot.lanes),
     )
     return cores * iters * PEAK_CHAINS * dot.ops_per_step / best / 1e9
 
 
 @functools.cache
 def amx_peak_gops(target: Target, iters: int = 200_000) -> float:
-    """Peak u8 x s8 -> s32 GOPS of AMX tile products over all of the target's cores, measured now."""
+    """Peak u8 x s8 -> s32 GOPS of AMX tile products over all of the target's cores, measured
+    now."""
     if not has_amx(target):
-        raise TargetError(f"amx_peak_gops() needs AMX tiles this process may use; {target} has none here")
+        raise TargetError(
+            f"amx_peak_gops() needs AMX tiles this process may use; {target} has none here"
+        )
     cores = num_cores(target)
     best = best_seconds(amx_kernel(cores, iters), target, np.zeros(2, "int32"), (cores, 256))
     return float(cores * iters * _AMX_TILE_PRODUCTS * _OPS_PER_TILE_PRODUCT / best / 1e9)
@@ -62,7 +76,8 @@ def int8_peak(target: Target) -> tuple[str, float]:
 
 @functools.cache
 def fma_peak_gops(target: Target, iters: int = 2_000_000) -> float:
-    """Peak fp32 GOPS (2 per fused multiply-add lane) over all of the target's cores, measured now."""
+    """Peak fp32 GOPS (2 per fused multiply-add lane) over all of the target's cores, measured
+    now."""
     _require_runs_here(target, "fma_peak_gops")
     cores, lanes = num_cores(target), vector_bytes(target) // 4
     best = best_seconds(fma_kernel(cores, iters, lanes), target, FMA_COEF, (cores, lanes))
@@ -91,22 +106,26 @@ def memory_bandwidth_gbps(target: Target) -> float:
     # constant fills the stream in a fraction of the seconds random numbers take
     stream = np.full(cores * per_core, 1.0, dtype="float32")
     # two bursts: one run streams twice the largest cache, long enough to span the host's swings
-    seconds = best_seconds(read_kernel(cores, per_core, lanes), target, stream, (cores, lanes), bursts=2)
+    seconds = best_seconds(
+        read_kernel(cores, per_core, lanes), target, stream, (cores, lanes), bursts=2
+    )
     return cores * per_core * 4 / seconds / 1e9
 
 
 def bound_seconds(mod: IRModule, target: Target) -> float:
-    """The least time the kernel ``mod["main"]`` can take on the host: its flops at the FMA peak (the
-    :func:`int8_peak` for a kernel of 8-bit integers on an x86 CPU), or its arguments' bytes once through
-    memory at the measured bandwidth, whichever is longer. 0 for a target that is not this machine
-    (nothing to measure there)."""
+    """The least time the kernel ``mod["main"]`` can take on the host: its flops at the FMA peak
+    (the :func:`int8_peak` for a kernel of 8-bit integers on an x86 CPU), or its arguments' bytes
+    once through memory at the measured bandwidth, whichever is longer. 0 for a target that is not
+    this machine (nothing to measure there)."""
     if not runs_here(target):
         return 0.0
     args = ArgInfo.from_prim_func(mod["main"])
     moved = sum(math.prod(int(d) for d in a.shape) * DataType(a.dtype).itemsize for a in args)
     int8 = any(str(a.dtype) in ("int8", "uint8") for a in args) and dot_product(target) is not None
     ops_per_s = (int8_peak(target)[1] if int8 else fma_peak_gops(target)) * 1e9
-    return float(max(estimate_tir_flops(mod) / ops_per_s, moved / (memory_bandwidth_gbps(target) * 1e9)))
+    return float(
+        max(estimate_tir_flops(mod) / ops_per_s, moved / (memory_bandwidth_gbps(target) * 1e9))
+    )
 
 
 def share_of_bound(bound_s: float, best_s: float) -> float:

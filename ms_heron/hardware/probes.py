@@ -35,7 +35,12 @@ BURST_GAP_S = 0.1
 
 
 def best_seconds(
-    kernel: tvm.tirx.PrimFunc, target: Target, coef: np.ndarray, out_shape: tuple, *, bursts: int = BURSTS
+    kernel: tvm.tirx.PrimFunc,
+    target: Target,
+    coef: np.ndarray,
+    out_shape: tuple,
+    *,
+    bursts: int = BURSTS,
 ) -> float:
     """Fastest run of a probe kernel ``(coef, out)`` over ``bursts`` bursts of five, spread in time;
     ``out`` has ``coef``'s dtype."""
@@ -51,11 +56,14 @@ def best_seconds(
     return fastest
 
 
-def dot_kernel(dot: DotProduct, cores: int, iters: int, chains: int = PEAK_CHAINS) -> tvm.tirx.PrimFunc:
+def dot_kernel(
+    dot: DotProduct, cores: int, iters: int, chains: int = PEAK_CHAINS
+) -> tvm.tirx.PrimFunc:
     """``chains`` independent accumulators of the x86 dot product ``dot`` per core, ``iters`` times:
     the instruction and, where it does not accumulate itself, its ``vpaddd``. Each step multiplies
     its own accumulator's bytes: a product of loop-invariant operands alone (``vpmaddwd``'s, unlike
-    ``vpdpbusd``'s, which takes the accumulator) would be hoisted out of the loop, leaving only adds."""
+    ``vpdpbusd``'s, which takes the accumulator) would be hoisted out of the loop, leaving only
+    adds."""
     lanes = dot.lanes
 
     @T.prim_func(s_tir=True)
@@ -98,7 +106,11 @@ def amx_kernel(cores: int, iters: int) -> tvm.tirx.PrimFunc:
                     T.evaluate(tile_instruction("tdpbusd", T.uint8(1), T.uint8(4), T.uint8(7)))
                     T.evaluate(tile_instruction("tdpbusd", T.uint8(2), T.uint8(5), T.uint8(6)))
                     T.evaluate(tile_instruction("tdpbusd", T.uint8(3), T.uint8(5), T.uint8(7)))
-                T.evaluate(tile_instruction("tilestored64", T.uint8(0), T.address_of(out[vc, 0]), T.int64(64)))
+                T.evaluate(
+                    tile_instruction(
+                        "tilestored64", T.uint8(0), T.address_of(out[vc, 0]), T.int64(64)
+                    )
+                )
 
     return probe
 
@@ -139,7 +151,9 @@ def read_kernel(cores: int, per_core: int, lanes: int, chains: int = 4) -> tvm.t
     steps = per_core // (chains * lanes)
 
     @T.prim_func(s_tir=True)
-    def probe(a: T.Buffer((cores * per_core,), "float32"), out: T.Buffer((cores, lanes), "float32")):
+    def probe(
+        a: T.Buffer((cores * per_core,), "float32"), out: T.Buffer((cores, lanes), "float32")
+    ):
         T.func_attr({"global_symbol": "main", "tirx.noalias": True})
         for c in T.parallel(cores):
             with T.sblock("core"):
@@ -154,7 +168,9 @@ def read_kernel(cores: int, per_core: int, lanes: int, chains: int = 4) -> tvm.t
                             + a[T.ramp(vc * per_core + (i * chains + k) * lanes, 1, lanes)]
                         )
                 for k in T.unroll(1, chains):
-                    acc[T.ramp(0, 1, lanes)] = acc[T.ramp(0, 1, lanes)] + acc[T.ramp(k * lanes, 1, lanes)]
+                    acc[T.ramp(0, 1, lanes)] = (
+                        acc[T.ramp(0, 1, lanes)] + acc[T.ramp(k * lanes, 1, lanes)]
+                    )
                 out[vc, T.ramp(0, 1, lanes)] = acc[T.ramp(0, 1, lanes)]
 
     return probe

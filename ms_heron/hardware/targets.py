@@ -31,12 +31,15 @@ def host_target(num_cores: int | None = None) -> Target:
     """
     if num_cores is None:
         num_cores = usable_cores()
-    return Target({"kind": "llvm", "mcpu": codegen.llvm_get_system_cpu(), "num-cores": int(num_cores)})
+    return Target(
+        {"kind": "llvm", "mcpu": codegen.llvm_get_system_cpu(), "num-cores": int(num_cores)}
+    )
 
 
 def usable_cores(cgroup_cpu_max: str = "/sys/fs/cgroup/cpu.max") -> int:
     """The physical cores this process may run on: no more than its CPU affinity (``taskset``) and
-    its container's CPU quota (cgroup v2 ``cpu.max``) allow, so ``num-cores`` threads never queue."""
+    its container's CPU quota (cgroup v2 ``cpu.max``) allow, so ``num-cores`` threads never
+    queue."""
     import psutil  # pylint: disable=import-outside-toplevel
 
     cores = psutil.cpu_count(logical=False) or psutil.cpu_count() or 1
@@ -72,7 +75,8 @@ def _plain(value: Any) -> Any:
 def parse_target(spec: Any) -> Target:
     """Turn a Target, a dict, a JSON string, a tag, or ``"host"`` into a Target.
 
-    TVM 0.27 no longer parses CLI strings like ``"llvm -mcpu=znver4"``; say how to write them instead.
+    TVM 0.27 no longer parses CLI strings like ``"llvm -mcpu=znver4"``; say how to write them
+    instead.
     """
     if isinstance(spec, Target):
         return spec
@@ -93,14 +97,16 @@ def parse_target(spec: Any) -> Target:
             ) from None
     if " -" in text or text.startswith("-"):
         raise TargetError(
-            f"target {text!r} is in the old CLI form, which TVM 0.27 no longer accepts; write it as a "
+            f"target {text!r} is in the old CLI form, which TVM 0.27 no longer accepts; write it "
+            "as a "
             'dict or JSON, e.g. {"kind": "llvm", "mcpu": "znver4", "num-cores": 2}, or use "host"'
         )
     try:
         return Target(text)
     except Exception as err:  # TVM raises several error types for unknown kinds/tags
         raise TargetError(
-            f"unknown target {text!r} ({err}); use a tag such as 'nvidia/nvidia-h100', a dict such as "
+            f"unknown target {text!r} ({err}); use a tag such as 'nvidia/nvidia-h100', a dict such "
+            "as "
             '{"kind": "llvm", "mcpu": "znver4", "num-cores": 2}, or "host"'
         ) from err
 
@@ -136,7 +142,9 @@ def host_cpu_model() -> str:
     except OSError:
         pass
     name = fields.get("model name") or platform.processor() or "unknown CPU"
-    numbers = f"family {fields['cpu family']} model {fields['model']}, " if "model" in fields else ""
+    numbers = (
+        f"family {fields['cpu family']} model {fields['model']}, " if "model" in fields else ""
+    )
     return f"{name} ({numbers}LLVM: {codegen.llvm_get_system_cpu()})"
 
 
@@ -167,7 +175,11 @@ def has_amx(target: Target) -> bool:
     Only this machine counts because the OS's grant is a property of the running system (a VM may
     report AMX in CPUID and still refuse it); elsewhere the int8 kernels use VNNI.
     """
-    return is_host(target) and bool(codegen.target_has_features("amx-int8", target)) and request_amx_tile_state()
+    return (
+        is_host(target)
+        and bool(codegen.target_has_features("amx-int8", target))
+        and request_amx_tile_state()
+    )
 
 
 def vector_bytes(target: Target) -> int:
@@ -188,7 +200,9 @@ def vector_registers(target: Target) -> int:
     """How many vector registers the target's CPU has, from its LLVM features: 32 zmm with AVX-512
     (and on AArch64), 16 ymm/xmm with AVX or SSE only."""
     if not is_cpu(target):
-        raise TargetError(f"vector_registers() is a CPU fact; {target.kind.name} is not an llvm target")
+        raise TargetError(
+            f"vector_registers() is a CPU fact; {target.kind.name} is not an llvm target"
+        )
     features = codegen.llvm_get_cpu_features(target)
     if "avx512f" in features or "neon" in features or "sve" in features:
         return 32
@@ -205,14 +219,20 @@ def cpu_cache_bytes(target: Target) -> dict[str, int]:
     """Per-core data-cache sizes: read from the host when the target is this CPU, else from
     :data:`CACHES_ENV`, else typical ones."""
     if not is_cpu(target):
-        raise TargetError(f"cpu_cache_bytes() is a CPU fact; {target.kind.name} is not an llvm target")
+        raise TargetError(
+            f"cpu_cache_bytes() is a CPU fact; {target.kind.name} is not an llvm target"
+        )
     if not is_host(target):
         return {**_DEFAULT_CACHES, **_caches_from_env()}
-    return {**_DEFAULT_CACHES, **{level: size for level, size in _host_caches().items() if level in _DEFAULT_CACHES}}
+    return {
+        **_DEFAULT_CACHES,
+        **{level: size for level, size in _host_caches().items() if level in _DEFAULT_CACHES},
+    }
 
 
 def largest_cache_bytes() -> int:
-    """The host's largest data cache (its last level), or the largest typical one if sysfs is silent."""
+    """The host's largest data cache (its last level), or the largest typical one if sysfs is
+    silent."""
     return max([*_host_caches().values(), *_DEFAULT_CACHES.values()])
 
 
@@ -225,24 +245,32 @@ def runs_here(target: Target) -> bool:
     """Whether code compiled for ``target`` runs on this machine: it is this CPU, or a narrower one
     whose vector and dot-product extensions (AVX, FMA, AVX-512, VNNI, AMX) this CPU all has, as
     ``haswell`` code runs on any CPU here. Peaks, bandwidth and caches measured here are then the
-    ones its kernels meet (an AVX2 kernel on a Zen 4 is held against the AVX2 peak of that Zen 4)."""
+    ones its kernels meet (an AVX2 kernel on a Zen 4 is held against the AVX2 peak of that Zen
+    4)."""
     if is_host(target):
         return True
     if not is_cpu(target) or "x86" not in str(target.attrs.get("mtriple", "x86")):
         return False
-    host = codegen.llvm_get_cpu_features(Target({"kind": "llvm", "mcpu": codegen.llvm_get_system_cpu()}))
+    host = codegen.llvm_get_cpu_features(
+        Target({"kind": "llvm", "mcpu": codegen.llvm_get_system_cpu()})
+    )
     wanted = {f for f in codegen.llvm_get_cpu_features(target) if f.startswith(_VECTOR_EXTENSIONS)}
     return wanted <= set(host)
 
 
 #: Instruction sets narrower than a host's, as the CPU LLVM compiles for (:func:`narrowed`).
-ISA_MCPU = {"avx2": "haswell", "avx512bw": "skylake-avx512", "avxvnni": "alderlake", "avx512vnni": "cascadelake"}
+ISA_MCPU = {
+    "avx2": "haswell",
+    "avx512bw": "skylake-avx512",
+    "avxvnni": "alderlake",
+    "avx512vnni": "cascadelake",
+}
 
 
 def narrowed(target: Target, isa: str) -> Target:
-    """``target`` compiled for the instruction set ``isa`` (a key of :data:`ISA_MCPU`) instead of its
-    own CPU, to measure here what a CPU with only that set gets; a TargetError where this machine
-    cannot run its code."""
+    """``target`` compiled for the instruction set ``isa`` (a key of :data:`ISA_MCPU`) instead of
+    its own CPU, to measure here what a CPU with only that set gets; a TargetError where this
+    machine cannot run its code."""
     if isa not in ISA_MCPU:
         raise TargetError(f"unknown instruction set {isa!r}; choose one of {', '.join(ISA_MCPU)}")
     narrow = Target({**target_json(target), "mcpu": ISA_MCPU[isa]})
@@ -262,13 +290,23 @@ def _host_caches() -> dict[str, int]:
     sizes = {}
     for index in glob.glob("/sys/devices/system/cpu/cpu0/cache/index*"):
         try:
-            with open(f"{index}/level") as f_level, open(f"{index}/type") as f_type, open(f"{index}/size") as f_size:
-                level, kind, size = f_level.read().strip(), f_type.read().strip(), f_size.read().strip()
+            with (
+                open(f"{index}/level") as f_level,
+                open(f"{index}/type") as f_type,
+                open(f"{index}/size") as f_size,
+            ):
+                level, kind, size = (
+                    f_level.read().strip(),
+                    f_type.read().strip(),
+                    f_size.read().strip(),
+                )
         except OSError:
             continue
         if kind in ("Data", "Unified"):
             sizes[f"L{level}"] = (
-                int(size.rstrip("K")) * 1024 if size.endswith("K") else int(size.rstrip("M")) * 1024 * 1024
+                int(size.rstrip("K")) * 1024
+                if size.endswith("K")
+                else int(size.rstrip("M")) * 1024 * 1024
             )
     return sizes
 
@@ -279,7 +317,10 @@ def _caches_from_env() -> dict[str, int]:
     for item in filter(None, (part.strip() for part in text.split(","))):
         match = re.fullmatch(r"(L[12])=(\d+)([KM]?)", item, re.IGNORECASE)
         if not match:
-            raise TargetError(f"{CACHES_ENV}={text!r}: write the target CPU's per-core data caches as L1=32K,L2=1M")
+            raise TargetError(
+                f"{CACHES_ENV}={text!r}: write the target CPU's per-core data caches as "
+                "L1=32K,L2=1M"
+            )
         scale = {"": 1, "K": 1024, "M": 1024 * 1024}[match.group(3).upper()]
         sizes[match.group(1).upper()] = int(match.group(2)) * scale
     return sizes
@@ -300,7 +341,9 @@ class GpuLimits:
             raise TargetError(f"GPU limits need a cuda target, got {target.kind.name}")
         attrs = target.attrs
         missing = [
-            k for k in ("max_shared_memory_per_block", "max_threads_per_block", "thread_warp_size") if k not in attrs
+            k
+            for k in ("max_shared_memory_per_block", "max_threads_per_block", "thread_warp_size")
+            if k not in attrs
         ]
         if missing:
             raise TargetError(

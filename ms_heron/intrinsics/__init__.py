@@ -1,8 +1,8 @@
 """Tensor intrinsics: which one serves which (target, dtype), and registration of fixed ones.
 
-Importing this package is cheap. :func:`ensure_registered` pays for TVM's ``tvm.s_tir.tensor_intrin``
-(:mod:`.library`: its x86 part alone for a CPU target, ~0.1 s) once per process, where tuning or
-tensorizing needs it.
+Importing this package is cheap. :func:`ensure_registered` pays for TVM's
+``tvm.s_tir.tensor_intrin`` (:mod:`.library`: its x86 part alone for a CPU target, ~0.1 s) once per
+process, where tuning or tensorizing needs it.
 """
 
 import functools
@@ -37,8 +37,9 @@ __all__ = [
 def ensure_registered(target: Target | None = None) -> None:
     """Register ms_heron's intrinsics and repair TVM's VNNI one, once per process, so that replaying
     a database record finds every intrinsic it names: AMX, the x86 dot products and TVM's x86 ones
-    always; WMMA in Heron's three shapes and the rest of TVM's library for a CUDA target or when no target is given
-    (TVMScript that takes ~5 s to parse, which a CPU tuning process would pay for nothing)."""
+    always; WMMA in Heron's three shapes and the rest of TVM's library for a CUDA target or when no
+    target is given (TVMScript that takes ~5 s to parse, which a CPU tuning process would pay for
+    nothing)."""
     _register_cpu()
     if target is None or is_cuda(target):
         _register_wmma()

@@ -52,7 +52,9 @@ def is_amx(name: str) -> bool:
 def _desc(a: T.handle, b: T.handle, c: T.handle) -> None:
     sa, sb, sc, kc = T.int32(), T.int32(), T.int32(), T.int32()
     A = T.match_buffer(a, (ROWS, kc), "uint8", strides=[sa, 1], offset_factor=1)
-    B = T.match_buffer(b, (COLS // 16, kc // 4, 16, 4), "int8", strides=[sb, 64, 4, 1], offset_factor=1)
+    B = T.match_buffer(
+        b, (COLS // 16, kc // 4, 16, 4), "int8", strides=[sb, 64, 4, 1], offset_factor=1
+    )
     C = T.match_buffer(c, (ROWS, COLS), "int32", strides=[sc, 1], offset_factor=1)
     with T.sblock("root"):
         T.reads(C[0:ROWS, 0:COLS], A[0:ROWS, 0:kc], B[0 : COLS // 16, 0 : kc // 4, 0:16, 0:4])
@@ -69,7 +71,9 @@ def _desc(a: T.handle, b: T.handle, c: T.handle) -> None:
 def _impl(a: T.handle, b: T.handle, c: T.handle) -> None:
     sa, sb, sc, kc = T.int32(), T.int32(), T.int32(), T.int32()
     A = T.match_buffer(a, (ROWS, kc), "uint8", strides=[sa, 1], offset_factor=1)
-    B = T.match_buffer(b, (COLS // 16, kc // 4, 16, 4), "int8", strides=[sb, 64, 4, 1], offset_factor=1)
+    B = T.match_buffer(
+        b, (COLS // 16, kc // 4, 16, 4), "int8", strides=[sb, 64, 4, 1], offset_factor=1
+    )
     C = T.match_buffer(c, (ROWS, COLS), "int32", strides=[sc, 1], offset_factor=1)
     with T.sblock("root"):
         T.reads(C[0:ROWS, 0:COLS], A[0:ROWS, 0:kc], B[0 : COLS // 16, 0 : kc // 4, 0:16, 0:4])
@@ -82,13 +86,25 @@ def _impl(a: T.handle, b: T.handle, c: T.handle) -> None:
         T.evaluate(tile_instruction("tileloadd64", T.uint8(3), T.address_of(C[16, 16]), c_stride))
         for step in range(kc // STEP):
             T.evaluate(
-                tile_instruction("tileloadd64", T.uint8(4), T.address_of(A[0, step * STEP]), T.Cast("int64", sa))
+                tile_instruction(
+                    "tileloadd64", T.uint8(4), T.address_of(A[0, step * STEP]), T.Cast("int64", sa)
+                )
             )
             T.evaluate(
-                tile_instruction("tileloadd64", T.uint8(5), T.address_of(A[16, step * STEP]), T.Cast("int64", sa))
+                tile_instruction(
+                    "tileloadd64", T.uint8(5), T.address_of(A[16, step * STEP]), T.Cast("int64", sa)
+                )
             )
-            T.evaluate(tile_instruction("tileloadd64", T.uint8(6), T.address_of(B[0, step * 16, 0, 0]), T.int64(64)))
-            T.evaluate(tile_instruction("tileloadd64", T.uint8(7), T.address_of(B[1, step * 16, 0, 0]), T.int64(64)))
+            T.evaluate(
+                tile_instruction(
+                    "tileloadd64", T.uint8(6), T.address_of(B[0, step * 16, 0, 0]), T.int64(64)
+                )
+            )
+            T.evaluate(
+                tile_instruction(
+                    "tileloadd64", T.uint8(7), T.address_of(B[1, step * 16, 0, 0]), T.int64(64)
+                )
+            )
             T.evaluate(tile_instruction("tdpbusd", T.uint8(0), T.uint8(4), T.uint8(6)))
             T.evaluate(tile_instruction("tdpbusd", T.uint8(1), T.uint8(4), T.uint8(7)))
             T.evaluate(tile_instruction("tdpbusd", T.uint8(2), T.uint8(5), T.uint8(6)))
@@ -101,7 +117,9 @@ def _impl(a: T.handle, b: T.handle, c: T.handle) -> None:
 
 def _of_depth(func, depth: int):
     a = func.params[0]
-    return func.specialize({a: tirx.decl_buffer((ROWS, STEP * depth), "uint8", strides=a.strides, offset_factor=1)})
+    return func.specialize(
+        {a: tirx.decl_buffer((ROWS, STEP * depth), "uint8", strides=a.strides, offset_factor=1)}
+    )
 
 
 @functools.cache

@@ -27,7 +27,8 @@ import sys
 
 _PARENT = "tvm.s_tir"
 _PACKAGE = f"{_PARENT}.tensor_intrin"
-#: Frames whose source line TVMScript's parser reads: its own, the decorated function's, the class's.
+#: Frames whose source line TVMScript's parser reads: its own, the decorated function's, the
+#: class's.
 _NEAR_FRAMES = 3
 
 
@@ -39,7 +40,14 @@ def _stack_with_near_lines(context: int = 1) -> list[inspect.FrameInfo]:
             frames.append(inspect.FrameInfo(frame, *info))
         else:
             frames.append(
-                inspect.FrameInfo(frame, frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name, None, None)
+                inspect.FrameInfo(
+                    frame,
+                    frame.f_code.co_filename,
+                    frame.f_lineno,
+                    frame.f_code.co_name,
+                    None,
+                    None,
+                )
             )
         frame = frame.f_back
     return frames

@@ -1,9 +1,9 @@
 """CUDA WMMA (TensorCore) intrinsic groups in Heron's three fragment shapes.
 
 Heron's TensorCore path chooses the fragment shape ``m x n x k`` among 16x16x16, 32x8x16 and
-8x32x16 (``m * n * k = 4096``, ``k = 16``). TVM 0.27 registers only 16x16x16; the other two are built
-here from TVM's own generators (``tvm.s_tir.tensor_intrin.cuda.get_wmma_*_intrin``), so all three
-share one implementation path in codegen and nvcc.
+8x32x16 (``m * n * k = 4096``, ``k = 16``). TVM 0.27 registers only 16x16x16; the other two are
+built here from TVM's own generators (``tvm.s_tir.tensor_intrin.cuda.get_wmma_*_intrin``), so all
+three share one implementation path in codegen and nvcc.
 """
 
 from __future__ import annotations
@@ -64,9 +64,15 @@ class WmmaGroup:
         names = self.names()
         makers = {
             "init": lambda: cuda.get_wmma_fill_intrin(m, n, k, self.out_dtype),
-            "load_a": lambda: cuda.get_wmma_load_intrin(m, n, k, self.in_dtype, SHARED_SCOPE, False, False),
-            "load_b": lambda: cuda.get_wmma_load_intrin(m, n, k, self.in_dtype, SHARED_SCOPE, True, False),
-            "compute": lambda: cuda.get_wmma_sync_intrin(m, n, k, self.in_dtype, self.out_dtype, False),
+            "load_a": lambda: cuda.get_wmma_load_intrin(
+                m, n, k, self.in_dtype, SHARED_SCOPE, False, False
+            ),
+            "load_b": lambda: cuda.get_wmma_load_intrin(
+                m, n, k, self.in_dtype, SHARED_SCOPE, True, False
+            ),
+            "compute": lambda: cuda.get_wmma_sync_intrin(
+                m, n, k, self.in_dtype, self.out_dtype, False
+            ),
             "store": lambda: cuda.get_wmma_store_intrin(m, n, k, self.out_dtype, SHARED_SCOPE),
         }
         for role, name in names.items():

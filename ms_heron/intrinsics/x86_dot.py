@@ -2,9 +2,10 @@
 
 Each computes ``C[lanes] += A[reduction] . B[lanes, reduction]``: one u8 activation group broadcast
 against ``lanes`` rows of s8 weights, read in the packed layout ``[n // lanes, k // reduction,
-n % lanes, k % reduction]`` (:mod:`ms_heron.schedule.operand_layout` packs a weight to it). Where the
-instruction multiplies s16 (``vpmaddwd``), both operands are read widened: an s16 weight, and the s16
-copy of the u8 activation that :func:`~ms_heron.schedule.operand_layout.widen_activation` makes.
+n % lanes, k % reduction]`` (:mod:`ms_heron.schedule.operand_layout` packs a weight to it). Where
+the instruction multiplies s16 (``vpmaddwd``), both operands are read widened: an s16 weight, and
+the s16 copy of the u8 activation that :func:`~ms_heron.schedule.operand_layout.widen_activation`
+makes.
 
 TVM 0.27 ships AVX-512 VNNI's as ``dot_16x4_vnni``, but its implementation passes ``<16 x i32>``
 operands to ``llvm.x86.avx512.vpdpbusd.512``; the bundled LLVM 22 wants ``<64 x i8>`` and rejects
@@ -78,7 +79,8 @@ def _parsed(dot: DotProduct):
 
 
 def register_dot_products() -> None:
-    """Register every dot product's intrinsic under its name (cheap; safe to call more than once)."""
+    """Register every dot product's intrinsic under its name (cheap; safe to call more than
+    once)."""
     for dot in DOT_PRODUCTS:
         if TensorIntrin.get(dot.name, allow_missing=True) is None:
             TensorIntrin.register(dot.name, *_desc_and_impl(dot))

@@ -16,9 +16,10 @@ from .base import HeronPostproc
 class PackPanels(HeronPostproc):
     """For every block whose ``ms_heron.pack_panels`` annotation is 1: the input its micro-kernel
     streams (``B[k, n]``) is copied, once per call and in parallel, into
-    ``B_global[n // NR, k, n % NR]``, NR being the extent of the block's innermost (vector lane) loop,
-    so the micro-kernel reads one contiguous panel per NR columns (BLIS's packed B). The annotation
-    is removed either way; a block whose lanes no longer stream such an input is left as it is.
+    ``B_global[n // NR, k, n % NR]``, NR being the extent of the block's innermost (vector lane)
+    loop, so the micro-kernel reads one contiguous panel per NR columns (BLIS's packed B). The
+    annotation is removed either way; a block whose lanes no longer stream such an input is left as
+    it is.
     """
 
     def apply(self, sch: Schedule) -> bool:
@@ -51,7 +52,9 @@ def _pack(sch: Schedule, block: SBlockRV) -> None:
         return
     panel = int(lane_loop.extent)
     copy = sch.cache_read(block, index, "global")
-    sch.transform_layout(block, ("read", index), lambda *idx: [idx[-1] // panel, *idx[:-1], idx[-1] % panel])
+    sch.transform_layout(
+        block, ("read", index), lambda *idx: [idx[-1] // panel, *idx[:-1], idx[-1] % panel]
+    )
     *outer, last = sch.get_loops(copy)
     columns, lanes = sch.split(last, [None, panel])
     sch.reorder(columns, *outer, lanes)

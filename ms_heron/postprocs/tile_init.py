@@ -1,4 +1,5 @@
-"""The zeroing of an accumulator tile: vectorized along its rows, and kept a loop where it is large."""
+"""The zeroing of an accumulator tile: vectorized along its rows, and kept a loop where it is
+large."""
 
 from __future__ import annotations
 
@@ -55,7 +56,11 @@ class FuseTileInit(HeronPostproc):
     def apply(self, sch: Schedule) -> bool:
         names = {sch.get(b).name_hint: b for b in _blocks(sch, sch.get_sblock("root"))}
         for name, init in names.items():
-            update = names.get(name.removesuffix("_init") + "_update") if name.endswith("_init") else None
+            update = (
+                names.get(name.removesuffix("_init") + "_update")
+                if name.endswith("_init")
+                else None
+            )
             if update is not None:
                 _fuse_init(sch, init, update)
         return True
@@ -70,10 +75,15 @@ def _blocks(sch: Schedule, parent: SBlockRV) -> list[SBlockRV]:
 
 
 def _fuse_init(sch: Schedule, init: SBlockRV, update: SBlockRV) -> None:
-    own = [lp for lp in sch.get_loops(init) if len(sch.get_child_blocks(lp)) == 1]  # the init's alone
+    own = [
+        lp for lp in sch.get_loops(init) if len(sch.get_child_blocks(lp)) == 1
+    ]  # the init's alone
     loops = sch.get_loops(update)
     reductions = {sch.get(lp).loop_var.name for lp in reduction_loops(sch, update)}
-    last = max((i for i, lp in enumerate(loops) if sch.get(lp).loop_var.name in reductions), default=len(loops) - 1)
+    last = max(
+        (i for i, lp in enumerate(loops) if sch.get(lp).loop_var.name in reductions),
+        default=len(loops) - 1,
+    )
     micro = math.prod(_extent(sch, lp) for lp in loops[last + 1 :])
     chunk = len(own)  # the innermost own loops that together zero at most one micro-tile stay
     while chunk > 0 and math.prod(_extent(sch, lp) for lp in own[chunk - 1 :]) <= micro:

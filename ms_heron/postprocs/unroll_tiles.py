@@ -13,13 +13,16 @@ from .base import HeronPostproc
 @heron_object
 class UnrollTiles(HeronPostproc):
     """For every block annotated ``ms_heron.unroll_tile`` = n: its n innermost loops, where still
-    serial, are unrolled, and the annotation removed. A padded weight's pad-and-pack copy walks VNNI's
-    16 x 4 tiles this way, so LLVM turns each tile into vector loads and shuffles. The rule cannot
-    unroll them itself: the copy's place is sampled later, and ``compute_at`` regenerates its loops.
+    serial, are unrolled, and the annotation removed. A padded weight's pad-and-pack copy walks
+    VNNI's 16 x 4 tiles this way, so LLVM turns each tile into vector loads and shuffles. The rule
+    cannot unroll them itself: the copy's place is sampled later, and ``compute_at`` regenerates its
+    loops.
     """
 
     def apply(self, sch: Schedule) -> bool:
-        for block in sch.get_child_blocks(sch.get_sblock("root")):  # compute_at keeps the root's scope
+        for block in sch.get_child_blocks(
+            sch.get_sblock("root")
+        ):  # compute_at keeps the root's scope
             count = sch.get(block).annotations.get(UNROLL_TILE)
             if count is None:
                 continue

@@ -25,9 +25,9 @@ class DisallowBlocksInVectorLoops(HeronPostproc):
     """Refuse a program in which a vectorized loop holds more than one block. Some rules vectorize
     their block's innermost loop themselves (a blocked transpose's write tile), and a producer's
     sampled compute location may then lie inside it; TVM's vectorizer miscompiles such a nested
-    block with a branch (a concatenation feeding a blocked transpose computed wrong values). HeronSearch's
-    constraint model never picks those locations; this catches the searches that mutate them freely
-    (MetaSchedule's evolutionary search over HeronSpace)."""
+    block with a branch (a concatenation feeding a blocked transpose computed wrong values).
+    HeronSearch's constraint model never picks those locations; this catches the searches that
+    mutate them freely (MetaSchedule's evolutionary search over HeronSpace)."""
 
     def apply(self, sch: Schedule) -> bool:
         return not blocks_in_vector_loops(sch)

@@ -1,6 +1,6 @@
-"""Whole models through Relax: ONNX import (:mod:`.frontend`), the graph rewrites (:mod:`.passes`), lowering to fused
-tuning tasks and compiling with a database (:mod:`.lowering`), and the tasks' times against their bounds
-(:mod:`.tasks`)."""
+"""Whole models through Relax: ONNX import (:mod:`.frontend`), the graph rewrites (:mod:`.passes`),
+lowering to fused tuning tasks and compiling with a database (:mod:`.lowering`), and the tasks'
+times against their bounds (:mod:`.tasks`)."""
 
 from .frontend import from_onnx
 from .lowering import (

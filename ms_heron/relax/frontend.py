@@ -38,15 +38,21 @@ def from_onnx(model, input_shapes: Mapping[str, tuple[int, ...]] | None = None) 
         import onnx  # pylint: disable=import-outside-toplevel
         from tvm.relax.frontend.onnx import from_onnx as relax_from_onnx  # pylint: disable=import-outside-toplevel
     except ImportError as err:
-        raise ModelError("ONNX import needs the onnx package: pip install 'ms_heron[onnx]'") from err
+        raise ModelError(
+            "ONNX import needs the onnx package: pip install 'ms_heron[onnx]'"
+        ) from err
     if isinstance(model, (str, os.PathLike)):
         model = onnx.load(os.fspath(model))
     inputs = {i.name: i for i in model.graph.input}
     unknown = sorted(set(input_shapes or {}) - set(inputs))
     if unknown:
-        raise ModelError(f"--input-shape names {', '.join(unknown)}, but the model's inputs are {', '.join(inputs)}")
+        raise ModelError(
+            f"--input-shape names {', '.join(unknown)}, but the model's inputs are "
+            f"{', '.join(inputs)}"
+        )
     dtypes = {
-        name: onnx.helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type).name for name, i in inputs.items()
+        name: onnx.helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type).name
+        for name, i in inputs.items()
     }
     try:
         with _with_converters(onnx_converters()):
@@ -80,7 +86,8 @@ def _with_converters(extra: Mapping[str, Any]):
 
 
 def onnx_converters() -> dict:
-    """ONNX operator name -> Relax frontend converter for the operators above (needs the onnx package)."""
+    """ONNX operator name -> Relax frontend converter for the operators above (needs the onnx
+    package)."""
     # pylint: disable-next=import-outside-toplevel
     from tvm.relax.frontend.onnx.onnx_frontend import Clip as StockClip
     from tvm.relax.frontend.onnx.onnx_frontend import OnnxOpConverter
@@ -94,16 +101,20 @@ def onnx_converters() -> dict:
             return conv_integer(inputs, attr)
 
     class Clip(StockClip):
-        """ONNX Clip (opset 11+, bounds as inputs) with constant scalar bounds -> ``relax.op.clip``."""
+        """ONNX Clip (opset 11+, bounds as inputs) with constant scalar bounds ->
+        ``relax.op.clip``."""
 
         @classmethod
         def _impl_v13(cls, bb, inputs, attr, params):
             bounds = [constant_value(b) if b is not None else None for b in inputs[1:3]]
             floating = str(inputs[0].ty.dtype).startswith("float")
-            if not floating or any(b is not None and (b.size != 1 or np.isnan(b).any()) for b in bounds):
+            if not floating or any(
+                b is not None and (b.size != 1 or np.isnan(b).any()) for b in bounds
+            ):
                 return super()._impl_v13(bb, inputs, attr, params)
             low, high = (
-                float(b.reshape(())) if b is not None else default for b, default in zip(bounds, (-np.inf, np.inf))
+                float(b.reshape(())) if b is not None else default
+                for b, default in zip(bounds, (-np.inf, np.inf))
             )
             return relax.op.clip(inputs[0], low, high)
 
@@ -112,11 +123,14 @@ def onnx_converters() -> dict:
             return cls._impl_v13(bb, inputs, attr, params)
 
     class Pad(StockPad):
-        """ONNX Pad, constant mode with static pads -> ``relax.op.nn.pad`` (other modes as TVM has them)."""
+        """ONNX Pad, constant mode with static pads -> ``relax.op.nn.pad`` (other modes as TVM has
+        them)."""
 
         @staticmethod
         def _relax_pad(x, before, after, value):
-            widths = [int(w) for pair in zip(before, after) for w in pair]  # before and after of each axis
+            widths = [
+                int(w) for pair in zip(before, after) for w in pair
+            ]  # before and after of each axis
             return relax.op.nn.pad(x, widths, pad_value=float(value))
 
         @classmethod
@@ -124,7 +138,9 @@ def onnx_converters() -> dict:
             if attr.get("mode", b"constant").decode("utf-8") != "constant":
                 return super()._impl_v2(bb, inputs, attr, params)
             pads = list(attr["pads"])
-            return cls._relax_pad(inputs[0], pads[: len(pads) // 2], pads[len(pads) // 2 :], attr.get("value", 0.0))
+            return cls._relax_pad(
+                inputs[0], pads[: len(pads) // 2], pads[len(pads) // 2 :], attr.get("value", 0.0)
+            )
 
         @classmethod
         def _lower_pad(cls, bb, inputs, attr, params, allowed_modes):
@@ -139,7 +155,9 @@ def onnx_converters() -> dict:
         @classmethod
         def _impl_v1(cls, _bb, inputs, attr, _params):
             x, size = inputs[0], int(attr["size"])
-            spatial = len(x.ty.shape) - 1  # the pool's axes: the channels, as depth, and the image's
+            spatial = (
+                len(x.ty.shape) - 1
+            )  # the pool's axes: the channels, as depth, and the image's
             if spatial not in (2, 3):
                 raise ValueError(f"LRN needs a 3-D or 4-D input, got {spatial + 1}-D")
             before, after = (size - 1) // 2, size // 2
@@ -153,7 +171,9 @@ def onnx_converters() -> dict:
                 count_include_pad=True,
             )
             dtype = str(x.ty.dtype)
-            scaled = relax.op.multiply(relax.op.squeeze(mean, axis=[1]), relax.const(attr.get("alpha", 1e-4), dtype))
+            scaled = relax.op.multiply(
+                relax.op.squeeze(mean, axis=[1]), relax.const(attr.get("alpha", 1e-4), dtype)
+            )
             denominator = relax.op.power(
                 relax.op.add(scaled, relax.const(attr.get("bias", 1.0), dtype)),
                 relax.const(attr.get("beta", 0.75), dtype),

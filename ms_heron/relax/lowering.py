@@ -56,10 +56,12 @@ def require_static_shapes(mod: IRModule) -> None:
         for param in func.params:
             shape = getattr(param.ty, "shape", None)
             dims = getattr(shape, "values", None)
-            if shape is not None and (dims is None or any(not isinstance(d, tvm.tirx.IntImm) for d in dims)):
+            if shape is not None and (
+                dims is None or any(not isinstance(d, tvm.tirx.IntImm) for d in dims)
+            ):
                 raise ModelError(
-                    f"input '{param.name}' of {gv.name_hint} has a dynamic shape ({shape}); tuning needs "
-                    f"static shapes: give them, e.g. --input-shape {param.name}:1,128 "
+                    f"input '{param.name}' of {gv.name_hint} has a dynamic shape ({shape}); tuning "
+                    f"needs static shapes: give them, e.g. --input-shape {param.name}:1,128 "
                     f"(from_onnx(..., input_shapes={{'{param.name}': (1, 128)}}))"
                 )
 
@@ -70,7 +72,9 @@ def bind_params(mod: IRModule, params: Mapping[str, Any] | None) -> IRModule:
     if not params:
         return mod
     tensors = {
-        name: value if isinstance(value, tvm.runtime.Tensor) else tvm.runtime.tensor(np.asarray(value))
+        name: value
+        if isinstance(value, tvm.runtime.Tensor)
+        else tvm.runtime.tensor(np.asarray(value))
         for name, value in params.items()
     }
     used = set()
@@ -101,14 +105,14 @@ def lower_for_tuning(
     residual add and ReLU fuse into the convolution's kernel.
     Weights that reach a TIR function as constants are marked layout-free, so schedules may store
     them in whatever layout their kernels read best. On a CPU without VNNI, s8 ones within +-64 are
-    marked narrow (:func:`.passes.record_narrow_weights`), so that it may multiply them as bytes, and
-    the others are stored as s16 (:func:`.passes.s16_weights`), as its exact dot product reads them.
-    Floating-point convolutions run channels-last (:mod:`.passes.channels_last`), so their vector
-    lanes run along contiguous channels;
+    marked narrow (:func:`.passes.record_narrow_weights`), so that it may multiply them as bytes,
+    and the others are stored as s16 (:func:`.passes.s16_weights`), as its exact dot product reads
+    them. Floating-point convolutions run channels-last (:mod:`.passes.channels_last`), so their
+    vector lanes run along contiguous channels;
     transposes (the int8 convolutions' channels-last layout, :mod:`.passes.quantized`) move past the
     element-wise epilogues, which then fuse into the kernels before them.
-    Unless ``exact_math``, ``exp``, ``erf``, ``tanh`` and softmax become TVM's polynomial approximations
-    (``FastMathTransform``), as ONNX Runtime's
+    Unless ``exact_math``, ``exp``, ``erf``, ``tanh`` and softmax become TVM's polynomial
+    approximations (``FastMathTransform``), as ONNX Runtime's
     kernels use: on the CPU the exact ones are scalar libm calls whose time depends on the data
     (GELU's erf made BERT's FFN kernel 2-3x slower on real activations than on the tuner's inputs),
     while the approximations vectorize and cost the same on any input.
@@ -125,7 +129,9 @@ def lower_for_tuning(
         *map(never_failing, relax_pipeline.library_dispatch_passes(target)),
         integer_qdq,  # both before constant folding widens the s8 weights
         keep_int8_matmuls,
-        never_failing(relax.transform.FoldConstant()),  # a bias reshaped by the importer becomes a constant
+        never_failing(
+            relax.transform.FoldConstant()
+        ),  # a bias reshaped by the importer becomes a constant
         s16_weights,
         drop_inference_noops,
         clamped_gathers,
@@ -174,26 +180,38 @@ def _lowering_passes(target: Target) -> list:
 
 
 def compile_model(
-    database: ms.Database, mod: IRModule, params: Mapping[str, Any] | None, target: Target, *, exact_math: bool = False
+    database: ms.Database,
+    mod: IRModule,
+    params: Mapping[str, Any] | None,
+    target: Target,
+    *,
+    exact_math: bool = False,
 ):
-    """Compile the model with the database's best schedules into a ``relax.VirtualMachine`` executable.
+    """Compile the model with the database's best schedules into a ``relax.VirtualMachine``
+    executable.
 
     Tasks the database has no valid record for keep their untuned kernel, with a warning. Weight
     re-layouts the schedules ask for are split out and folded into the constants here, once.
     ``exact_math`` must be what the model was tuned with (see :func:`lower_for_tuning`).
     """
-    return compile_lowered(database, lower_for_tuning(mod, params, target, exact_math=exact_math), target)
+    return compile_lowered(
+        database, lower_for_tuning(mod, params, target, exact_math=exact_math), target
+    )
 
 
-def compile_lowered(database: ms.Database, lowered: IRModule, target: Target, tasks: Sequence[Task] | None = None):
-    """:func:`compile_model` on a module :func:`lower_for_tuning` already lowered (a tuning run's own,
-    with its ``tasks``, extracted once)."""
+def compile_lowered(
+    database: ms.Database, lowered: IRModule, target: Target, tasks: Sequence[Task] | None = None
+):
+    """:func:`compile_model` on a module :func:`lower_for_tuning` already lowered (a tuning run's
+    own, with its ``tasks``, extracted once)."""
     ensure_registered(target)
-    missing = untuned_tasks(database, model_tasks(lowered, target) if tasks is None else tasks, target)
+    missing = untuned_tasks(
+        database, model_tasks(lowered, target) if tasks is None else tasks, target
+    )
     if missing:
         warnings.warn(
-            f"{len(missing)} task(s) have no tuned schedule and run untuned (slow) kernels: {', '.join(missing)}; "
-            "tune them with more trials",
+            f"{len(missing)} task(s) have no tuned schedule and run untuned (slow) kernels: "
+            f"{', '.join(missing)}; tune them with more trials",
             stacklevel=2,
         )
 
@@ -212,14 +230,20 @@ def compile_lowered(database: ms.Database, lowered: IRModule, target: Target, ta
 
 
 def run_model(executable, inputs: Mapping[str, np.ndarray], func: str = "main") -> list[np.ndarray]:
-    """Run a compiled model on the CPU; its outputs as numpy arrays (a tuple output gives several)."""
+    """Run a compiled model on the CPU; its outputs as numpy arrays (a tuple output gives
+    several)."""
     vm = relax.VirtualMachine(executable, tvm.cpu())
     out = vm[func](*[tvm.runtime.tensor(v) for v in inputs.values()])
     return [o.numpy() for o in out] if not isinstance(out, tvm.runtime.Tensor) else [out.numpy()]
 
 
-def time_model(executable, inputs: Mapping[str, np.ndarray], func: str = "main", repeat: int = 10) -> float:
-    """Median seconds per call of a compiled model (after a warm-up), inputs already on the device."""
+def time_model(
+    executable, inputs: Mapping[str, np.ndarray], func: str = "main", repeat: int = 10
+) -> float:
+    """Median seconds per call of a compiled model (after a warm-up), inputs already on the
+    device."""
     vm = relax.VirtualMachine(executable, tvm.cpu())
     args = [tvm.runtime.tensor(v) for v in inputs.values()]
-    return float(vm.time_evaluator(func, tvm.cpu(), number=1, repeat=repeat, min_repeat_ms=100)(*args).median)
+    return float(
+        vm.time_evaluator(func, tvm.cpu(), number=1, repeat=repeat, min_repeat_ms=100)(*args).median
+    )

@@ -24,7 +24,8 @@ def extract_tasks(lowered: IRModule, target: Target) -> list[ms.ExtractedTask]:
 
 @dataclass(frozen=True)
 class Task:
-    """One kernel to tune: a model's fused function, called ``weight`` times per model run, or a kernel alone."""
+    """One kernel to tune: a model's fused function, called ``weight`` times per model run, or a
+    kernel alone."""
 
     name: str
     mod: IRModule
@@ -33,13 +34,15 @@ class Task:
 
 def model_tasks(lowered: IRModule, target: Target) -> list[Task]:
     """A lowered model's tasks: one per distinct fused function, weighted by its calls."""
-    return [Task(t.task_name, t.dispatched[0], float(t.weight)) for t in extract_tasks(lowered, target)]
+    return [
+        Task(t.task_name, t.dispatched[0], float(t.weight)) for t in extract_tasks(lowered, target)
+    ]
 
 
 @dataclass(kw_only=True, frozen=True)
 class TaskTime:
-    """One fused kernel of a model: how often the model calls it, its best measured time and how many
-    candidates were measured for it (the task scheduler shares the trials unevenly)."""
+    """One fused kernel of a model: how often the model calls it, its best measured time and how
+    many candidates were measured for it (the task scheduler shares the trials unevenly)."""
 
     name: str
     calls: float
@@ -63,7 +66,10 @@ _ALL = 1 << 30
 
 
 def task_times(
-    database: ms.Database, tasks: Sequence[Task], target: Target, confirmed: Mapping[str, float] | None = None
+    database: ms.Database,
+    tasks: Sequence[Task],
+    target: Target,
+    confirmed: Mapping[str, float] | None = None,
 ) -> list[TaskTime]:
     """Every task of a lowered model with its call count and the kernel a compiled model runs for it
     (:func:`~ms_heron.records.chosen_record`: the database's best, or the best of those timed again,

@@ -10,5 +10,11 @@ from ..lazy import lazy_attributes
 
 __all__ = ["summary_rows", "task_table", "timing_note", "write"]
 __getattr__ = lazy_attributes(
-    __name__, {"summary_rows": ".tables", "task_table": ".tables", "timing_note": ".tables", "write": ".markdown"}
+    __name__,
+    {
+        "summary_rows": ".tables",
+        "task_table": ".tables",
+        "timing_note": ".tables",
+        "write": ".markdown",
+    },
 )

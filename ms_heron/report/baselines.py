@@ -1,5 +1,5 @@
-"""What a user would otherwise run, which ``ms-heron demo`` and ``tune-model`` compare with in the same
-run: ONNX Runtime (a suite operator, an int8 GEMM, whole ONNX models) and numpy (fp32 GEMM).
+"""What a user would otherwise run, which ``ms-heron demo`` and ``tune-model`` compare with in the
+same run: ONNX Runtime (a suite operator, an int8 GEMM, whole ONNX models) and numpy (fp32 GEMM).
 
 Timed like ms_heron's kernels (median of repeats after a warm-up), on the same number of threads.
 ONNX Runtime is an optional dependency (the ``bench`` extra); a clear error says how to get it.
@@ -20,7 +20,8 @@ class BaselineUnavailable(HeronError, RuntimeError):
 
 
 def median_seconds(fn, repeat: int = 10, min_repeat_s: float = 0.1) -> float:
-    """Median seconds per call of ``fn`` over ``repeat`` samples of at least ``min_repeat_s`` each."""
+    """Median seconds per call of ``fn`` over ``repeat`` samples of at least ``min_repeat_s``
+    each."""
     fn()  # warm-up: allocations, thread pools, first-touch
     samples = []
     for _ in range(repeat):
@@ -38,7 +39,8 @@ def median_seconds(fn, repeat: int = 10, min_repeat_s: float = 0.1) -> float:
 def medians_in_turn(samplers: Mapping[str, Callable[[], float]], rounds: int) -> dict[str, float]:
     """Each sampler (a function returning a latency in seconds) called in turn, ``rounds`` times;
     each one's median. Two cores drift within a minute (a neighbour's load halved ONNX Runtime's
-    speed for minutes in one run): timed one after the other, the drift would land on one of them."""
+    speed for minutes in one run): timed one after the other, the drift would land on one of
+    them."""
     samples: dict[str, list[float]] = {name: [] for name in samplers}
     for _ in range(rounds):
         for name, sample in samplers.items():
@@ -58,15 +60,20 @@ def _onnx_modules():
 
 
 def onnxruntime_session(model, threads: int):
-    """An ONNX Runtime CPU session on ``threads`` threads (all graph optimizations on, its default)."""
+    """An ONNX Runtime CPU session on ``threads`` threads (all graph optimizations on, its
+    default)."""
     _, ort = _onnx_modules()
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
-    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(
+        model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+    )
 
 
-def onnxruntime_model(model, inputs: dict[str, np.ndarray], threads: int) -> tuple[list[np.ndarray], float]:
+def onnxruntime_model(
+    model, inputs: dict[str, np.ndarray], threads: int
+) -> tuple[list[np.ndarray], float]:
     """ONNX Runtime's outputs for ``inputs`` and its median latency on the same model."""
     sess = onnxruntime_session(model, threads)
     return sess.run(None, inputs), median_seconds(lambda: sess.run(None, inputs))
@@ -80,7 +87,10 @@ INTEGER_OPS = frozenset({"MatMulInteger", "ConvInteger", "QLinearMatMul", "QLine
 def quantized(model) -> bool:
     """Whether the ONNX graph computes in int8: integer operators, or activations quantized (QDQ,
     ``quantize_dynamic``)."""
-    return bool((INTEGER_OPS | {"QuantizeLinear", "DynamicQuantizeLinear"}) & {n.op_type for n in model.graph.node})
+    return bool(
+        (INTEGER_OPS | {"QuantizeLinear", "DynamicQuantizeLinear"})
+        & {n.op_type for n in model.graph.node}
+    )
 
 
 def max_abs_diff(got, expected) -> float:
@@ -98,14 +108,18 @@ def output_step(model) -> float | None:
         return None
     onnx, _ = _onnx_modules()
     inits = {i.name: i for i in model.graph.initializer}
-    scales = [n.input[1] for n in model.graph.node if n.op_type == "DequantizeLinear" and n.input[1] in inits]
+    scales = [
+        n.input[1]
+        for n in model.graph.node
+        if n.op_type == "DequantizeLinear" and n.input[1] in inits
+    ]
     return float(onnx.numpy_helper.to_array(inits[scales[-1]]).max()) if scales else None
 
 
 def onnxruntime_int8_saturates() -> bool:
-    """Whether ONNX Runtime's u8 x s8 kernels saturate on this host: without AVX-512 VNNI or AVX-VNNI
-    they multiply with ``vpmaddubsw``, which clamps each pair of products to s16 (255 x 127 x 2 does
-    not fit), so its int8 results are fast but not exact there."""
+    """Whether ONNX Runtime's u8 x s8 kernels saturate on this host: without AVX-512 VNNI or
+    AVX-VNNI they multiply with ``vpmaddubsw``, which clamps each pair of products to s16 (255 x 127
+    x 2 does not fit), so its int8 results are fast but not exact there."""
     # pylint: disable-next=import-outside-toplevel
     from ..hardware.dot_products import dot_product
     from ..hardware.targets import host_target  # pylint: disable=import-outside-toplevel
@@ -132,18 +146,21 @@ def reference_outputs(model, inputs: Mapping[str, np.ndarray]) -> list[np.ndarra
         return list(ReferenceEvaluator(model).run(None, dict(inputs)))
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(
+        model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+    )
     return session.run(None, dict(inputs))
 
 
 def onnxruntime_matmul_integer_seconds(M: int, N: int, K: int, threads: int) -> float:
-    """Latency of ONNX Runtime's ``MatMulInteger`` (u8 [M, K] x s8 [K, N] -> s32), the int8 GEMM users reach for."""
+    """Latency of ONNX Runtime's ``MatMulInteger`` (u8 [M, K] x s8 [K, N] -> s32), the int8 GEMM
+    users reach for."""
     return median_seconds(onnxruntime_matmul_integer(M, N, K, threads))
 
 
 def onnxruntime_matmul_integer(M: int, N: int, K: int, threads: int) -> Callable[[], object]:
-    """One call of ONNX Runtime's ``MatMulInteger`` on fixed random operands, its result checked first
-    (exact where :func:`onnxruntime_int8_saturates` says it can be)."""
+    """One call of ONNX Runtime's ``MatMulInteger`` on fixed random operands, its result checked
+    first (exact where :func:`onnxruntime_int8_saturates` says it can be)."""
     onnx, _ = _onnx_modules()
     helper, TensorProto = onnx.helper, onnx.TensorProto
     graph = helper.make_graph(
@@ -166,7 +183,9 @@ def onnxruntime_matmul_integer(M: int, N: int, K: int, threads: int) -> Callable
     }
     expected = feeds["A"].astype(np.int64) @ feeds["B"].astype(np.int64)
     if not np.array_equal(sess.run(None, feeds)[0], expected) and not onnxruntime_int8_saturates():
-        raise AssertionError("ONNX Runtime MatMulInteger disagrees with numpy; baseline not trustworthy")
+        raise AssertionError(
+            "ONNX Runtime MatMulInteger disagrees with numpy; baseline not trustworthy"
+        )
     return lambda: sess.run(None, feeds)
 
 
@@ -185,15 +204,19 @@ def onnxruntime_operator_seconds(workload, threads: int) -> float:
 
 
 def onnxruntime_operator(workload, threads: int) -> Callable[[], object]:
-    """One call of ONNX Runtime on an fp32 ``gemm`` (MatMul) or ``c2d`` (Conv) workload, both operands
-    fed as inputs like the tuned kernel's; its result is checked against the workload's reference first.
+    """One call of ONNX Runtime on an fp32 ``gemm`` (MatMul) or ``c2d`` (Conv) workload, both
+    operands fed as inputs like the tuned kernel's; its result is checked against the workload's
+    reference first.
 
     ONNX Runtime's Conv is NCHW with ``[CO, CI, KH, KW]`` weights: the same data is fed transposed.
     """
     onnx, _ = _onnx_modules()
     helper, TensorProto = onnx.helper, onnx.TensorProto
     if workload.dtype != "fp32" or workload.family not in ("gemm", "c2d"):
-        raise ValueError(f"no ONNX Runtime baseline for {workload.family} {workload.dtype}; fp32 gemm and c2d have one")
+        raise ValueError(
+            f"no ONNX Runtime baseline for {workload.family} {workload.dtype}; fp32 gemm and c2d "
+            "have one"
+        )
     x, w = workload.random_inputs(0)
     expected = workload.reference([x, w])
     if workload.family == "gemm":
@@ -209,12 +232,18 @@ def onnxruntime_operator(workload, threads: int) -> Callable[[], object]:
             strides=[s["stride"]] * 2,
             dilations=[s["dilation"]] * 2,
         )
-        to_ort = (x.transpose(0, 3, 1, 2).copy(), w.transpose(3, 2, 0, 1).copy())  # NHWC -> NCHW, [KH,KW,CI,CO] -> OIHW
+        to_ort = (
+            x.transpose(0, 3, 1, 2).copy(),
+            w.transpose(3, 2, 0, 1).copy(),
+        )  # NHWC -> NCHW, [KH,KW,CI,CO] -> OIHW
         from_ort = lambda y: y.transpose(0, 2, 3, 1)  # noqa: E731
     graph = helper.make_graph(
         [node],
         workload.family,
-        [helper.make_tensor_value_info(n, TensorProto.FLOAT, list(a.shape)) for n, a in zip("XW", to_ort)],
+        [
+            helper.make_tensor_value_info(n, TensorProto.FLOAT, list(a.shape))
+            for n, a in zip("XW", to_ort)
+        ],
         [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
@@ -223,5 +252,7 @@ def onnxruntime_operator(workload, threads: int) -> Callable[[], object]:
     feeds = dict(zip("XW", to_ort))
     got = from_ort(sess.run(None, feeds)[0])
     if not np.allclose(got, expected, rtol=1e-3, atol=1e-3):
-        raise AssertionError(f"ONNX Runtime's {node.op_type} disagrees with the reference; baseline not trustworthy")
+        raise AssertionError(
+            f"ONNX Runtime's {node.op_type} disagrees with the reference; baseline not trustworthy"
+        )
     return lambda: sess.run(None, feeds)

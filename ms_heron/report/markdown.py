@@ -51,7 +51,10 @@ def arms(run: TuningRun) -> list[Arm]:
 def constraint_summaries(run: TuningRun) -> list[dict]:
     """The constraint model of each of HeronSpace's design spaces for this workload."""
     ensure_registered(run.target)
-    return [derive(space, run.target).summary() for space in design_spaces(run.workload.func, run.target, run.space())]
+    return [
+        derive(space, run.target).summary()
+        for space in design_spaces(run.workload.func, run.target, run.space())
+    ]
 
 
 def write(run: TuningRun, peak: tuple[str, float] | None = None) -> tuple[Path, Path]:
@@ -79,7 +82,13 @@ def write(run: TuningRun, peak: tuple[str, float] | None = None) -> tuple[Path, 
         lines += task_table({a.label.split(" (")[0]: a.run.task_times() for a in found})
         skipped = skipped_passes(run.lowered)
         if skipped:
-            lines += ["", "## Rewrites skipped", "", "The model runs without them (TVM's own lowering there):", ""]
+            lines += [
+                "",
+                "## Rewrites skipped",
+                "",
+                "The model runs without them (TVM's own lowering there):",
+                "",
+            ]
             lines += [f"- {line}" for line in skipped]
     else:
         lines += ["## Constraint model of each design space", ""]
@@ -90,7 +99,8 @@ def write(run: TuningRun, peak: tuple[str, float] | None = None) -> tuple[Path, 
         for i, s in enumerate(constraint_summaries(run)):
             kinds = ", ".join(f"{k} {v}" for k, v in sorted(s["constraints"].items()))
             lines.append(
-                f"| {i} | {s['variables']} | {s['cp_sat_variables']} | {kinds} | {s['unconstrained_space_size']:.3g} |"
+                f"| {i} | {s['variables']} | {s['cp_sat_variables']} | {kinds} | "
+                f"{s['unconstrained_space_size']:.3g} |"
             )
     report = run.work_dir / REPORT_FILE
     report.write_text("\n".join(lines) + "\n")
@@ -98,7 +108,8 @@ def write(run: TuningRun, peak: tuple[str, float] | None = None) -> tuple[Path, 
 
 
 def plot(found: list[Arm], ops: float | None, path: Path, title: str) -> Path:
-    """Best-so-far GOPS (a kernel) or estimated latency (a model, ``ops`` None) against trials and time."""
+    """Best-so-far GOPS (a kernel) or estimated latency (a model, ``ops`` None) against trials and
+    time."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -106,10 +117,26 @@ def plot(found: list[Arm], ops: float | None, path: Path, title: str) -> Path:
 
     fig, (by_trial, by_time) = plt.subplots(1, 2, figsize=(10, 4), constrained_layout=True)
     for arm in found:
-        if ops is None:  # a model: the estimate exists per round only (a record alone has no model latency)
-            latency_ms = [r.best_seconds * 1e3 if r.best_seconds < math.inf else math.nan for r in arm.rounds]
-            by_trial.step([r.trials for r in arm.rounds], latency_ms, where="post", marker="o", label=arm.label)
-            by_time.step([r.elapsed_s for r in arm.rounds], latency_ms, where="post", marker="o", label=arm.label)
+        if (
+            ops is None
+        ):  # a model: the estimate exists per round only (a record alone has no model latency)
+            latency_ms = [
+                r.best_seconds * 1e3 if r.best_seconds < math.inf else math.nan for r in arm.rounds
+            ]
+            by_trial.step(
+                [r.trials for r in arm.rounds],
+                latency_ms,
+                where="post",
+                marker="o",
+                label=arm.label,
+            )
+            by_time.step(
+                [r.elapsed_s for r in arm.rounds],
+                latency_ms,
+                where="post",
+                marker="o",
+                label=arm.label,
+            )
             continue
         gops = arm.best_so_far_gops(ops)
         by_trial.plot(range(1, len(gops) + 1), gops, label=arm.label)

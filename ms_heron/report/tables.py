@@ -19,7 +19,8 @@ def summary_rows(
     found = [s.best_seconds < math.inf for s in states]
     rows = {
         "best latency" if ops is not None else "estimated model latency": [
-            f"{s.best_seconds * 1e3:.4f} ms" if ok else "no valid record" for s, ok in zip(states, found)
+            f"{s.best_seconds * 1e3:.4f} ms" if ok else "no valid record"
+            for s, ok in zip(states, found)
         ],
     }
     if ops is not None:
@@ -38,13 +39,19 @@ def summary_rows(
 
 
 def task_table(arms: Mapping[str, list[TaskTime]]) -> list[str]:
-    """Markdown table, one row per task: each arm's best kernel, the task's calls and its share of the
-    model's estimated latency (sum of kernel x calls) and its trials in each arm; ratios against the first arm."""
+    """Markdown table, one row per task: each arm's best kernel, the task's calls and its share of
+    the model's estimated latency (sum of kernel x calls) and its trials in each arm; ratios against
+    the first arm."""
     names = list(arms)
     first = arms[names[0]]
     totals = {arm: sum(t.calls * t.seconds for t in times) for arm, times in arms.items()}
-    head = "| task | calls | bound ms | " + " | ".join(f"{a} ms | {a} share | {a} trials | {a} of bound" for a in names)
-    head += "".join(f" | {names[0]} speed-up over {a}" for a in names[1:]) + f" | {names[0]} best from |"
+    head = "| task | calls | bound ms | " + " | ".join(
+        f"{a} ms | {a} share | {a} trials | {a} of bound" for a in names
+    )
+    head += (
+        "".join(f" | {names[0]} speed-up over {a}" for a in names[1:])
+        + f" | {names[0]} best from |"
+    )
     lines = [head, "|" + "---|" * (4 + 4 * len(names) + len(names) - 1)]
     rows = []
     for i, task in enumerate(first):
@@ -66,7 +73,12 @@ def task_table(arms: Mapping[str, list[TaskTime]]) -> list[str]:
     total += [
         c
         for a in names
-        for c in (f"{totals[a] * 1e3:.4f}", "", str(sum(t.trials for t in arms[a])), f"{bound / totals[a]:.0%}")
+        for c in (
+            f"{totals[a] * 1e3:.4f}",
+            "",
+            str(sum(t.trials for t in arms[a])),
+            f"{bound / totals[a]:.0%}",
+        )
     ]
     total += [_speedup(totals[a], totals[names[0]]) for a in names[1:]] + [""]
     return lines + ["| " + " | ".join(total) + " |"]
@@ -76,7 +88,9 @@ def timing_note(arms: Mapping[str, list[TaskTime]]) -> str:
     """How each arm's kernel times were taken, for a task table's heading (runs from before
     :mod:`ms_heron.tuning.confirm` existed hold their best records' times)."""
     how = {
-        arm: "timed again after tuning" if any(t.confirmed for t in times) else "best record while tuning"
+        arm: "timed again after tuning"
+        if any(t.confirmed for t in times)
+        else "best record while tuning"
         for arm, times in arms.items()
     }
     if len(set(how.values())) == 1:

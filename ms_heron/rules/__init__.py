@@ -1,6 +1,7 @@
 """Heron's generation rules as MetaSchedule ``PyScheduleRule``s, one rule per module.
 
-Each rule works in MetaSchedule's stock ``PostOrderApply`` as well as in :class:`ms_heron.HeronSpace`.
+Each rule works in MetaSchedule's stock ``PostOrderApply`` as well as in
+:class:`ms_heron.HeronSpace`.
 """
 
 from ..hardware.targets import is_cuda

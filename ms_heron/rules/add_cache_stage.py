@@ -3,7 +3,13 @@
 from tvm.s_tir import Schedule
 from tvm.s_tir.schedule import SBlockRV
 
-from ..schedule.analysis import fusible_consumer, is_tiled, tile_levels, transposed_lane_dim, working_block
+from ..schedule.analysis import (
+    fusible_consumer,
+    is_tiled,
+    tile_levels,
+    transposed_lane_dim,
+    working_block,
+)
 from ..schedule.annotations import CACHE_LEVEL
 from ..schedule.options import check, heron_object
 from .base import HeronRule

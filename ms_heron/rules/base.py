@@ -1,4 +1,5 @@
-"""What every ms_heron rule shares: the target it serves, a faithful ``clone`` and a telling ``repr``."""
+"""What every ms_heron rule shares: the target it serves, a faithful ``clone`` and a telling
+``repr``."""
 
 from __future__ import annotations
 

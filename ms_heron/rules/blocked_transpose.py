@@ -1,4 +1,5 @@
-"""Blocked transposes: an element-wise pass that reads a buffer along one axis and writes along another."""
+"""Blocked transposes: an element-wise pass that reads a buffer along one axis and writes along
+another."""
 
 from __future__ import annotations
 
@@ -7,7 +8,13 @@ from tvm.s_tir import Schedule
 from tvm.s_tir.schedule import SBlockRV
 
 from ..hardware.targets import is_cpu, vector_bytes
-from ..schedule.analysis import is_injective, is_tiled, placed_by_rule, strictly_inlinable, transposed_read
+from ..schedule.analysis import (
+    is_injective,
+    is_tiled,
+    placed_by_rule,
+    strictly_inlinable,
+    transposed_read,
+)
 from ..schedule.annotations import TRANSPOSE_TILE, iter_kinds
 from ..schedule.options import heron_object
 from .base import HeronRule
@@ -45,7 +52,11 @@ class BlockedTranspose(HeronRule):
         if axes is None:
             return [sch]
         loops = trial.get_loops(block)
-        lanes = vector_bytes(self.target) * 8 // tvm.DataType(str(trial.get(block).writes[0].source.dtype)).bits
+        lanes = (
+            vector_bytes(self.target)
+            * 8
+            // tvm.DataType(str(trial.get(block).writes[0].source.dtype)).bits
+        )
         tiles = [_power_of_two_tile(int(trial.get(loops[axis]).extent), lanes) for axis in axes]
         if min(tiles) < 2:
             return [sch]

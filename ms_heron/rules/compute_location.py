@@ -31,7 +31,11 @@ class ComputeLocation(HeronRule):
     consumer, from the constraint model, which then offered inlining into the intrinsic."""
 
     def apply(self, sch: Schedule, block: SBlockRV) -> list[Schedule]:
-        if (self.target is not None and not is_cpu(self.target)) or not needs_sampled_location(sch, block):
+        if (self.target is not None and not is_cpu(self.target)) or not needs_sampled_location(
+            sch, block
+        ):
             return [sch]
-        sch.compute_at(block, sch.sample_compute_location(block, decision=-1), preserve_unit_loops=True)
+        sch.compute_at(
+            block, sch.sample_compute_location(block, decision=-1), preserve_unit_loops=True
+        )
         return [sch]

@@ -19,9 +19,9 @@ _ACCUMULATORS = (4, 2, 1)
 @heron_object
 class LaneReduction(HeronRule):
     """Condition: a CPU reduction over rows that no tiling rule took (no data reuse: softmax's max
-    and sum, layer norm's mean and variance) -- spatial loops outside, reduction loops inside -- whose
-    innermost reduction extent is a multiple of the vector lanes (the Target's vector width over the
-    output dtype).
+    and sum, layer norm's mean and variance) -- spatial loops outside, reduction loops inside --
+    whose innermost reduction extent is a multiple of the vector lanes (the Target's vector width
+    over the output dtype).
 
     Application:
 
@@ -38,7 +38,12 @@ class LaneReduction(HeronRule):
 
     def apply(self, sch: Schedule, block: SBlockRV) -> list[Schedule]:
         block = working_block(sch, block)
-        if self.target is None or not is_cpu(self.target) or is_tiled(sch, block) or has_data_reuse(sch, block):
+        if (
+            self.target is None
+            or not is_cpu(self.target)
+            or is_tiled(sch, block)
+            or has_data_reuse(sch, block)
+        ):
             return [sch]
         kinds, loops, blk = iter_kinds(sch, block), sch.get_loops(block), sch.get(block)
         rows = kinds.count("S")
@@ -66,11 +71,15 @@ class LaneReduction(HeronRule):
         # fused reduction loops moved under a consumer's loop.
         partials = [sch.rfactor(lane, factor_axis=rows)]
         if accumulators > 1:
-            partials.append(sch.rfactor(_loop_named(sch, partials[0], vectors_var), factor_axis=rows))
+            partials.append(
+                sch.rfactor(_loop_named(sch, partials[0], vectors_var), factor_axis=rows)
+            )
         fused = len(kinds) - rows == 1 and _compute_at_consumer_rows(sch, block, row_count)
         row_loops = sch.get_loops(block)[:-1]  # the block now reduces one vector's lanes
         for partial in partials:
-            sch.compute_at(partial, row_loops[-1])  # regenerates the partials' loops in iterator order
+            sch.compute_at(
+                partial, row_loops[-1]
+            )  # regenerates the partials' loops in iterator order
             spatial, reduced = _lanes_and_reduction(sch, partial, len(row_loops))
             sch.reorder(*reduced, *spatial)
             sch.vectorize(sch.fuse(*spatial) if len(spatial) > 1 else spatial[0])
@@ -103,10 +112,14 @@ def _loop_named(sch: Schedule, block: SBlockRV, name: str) -> LoopRV:
     return next(lp for lp in sch.get_loops(block) if sch.get(lp).loop_var.name == name)
 
 
-def _lanes_and_reduction(sch: Schedule, partial: SBlockRV, outside: int) -> tuple[list[LoopRV], list[LoopRV]]:
+def _lanes_and_reduction(
+    sch: Schedule, partial: SBlockRV, outside: int
+) -> tuple[list[LoopRV], list[LoopRV]]:
     """The partials' own loops below the ``outside`` row loops: the spatial ones (lanes, and the
     accumulators) and the reduction ones."""
     reduced = [sch.get(lp).loop_var for lp in reduction_loops(sch, partial)]
     own = sch.get_loops(partial)[outside:]
     is_reduced = [any(sch.get(lp).loop_var.same_as(v) for v in reduced) for lp in own]
-    return [lp for lp, r in zip(own, is_reduced) if not r], [lp for lp, r in zip(own, is_reduced) if r]
+    return [lp for lp, r in zip(own, is_reduced) if not r], [
+        lp for lp, r in zip(own, is_reduced) if r
+    ]

@@ -32,7 +32,8 @@ class MultiLevelSPM(HeronRule):
 
     def __init__(self, *, level: int = 0, scope: str = "global"):
         check(
-            isinstance(level, int) and level >= 0, f"MultiLevelSPM(level={level!r}): give a reduction tile level >= 0"
+            isinstance(level, int) and level >= 0,
+            f"MultiLevelSPM(level={level!r}): give a reduction tile level >= 0",
         )
         self.level = level
         self.scope = scope

@@ -29,7 +29,8 @@ class MultiLevelTiling(HeronRule):
     channels, with the weights re-laid out by MetaSchedule's RewriteLayout.
 
     The rules after it (:class:`AddCacheStage`, :class:`MultiLevelSPM`, :class:`PackOperand`,
-    :class:`LaneReduction`, :class:`ParallelVectorizeUnroll`) act on the tiling annotation it leaves.
+    :class:`LaneReduction`, :class:`ParallelVectorizeUnroll`) act on the tiling annotation it
+    leaves.
 
     Parameters
     ----------
@@ -42,11 +43,13 @@ class MultiLevelTiling(HeronRule):
     def __init__(self, *, structure: str = "SSRSRS", max_innermost_factor: int = 64):
         check(
             not set(structure) - {"S", "R"} and "S" in structure and "R" in structure,
-            f"MultiLevelTiling(structure={structure!r}): use 'S' and 'R' only, each at least once, such as 'SSRSRS'",
+            f"MultiLevelTiling(structure={structure!r}): use 'S' and 'R' only, each at least once, "
+            "such as 'SSRSRS'",
         )
         check(
             isinstance(max_innermost_factor, int) and max_innermost_factor >= 1,
-            f"MultiLevelTiling(max_innermost_factor={max_innermost_factor!r}): give a whole number >= 1",
+            f"MultiLevelTiling(max_innermost_factor={max_innermost_factor!r}): give a whole number "
+            ">= 1",
         )
         self.structure = structure
         self.max_innermost_factor = max_innermost_factor
@@ -63,7 +66,9 @@ class MultiLevelTiling(HeronRule):
         levels = {c: [[] for _ in range(self.structure.count(c))] for c in "SR"}
         for index, (loop, kind) in enumerate(zip(loops, kinds)):
             n = len(levels[kind])
-            factors = sch.sample_perfect_tile(loop, n=n, max_innermost_factor=self.max_innermost_factor)
+            factors = sch.sample_perfect_tile(
+                loop, n=n, max_innermost_factor=self.max_innermost_factor
+            )
             for level, part in zip(levels[kind], sch.split(loop, factors)):
                 level.append((index == lane, part))
         order, seen = [], {"S": 0, "R": 0}

@@ -1,10 +1,17 @@
-"""BLIS's packed operand as a sampled decision: the input a CPU micro-kernel streams, copied into panels."""
+"""BLIS's packed operand as a sampled decision: the input a CPU micro-kernel streams, copied into
+panels."""
 
 from tvm.s_tir import Schedule
 from tvm.s_tir.schedule import SBlockRV
 
 from ..hardware.targets import is_cpu
-from ..schedule.analysis import is_tensorized, is_tiled, lane_iterator, streamed_input, working_block
+from ..schedule.analysis import (
+    is_tensorized,
+    is_tiled,
+    lane_iterator,
+    streamed_input,
+    working_block,
+)
 from ..schedule.annotations import PACK_PANELS, TILING_STRUCTURE, block_annotations
 from ..schedule.options import check, heron_object
 from .base import HeronRule
@@ -34,18 +41,26 @@ class PackOperand(HeronRule):
     def __init__(self, *, probs: tuple[float, float] = (0.5, 0.5)):
         check(
             len(probs) == 2 and all(p >= 0 for p in probs) and abs(sum(probs) - 1) < 1e-6,
-            f"PackOperand(probs={probs!r}): give two probabilities (no packing, packing) summing to 1",
+            f"PackOperand(probs={probs!r}): give two probabilities (no packing, packing) summing "
+            "to 1",
         )
         self.probs = tuple(probs)
 
     def apply(self, sch: Schedule, block: SBlockRV) -> list[Schedule]:
         block = working_block(sch, block)
-        if self.target is None or not is_cpu(self.target) or not is_tiled(sch, block) or is_tensorized(sch, block):
+        if (
+            self.target is None
+            or not is_cpu(self.target)
+            or not is_tiled(sch, block)
+            or is_tensorized(sch, block)
+        ):
             return [sch]
         if not str(block_annotations(sch, block)[TILING_STRUCTURE]).endswith("S"):
             return [sch]
         lane = lane_iterator(sch, block, self.target)
         if lane is None or streamed_input(sch, block, sch.get(block).iter_vars[lane].var) is None:
             return [sch]
-        sch.annotate(block, PACK_PANELS, sch.sample_categorical(candidates=[0, 1], probs=list(self.probs)))
+        sch.annotate(
+            block, PACK_PANELS, sch.sample_categorical(candidates=[0, 1], probs=list(self.probs))
+        )
         return [sch]

@@ -1,11 +1,11 @@
 """Padding as a design decision: a reduction block's awkward extents padded to a tileable multiple.
 
 Perfect tiling splits an extent into its divisors, so a prime extent (ViT's 197 tokens, a 127-token
-sequence, 771 channels) leaves only tiles of 1 or of the whole extent, and an innermost extent that is
-not a multiple of the vector lanes (1000 classes) leaves a partial vector in every row. TensorIR's
-``pad_einsum`` pads the block's iteration domain instead: the inputs are copied into zero-padded
-buffers once per call, the block computes the padded problem, and the result is copied back
-(fused into the tile's write-back by the tiling rule, as any element-wise consumer is).
+sequence, 771 channels) leaves only tiles of 1 or of the whole extent, and an innermost extent that
+is not a multiple of the vector lanes (1000 classes) leaves a partial vector in every row.
+TensorIR's ``pad_einsum`` pads the block's iteration domain instead: the inputs are copied into
+zero-padded buffers once per call, the block computes the padded problem, and the result is copied
+back (fused into the tile's write-back by the tiling rule, as any element-wise consumer is).
 """
 
 from __future__ import annotations
@@ -15,7 +15,14 @@ from tvm.s_tir import Schedule
 from tvm.s_tir.schedule import SBlockRV, ScheduleError
 
 from ..hardware.targets import is_cpu, vector_bytes
-from ..schedule.analysis import extents, has_data_reuse, is_tensorized, is_tiled, lane_iterator, padded_volume_ratio
+from ..schedule.analysis import (
+    extents,
+    has_data_reuse,
+    is_tensorized,
+    is_tiled,
+    lane_iterator,
+    padded_volume_ratio,
+)
 from ..schedule.annotations import iter_kinds
 from ..schedule.options import check, heron_object
 from .base import HeronRule
@@ -37,8 +44,8 @@ class PadExtents(HeronRule):
     Application: two design spaces, the block as it is and the block padded by ``pad_einsum``: the
     lane extent to a multiple of the lanes, with ``tile_extents`` the other awkward extents to a
     multiple of 8. Paddings
-    that would make the padded iteration volume more than ``1 + max_waste`` times the true volume are
-    left out, the costliest first. The tiling rules then split the padded extents, and the
+    that would make the padded iteration volume more than ``1 + max_waste`` times the true volume
+    are left out, the costliest first. The tiling rules then split the padded extents, and the
     constraint model, which reads extents from the trace's tile decisions, knows them.
 
     Parameters
@@ -55,7 +62,9 @@ class PadExtents(HeronRule):
 
     def __init__(self, *, max_waste: float = 0.15, tile_extents: bool = False):
         check(
-            max_waste >= 0.0, f"PadExtents(max_waste={max_waste!r}): give the extra share of work padding may add, >= 0"
+            max_waste >= 0.0,
+            f"PadExtents(max_waste={max_waste!r}): give the extra share of work padding may add, "
+            ">= 0",
         )
         self.max_waste = max_waste
         self.tile_extents = tile_extents
@@ -82,18 +91,28 @@ class PadExtents(HeronRule):
         return [sch, padded]
 
     def padding(self, sch: Schedule, block: SBlockRV) -> list[int] | None:
-        """Each iterator's padding multiple (1: left as it is); None when nothing is worth padding."""
+        """Each iterator's padding multiple (1: left as it is); None when nothing is worth
+        padding."""
         blk = sch.get(block)
         sizes = extents(blk)
-        lanes = max(1, vector_bytes(self.target) * 8 // DataType(str(blk.writes[0].source.dtype)).bits)
+        lanes = max(
+            1, vector_bytes(self.target) * 8 // DataType(str(blk.writes[0].source.dtype)).bits
+        )
         lane = lane_iterator(sch, block, self.target)
         multiples = [1] * len(sizes)
         for index, extent in enumerate(sizes):
             if index == lane and iter_kinds(sch, block)[index] == "S":
                 multiples[index] = lanes if extent % lanes else 1
-            elif self.tile_extents and extent > _TILE_MULTIPLE and not any(extent % d == 0 for d in _USEFUL_TILES):
+            elif (
+                self.tile_extents
+                and extent > _TILE_MULTIPLE
+                and not any(extent % d == 0 for d in _USEFUL_TILES)
+            ):
                 multiples[index] = _TILE_MULTIPLE
-        while any(m > 1 for m in multiples) and padded_volume_ratio(sizes, multiples) > 1 + self.max_waste:
+        while (
+            any(m > 1 for m in multiples)
+            and padded_volume_ratio(sizes, multiples) > 1 + self.max_waste
+        ):
             costliest = max(
                 (i for i, m in enumerate(multiples) if m > 1),
                 key=lambda i: -(-sizes[i] // multiples[i]) * multiples[i] / sizes[i],
@@ -106,5 +125,7 @@ def _is_einsum(blk) -> bool:
     """Every buffer index a bare block iterator or a constant (what ``pad_einsum`` accepts)."""
     regions = [*blk.reads, *blk.writes]
     return all(
-        isinstance(r.min, (tirx.Var, tirx.IntImm)) and int(r.extent) == 1 for region in regions for r in region.region
+        isinstance(r.min, (tirx.Var, tirx.IntImm)) and int(r.extent) == 1
+        for region in regions
+        for r in region.region
     )

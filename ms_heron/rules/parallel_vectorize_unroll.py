@@ -1,4 +1,5 @@
-"""Heron's loop-annotation rules: parallel outer tiles and vector lanes (CPU), sampled unroll depth (all)."""
+"""Heron's loop-annotation rules: parallel outer tiles and vector lanes (CPU), sampled unroll depth
+(all)."""
 
 from tvm.s_tir import Schedule
 from tvm.s_tir.schedule import SBlockRV
@@ -17,7 +18,8 @@ from ..schedule.annotations import TILING_STRUCTURE, block_annotations, iter_kin
 from ..schedule.options import check, heron_object
 from .base import HeronRule
 
-#: Root-block annotation MetaSchedule's RewriteParallelVectorizeUnroll postproc turns into unroll pragmas.
+#: Root-block annotation MetaSchedule's RewriteParallelVectorizeUnroll postproc turns into unroll
+#: pragmas.
 UNROLL_EXPLICIT = "meta_schedule.unroll_explicit"
 #: Root-block annotation the same postproc reads as the most parallel jobs a stage left at the root
 #: may fuse its outer loops into (it parallelizes every such stage whose loops are still serial).
@@ -64,7 +66,10 @@ class ParallelVectorizeUnroll(HeronRule):
             len(unroll_steps) > 0 and all(isinstance(s, int) and s >= 0 for s in unroll_steps),
             f"ParallelVectorizeUnroll(unroll_steps={unroll_steps!r}): give one or more depths >= 0",
         )
-        for name, value in (("max_vector_extent", max_vector_extent), ("max_jobs_per_core", max_jobs_per_core)):
+        for name, value in (
+            ("max_vector_extent", max_vector_extent),
+            ("max_jobs_per_core", max_jobs_per_core),
+        ):
             check(
                 isinstance(value, int) and value >= 1,
                 f"ParallelVectorizeUnroll({name}={value!r}): give a whole number >= 1",

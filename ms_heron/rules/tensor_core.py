@@ -1,4 +1,5 @@
-"""Heron's TensorCore rules for CUDA: multi-level SPM, thread binding and WMMA tensorize in one step."""
+"""Heron's TensorCore rules for CUDA: multi-level SPM, thread binding and WMMA tensorize in one
+step."""
 
 from tvm.s_tir import Schedule
 from tvm.s_tir import meta_schedule as ms
@@ -17,13 +18,18 @@ def _operand_dtypes(sch: Schedule, block: SBlockRV) -> tuple[str, str] | None:
     blk = sch.get(block)
     written = {w.source for w in blk.writes}
     inputs = {str(r.source.dtype) for r in blk.reads if r.source not in written}
-    return (inputs.pop(), str(blk.writes[0].source.dtype)) if len(inputs) == 1 and len(blk.writes) == 1 else None
+    return (
+        (inputs.pop(), str(blk.writes[0].source.dtype))
+        if len(inputs) == 1 and len(blk.writes) == 1
+        else None
+    )
 
 
 @heron_object
 class TensorCoreTiling(HeronRule):
-    """Condition: a CUDA target and a reduction block whose dtypes WMMA computes (fp16 x fp16 -> fp32
-    or fp16, s8 x s8 -> s32) and whose loops TVM's auto-tensorize mapping matches to the intrinsic.
+    """Condition: a CUDA target and a reduction block whose dtypes WMMA computes (fp16 x fp16 ->
+    fp32 or fp16, s8 x s8 -> s32) and whose loops TVM's auto-tensorize mapping matches to the
+    intrinsic.
 
     Application (Heron's addCacheTensorCoreOp, tile*Op and tensorcore*Op): one design space per
     fragment shape ``m x n x k`` in ``shapes`` (Heron's ``wmma_m``/``wmma_n`` knob). Each tiles the
@@ -58,7 +64,8 @@ class TensorCoreTiling(HeronRule):
         unknown = [tuple(s) for s in shapes if tuple(s) not in SHAPES]
         check(
             len(shapes) > 0 and not unknown,
-            f"TensorCoreTiling(shapes={shapes!r}): WMMA computes the fragment shapes {list(SHAPES)} only",
+            f"TensorCoreTiling(shapes={shapes!r}): WMMA computes the fragment shapes "
+            f"{list(SHAPES)} only",
         )
         self.shapes = tuple(tuple(s) for s in shapes)
         self.structure = structure

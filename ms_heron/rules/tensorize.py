@@ -71,15 +71,16 @@ class Tensorize(HeronRule):
 
     Application: where an extent the intrinsic covers is not a multiple of its tile (1000 output
     channels for VNNI's 16 lanes, 3 input channels for its 4-deep reduction), ``pad_einsum`` pads
-    the block to whole tiles first (zero-filled copies of the inputs, the result copied back), unless
-    that adds more than ``max_waste`` work. Then split off and reorder the loops the intrinsic
-    covers, ``blockize`` them, and mark the outer block with ``meta_schedule.auto_tensorize``
-    (MetaSchedule's RewriteTensorize postproc does the final ``tensorize``). Later rules tile and
-    cache the outer ``<name>_o`` block.
+    the block to whole tiles first (zero-filled copies of the inputs, the result copied back),
+    unless that adds more than ``max_waste`` work. Then split off and reorder the loops the
+    intrinsic covers, ``blockize`` them, and mark the outer block with
+    ``meta_schedule.auto_tensorize`` (MetaSchedule's RewriteTensorize postproc does the final
+    ``tensorize``). Later rules tile and cache the outer ``<name>_o`` block.
 
-    The intrinsics come in families (AMX tiles of every reduction depth, a dot product): the first of
-    each family that fits makes a design space of its own, so that on an AMX host the search measures a
-    tile kernel against a VNNI one instead of the rule guessing which is faster for this shape.
+    The intrinsics come in families (AMX tiles of every reduction depth, a dot product): the first
+    of each family that fits makes a design space of its own, so that on an AMX host the search
+    measures a tile kernel against a VNNI one instead of the rule guessing which is faster for this
+    shape.
 
     Parameters
     ----------
@@ -94,10 +95,16 @@ class Tensorize(HeronRule):
     """
 
     def __init__(
-        self, *, intrinsics: list[str] | None = None, pad: bool = True, max_waste: float = DOT_MAX_PADDING_WASTE
+        self,
+        *,
+        intrinsics: list[str] | None = None,
+        pad: bool = True,
+        max_waste: float = DOT_MAX_PADDING_WASTE,
     ):
         check(
-            max_waste >= 0.0, f"Tensorize(max_waste={max_waste!r}): give the extra share of work padding may add, >= 0"
+            max_waste >= 0.0,
+            f"Tensorize(max_waste={max_waste!r}): give the extra share of work padding may add, >= "
+            "0",
         )
         self.intrinsics = intrinsics
         self.pad = pad
@@ -107,20 +114,28 @@ class Tensorize(HeronRule):
         return list(self.intrinsics) if self.intrinsics is not None else intrinsics_for(self.target)
 
     def apply(self, sch: Schedule, block: SBlockRV) -> list[Schedule]:
-        if "R" not in iter_kinds(sch, block) or is_tiled(sch, block) or BLOCKIZED in sch.get(block).annotations:
+        if (
+            "R" not in iter_kinds(sch, block)
+            or is_tiled(sch, block)
+            or BLOCKIZED in sch.get(block).annotations
+        ):
             return [sch]
         candidates = self._candidates()
         if candidates:
             ensure_registered(self.target)
         spaces = []
         for _, family in itertools.groupby(candidates, key=is_amx):
-            space = next((w for w in (self._tensorized(sch, block, i) for i in family) if w is not None), None)
+            space = next(
+                (w for w in (self._tensorized(sch, block, i) for i in family) if w is not None),
+                None,
+            )
             if space is not None:
                 spaces.append(space)
         return spaces or [sch]
 
     def _tensorized(self, sch: Schedule, block: SBlockRV, intrin: str) -> Schedule | None:
-        """A copy of ``sch`` with ``block`` split for ``intrin`` and marked for tensorizing, or None."""
+        """A copy of ``sch`` with ``block`` split for ``intrin`` and marked for tensorizing, or
+        None."""
         desc = TensorIntrin.get(intrin).desc
         if _dtypes(sch, block) != _block_dtypes(intrin):
             return None
@@ -140,7 +155,9 @@ class Tensorize(HeronRule):
         layout = TensorIntrin.get(VNNI.name).desc if amx else desc
         mapping = get_tensorize_loop_mapping(work, block, layout) if work is not None else None
         operands = match_operands(work, block, layout, mapping) if mapping is not None else None
-        if operands is None or not prepare_operands(work, block, operands, panels_in_tile_order=amx):
+        if operands is None or not prepare_operands(
+            work, block, operands, panels_in_tile_order=amx
+        ):
             return None
         if dot is not None and dot.widens:
             widen_activation(work, block, dot.activation_dtype)
@@ -170,7 +187,9 @@ class Tensorize(HeronRule):
         sizes = extents(sch.get(block))
         if padded_volume_ratio(sizes, multiples) > 1 + max_waste:
             return None
-        if not pad_reduction and any(k == "R" and e % m for k, e, m in zip(iter_kinds(sch, block), sizes, multiples)):
+        if not pad_reduction and any(
+            k == "R" and e % m for k, e, m in zip(iter_kinds(sch, block), sizes, multiples)
+        ):
             return None
         padded = sch.copy()
         try:

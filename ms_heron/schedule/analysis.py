@@ -1,8 +1,8 @@
 """Heron's static-analysis conditions on TensorIR blocks, and the loop roles rules leave behind.
 
 Rules fire on these conditions (Heron §2: "rules are triggered by static analysis"), and record
-the role of every loop level as block annotations (:mod:`ms_heron.schedule.annotations`) so that later
-rules, and the constraint model, can recover them from the trace alone.
+the role of every loop level as block annotations (:mod:`ms_heron.schedule.annotations`) so that
+later rules, and the constraint model, can recover them from the trace alone.
 """
 
 from __future__ import annotations
@@ -99,7 +99,12 @@ def is_transpose(sch: Schedule, block: SBlockRV) -> bool:
     blk = sch.get(block)
     position = {iv.var.name: i for i, iv in enumerate(blk.iter_vars)}
     for region in blk.reads:
-        order = [position[v.name] for r in region.region for v in undefined_vars(r.min) if v.name in position]
+        order = [
+            position[v.name]
+            for r in region.region
+            for v in undefined_vars(r.min)
+            if v.name in position
+        ]
         if order != sorted(order):
             return True
     return False
@@ -129,20 +134,24 @@ def strictly_inlinable(sch: Schedule, block: SBlockRV) -> bool:
         and bool(consumers(sch, block))
         and not has_branch(sch, block)
         and not feeds_tensorized(sch, block)
-        and not (is_transpose(sch, block) and any(has_data_reuse(sch, c) for c in consumers(sch, block)))
+        and not (
+            is_transpose(sch, block) and any(has_data_reuse(sch, c) for c in consumers(sch, block))
+        )
     )
 
 
 def feeds_tensorized(sch: Schedule, block: SBlockRV) -> bool:
     """Whether a consumer of ``block`` is tensorized: the intrinsic must read ``block``'s buffer (a
-    weight packed to its tiles), and inlined into it the expression would not match the intrinsic."""
+    weight packed to its tiles), and inlined into it the expression would not match the
+    intrinsic."""
     return any(is_tensorized(sch, c) for c in consumers(sch, block))
 
 
 def transposed_read(sch: Schedule, block: SBlockRV) -> tuple[int, int] | None:
     """For a block that copies a buffer in another order: ``(r, w)``, the iterators the first such
     read and the write index with their last dimension (their contiguous axes), when they differ;
-    None when every read runs along the write's contiguous axis (or is not indexed by plain iterators)."""
+    None when every read runs along the write's contiguous axis (or is not indexed by plain
+    iterators)."""
     blk = sch.get(block)
     position = {iv.var.name: i for i, iv in enumerate(blk.iter_vars)}
 
@@ -240,7 +249,11 @@ def param_index(sch: Schedule, buffer: tirx.Buffer) -> int | None:
     func = sch.mod["main"]
     # TVM 0.27: a parameter is a buffer-typed Var; its buffer's data is ``tirx.buffer_data(param)``.
     data = buffer.data
-    param = data.args[0] if getattr(getattr(data, "op", None), "name", "") == "tirx.buffer_data" else data
+    param = (
+        data.args[0]
+        if getattr(getattr(data, "op", None), "name", "") == "tirx.buffer_data"
+        else data
+    )
     return next((i for i, p in enumerate(func.params) if p.same_as(param)), None)
 
 
@@ -256,7 +269,8 @@ def padded_volume_ratio(extents: list[int], multiples: list[int]) -> float:
 
 def is_layout_free(sch: Schedule, buffer: tirx.Buffer) -> bool:
     """Whether ``buffer`` is a parameter the compiler may re-lay out (a constant weight; Relax's
-    ``AttachAttrLayoutFreeBuffers`` lists them in the ``layout_free_buffers`` function attribute)."""
+    ``AttachAttrLayoutFreeBuffers`` lists them in the ``layout_free_buffers`` function
+    attribute)."""
     func = sch.mod["main"]
     indices = func.attrs.get("layout_free_buffers", []) if func.attrs is not None else []
     return param_index(sch, buffer) in [int(i) for i in indices]
@@ -279,7 +293,11 @@ def streamed_input(sch: Schedule, block: SBlockRV, lane_var) -> int | None:
         ):
             continue
         used = set().union(*(_vars_of(i) for i in indices))
-        if spatial - used and param_index(sch, region.source) is not None and not is_layout_free(sch, region.source):
+        if (
+            spatial - used
+            and param_index(sch, region.source) is not None
+            and not is_layout_free(sch, region.source)
+        ):
             return index
     return None
 
@@ -318,7 +336,11 @@ def transposed_lane_dim(sch: Schedule, block: SBlockRV, target) -> int | None:
         return None
     var = blk.iter_vars[lane].var
     indices = [rng.min for rng in blk.writes[0].region]
-    dims = [d for d, i in enumerate(indices) if any(v.same_as(var) for v in tirx.analysis.undefined_vars(i))]
+    dims = [
+        d
+        for d, i in enumerate(indices)
+        if any(v.same_as(var) for v in tirx.analysis.undefined_vars(i))
+    ]
     return dims[0] if len(dims) == 1 and dims[0] != len(indices) - 1 else None
 
 

@@ -32,21 +32,24 @@ LANE_REDUCTION = "ms_heron.lane_reduction"
 #: On a tiled block: whether (1) or not (0, a sampled choice) the PackPanels postproc packs the
 #: operand its micro-kernel streams into panels as wide as the sampled vector-lane tile.
 PACK_PANELS = "ms_heron.pack_panels"
-#: On a layout-changing element-wise block: the elements of the tile it is blocked into (read axis x write axis).
+#: On a layout-changing element-wise block: the elements of the tile it is blocked into (read axis x
+#: write axis).
 TRANSPOSE_TILE = "ms_heron.transpose_tile"
 #: On a copy block: how many of its innermost loops (one tile) the UnrollTiles postproc unrolls.
 UNROLL_TILE = "ms_heron.unroll_tile"
 #: On the copy that re-lays out a layout-free weight: MetaSchedule's builder drops it when measuring
 #: and Relax folds it into the constant, both only where it stays at the root.
 LAYOUT_REWRITE_PREPROC = "meta_schedule.layout_rewrite_preproc"
-#: On the copy that widens a dot product's u8 operand to s16 (``operand_layout.widen_activation``): it
-#: stays where the rule leaves it, unsampled, since TVM's sampler may inline it, and the kernel then
-#: widens per step, which the widened intrinsic's description does not match.
+#: On the copy that widens a dot product's u8 operand to s16 (``operand_layout.widen_activation``):
+#: it stays where the rule leaves it, unsampled, since TVM's sampler may inline it, and the kernel
+#: then widens per step, which the widened intrinsic's description does not match.
 WIDENED = "ms_heron.widened"
-#: Block annotations of stages a rule already placed (inside another block's tiles, or parallel itself).
+#: Block annotations of stages a rule already placed (inside another block's tiles, or parallel
+#: itself).
 PLACED = (CACHE_LEVEL, SPM_LEVEL, LANE_REDUCTION, TRANSPOSE_TILE)
 #: On the root block of a design space HeronSpace took from MetaSchedule's own generator: its
-#: constraint model keeps validity constraints only, so the space keeps all of MetaSchedule's content.
+#: constraint model keeps validity constraints only, so the space keeps all of MetaSchedule's
+#: content.
 SPACE_ORIGIN = "ms_heron.space_origin"
 METASCHEDULE_SPACE = "metaschedule"
 
@@ -65,7 +68,8 @@ def iter_kinds(sch: Schedule, block: SBlockRV) -> list[str]:
 
 
 def split_by_structure(structure: str, kinds: list[str], items: list) -> dict[str, list]:
-    """Group a tiled nest's innermost loops (or anything in their order) by level: ``{"S0": [...], ...}``.
+    """Group a tiled nest's innermost loops (or anything in their order) by level: ``{"S0": [...],
+    ...}``.
 
     Level ``S<n>`` is the n-th 'S' of the structure and holds one item per spatial iterator
     (likewise ``R<n>``); ``kinds`` are the block's iterator kinds (:func:`iter_kinds`).

@@ -43,7 +43,9 @@ class Operand:
         """
         n = len(self.tile_vars)
         trailing = self.indices[len(self.indices) - n :]
-        if len(self.indices) < n or not all(_only_uses(i, v) for i, v in zip(trailing, self.tile_vars)):
+        if len(self.indices) < n or not all(
+            _only_uses(i, v) for i, v in zip(trailing, self.tile_vars)
+        ):
             return False
         shape = [int(s) for s in self.buffer.shape[len(self.indices) - n :]]
         return shape[1:] == self.tile_shape[1:]
@@ -62,7 +64,9 @@ class Operand:
 
         def index_map(*idx):
             if panels_in_tile_order:
-                outer = [idx[d] for d in range(len(idx)) if d not in dims] + [idx[d] // e for d, e in dims.items()]
+                outer = [idx[d] for d in range(len(idx)) if d not in dims] + [
+                    idx[d] // e for d, e in dims.items()
+                ]
             else:
                 outer = [idx[d] // dims[d] if d in dims else idx[d] for d in range(len(idx))]
             return [*outer, *(idx[d] % extent for d, extent in dims.items())]
@@ -100,7 +104,11 @@ def _desc_accesses(desc) -> tuple[dict, list[tuple[tirx.Buffer, list, bool]]]:
     for iv, value in zip(block.iter_vars, realize.iter_values):
         iter_of_loop[value] = iv.var
     written = [w.source for w in block.writes]
-    accesses = [(r.source, [rng.min for rng in r.region], False) for r in block.reads if r.source not in written]
+    accesses = [
+        (r.source, [rng.min for rng in r.region], False)
+        for r in block.reads
+        if r.source not in written
+    ]
     accesses += [(w.source, [rng.min for rng in w.region], True) for w in block.writes]
     return iter_of_loop, accesses
 
@@ -115,13 +123,19 @@ def match_operands(sch: Schedule, block: SBlockRV, desc, tensorize_info) -> list
     if realize is None:
         return None
     block_iter_of_loop = {
-        value: iv.var for iv, value in zip(realize.block.iter_vars, realize.iter_values) if isinstance(value, tirx.Var)
+        value: iv.var
+        for iv, value in zip(realize.block.iter_vars, realize.iter_values)
+        if isinstance(value, tirx.Var)
     }
     desc_iter_of_loop, desc_accesses = _desc_accesses(desc)
     to_block_iter = {}
     for sref, desc_loop in tensorize_info.loop_map.items():
-        block_var = next((v for lv, v in block_iter_of_loop.items() if lv.same_as(sref.stmt.loop_var)), None)
-        desc_var = next((v for lv, v in desc_iter_of_loop.items() if lv.same_as(desc_loop.loop_var)), None)
+        block_var = next(
+            (v for lv, v in block_iter_of_loop.items() if lv.same_as(sref.stmt.loop_var)), None
+        )
+        desc_var = next(
+            (v for lv, v in desc_iter_of_loop.items() if lv.same_as(desc_loop.loop_var)), None
+        )
         if block_var is None or desc_var is None:
             return None
         to_block_iter[desc_var] = block_var
@@ -130,13 +144,16 @@ def match_operands(sch: Schedule, block: SBlockRV, desc, tensorize_info) -> list
     regions = [(r, i) for i, r in enumerate(blk.reads)] + [(w, None) for w in blk.writes]
     operands = []
     for buf, desc_indices, is_write in desc_accesses:
-        tile_vars = [next((b for d, b in to_block_iter.items() if d.same_as(i)), None) for i in desc_indices]
+        tile_vars = [
+            next((b for d, b in to_block_iter.items() if d.same_as(i)), None) for i in desc_indices
+        ]
         if any(v is None for v in tile_vars):
             return None
         candidates = [
             (r, i)
             for r, i in regions
-            if (i is None) == is_write and _positions(_used_vars(r), mapped) == _positions(tile_vars, mapped)
+            if (i is None) == is_write
+            and _positions(_used_vars(r), mapped) == _positions(tile_vars, mapped)
         ]
         if len(candidates) != 1:
             return None
@@ -202,11 +219,15 @@ def _write_in_packed_order(sch: Schedule, block: SBlockRV, op: Operand, packed_i
     and shuffles (4.3x faster on that weight, close to the memory's bandwidth).
     """
     name = op.buffer.name  # transform_layout replaced the buffer object
-    producer = next((p for p in sch.get_producers(block) if sch.get(p).writes[0].source.name == name), None)
+    producer = next(
+        (p for p in sch.get_producers(block) if sch.get(p).writes[0].source.name == name), None
+    )
     if producer is None:
         return
     iters = sch.get(producer).iter_vars
-    index_map = IndexMap.from_func(packed_index_map, ndim=len(iters), index_dtype=str(iters[0].var.ty))
+    index_map = IndexMap.from_func(
+        packed_index_map, ndim=len(iters), index_dtype=str(iters[0].var.ty)
+    )
     try:
         sch.transform_block_layout(producer, index_map)
     except ScheduleError:  # the copy's iterators are not the buffer's dims: leave its order
@@ -216,7 +237,8 @@ def _write_in_packed_order(sch: Schedule, block: SBlockRV, op: Operand, packed_i
 
 def widen_activation(sch: Schedule, block: SBlockRV, dtype: str) -> None:
     """Make ``block`` read its u8 operand from a copy of type ``dtype`` (s16, for ``vpmaddwd``), so
-    the micro-kernel broadcasts widened pairs straight from memory instead of widening them per step.
+    the micro-kernel broadcasts widened pairs straight from memory instead of widening them per
+    step.
 
     An intermediate operand (a padded copy, an epilogue's output) is written widened by its
     producer, at no extra pass; a function input gets a widening copy (a pass per call). Either
@@ -224,9 +246,13 @@ def widen_activation(sch: Schedule, block: SBlockRV, dtype: str) -> None:
     Its consumers read it back as u8 (``unsafe_set_dtype`` casts every read), which is what the
     widened intrinsics' descriptions match.
     """
-    index, region = next((i, r) for i, r in enumerate(sch.get(block).reads) if str(r.source.dtype) == "uint8")
+    index, region = next(
+        (i, r) for i, r in enumerate(sch.get(block).reads) if str(r.source.dtype) == "uint8"
+    )
     name = region.source.name
-    producer = next((p for p in sch.get_producers(block) if sch.get(p).writes[0].source.name == name), None)
+    producer = next(
+        (p for p in sch.get_producers(block) if sch.get(p).writes[0].source.name == name), None
+    )
     if (
         producer is None
         or LAYOUT_REWRITE_PREPROC in sch.get(producer).annotations

@@ -74,7 +74,8 @@ logger = logging.getLogger(__name__)
 
 @dataclass(kw_only=True)
 class RoundStats:
-    """What one round did; logged through MetaSchedule's task logger and kept in ``HeronSearch.stats``."""
+    """What one round did; logged through MetaSchedule's task logger and kept in
+    ``HeronSearch.stats``."""
 
     round: int
     sampled: int = 0  # CP-SAT solutions drawn (fresh samples and children)
@@ -83,16 +84,23 @@ class RoundStats:
     ranked_by: str = ""
     rank_correlation: dict = field(default_factory=dict)  # cost model name -> rho on this batch
     best_seconds: float = math.inf  # best seconds so far
-    seconds: dict = field(default_factory=lambda: defaultdict(float))  # solver / replay / cost model / measure
+    seconds: dict = field(
+        default_factory=lambda: defaultdict(float)
+    )  # solver / replay / cost model / measure
 
     def line(self) -> str:
-        rho = ", ".join(f"{k} {v:+.2f}" for k, v in self.rank_correlation.items() if not math.isnan(v)) or "n/a"
+        rho = (
+            ", ".join(
+                f"{k} {v:+.2f}" for k, v in self.rank_correlation.items() if not math.isnan(v)
+            )
+            or "n/a"
+        )
         secs = ", ".join(f"{k} {v:.1f}s" for k, v in self.seconds.items())
         best = f"{self.best_seconds * 1e3:.4f} ms" if self.best_seconds < math.inf else "none"
         return (
             f"HeronSearch round {self.round}: sampled {self.sampled}, measured {self.measured}, "
-            f"valid {self.valid}/{self.measured}, ranked by {self.ranked_by}, rank correlation [{rho}], "
-            f"best so far {best}; time: {secs}"
+            f"valid {self.valid}/{self.measured}, ranked by {self.ranked_by}, rank correlation "
+            f"[{rho}], best so far {best}; time: {secs}"
         )
 
 
@@ -143,9 +151,14 @@ class HeronSearch(PySearchStrategy):
             ("transfer", transfer, 0),
         ):
             check(
-                isinstance(value, int) and value >= low, f"HeronSearch({name}={value!r}): give a whole number >= {low}"
+                isinstance(value, int) and value >= low,
+                f"HeronSearch({name}={value!r}): give a whole number >= {low}",
             )
-        for name, value in (("epsilon", epsilon), ("key_ratio", key_ratio), ("search_share", search_share)):
+        for name, value in (
+            ("epsilon", epsilon),
+            ("key_ratio", key_ratio),
+            ("search_share", search_share),
+        ):
             check(
                 isinstance(value, (int, float)) and 0.0 <= value <= 1.0,
                 f"HeronSearch({name}={value!r}): give a share between 0 and 1",
@@ -159,7 +172,8 @@ class HeronSearch(PySearchStrategy):
         self.search_share = search_share
         #: Shared with every clone, so that the tasks of one tuning call donate to each other.
         self.donors = Donors()
-        #: Shared with every clone too: a model's later tasks start at the scale earlier ones settled on.
+        #: Shared with every clone too: a model's later tasks start at the scale earlier ones
+        #: settled on.
         self.effort = Effort(search_share)
 
     def _initialize_with_tune_context(self, context) -> None:
@@ -173,7 +187,9 @@ class HeronSearch(PySearchStrategy):
 
     # -- MetaSchedule interface ---------------------------------------------------------------
 
-    def pre_tuning(self, max_trials, num_trials_per_iter, design_spaces, database=None, cost_model=None):
+    def pre_tuning(
+        self, max_trials, num_trials_per_iter, design_spaces, database=None, cost_model=None
+    ):
         self.rng = random.Random(self.seed)
         self.max_trials, self.per_round = int(max_trials), int(num_trials_per_iter)
         self.traces, self.models = self._constrained_spaces(design_spaces)
@@ -201,15 +217,17 @@ class HeronSearch(PySearchStrategy):
             try:
                 model = self._solvable_model(space, index)
             except Exception as err:  # pylint: disable=broad-except  # one bad space must not stop tuning
-                self.logger.warning("HeronSearch skips design space %d: %s: %s", index, type(err).__name__, err)
+                self.logger.warning(
+                    "HeronSearch skips design space %d: %s: %s", index, type(err).__name__, err
+                )
                 continue
             traces.append(space.trace.simplified(remove_postproc=True))
             models.append(model)
         if not models:
             raise Infeasible(
-                f"HeronSearch: none of the {len(design_spaces)} design spaces of task {self.context.task_name!r} "
-                "has a solvable constraint model (see the task log for why); tune it with "
-                "strategy='evolutionary' or report the workload"
+                f"HeronSearch: none of the {len(design_spaces)} design spaces of task "
+                f"{self.context.task_name!r} has a solvable constraint model (see the task log for "
+                "why); tune it with strategy='evolutionary' or report the workload"
             )
         return traces, models
 
@@ -249,8 +267,8 @@ class HeronSearch(PySearchStrategy):
         self.pool = []
         if self.measured and not any(s < math.inf for s in self.measured.values()):
             logger.warning(
-                "HeronSearch: none of the %d candidates of task %r built and ran; see its log under "
-                "<work_dir>/logs for the errors",
+                "HeronSearch: none of the %d candidates of task %r built and ran; see its log "
+                "under <work_dir>/logs for the errors",
                 len(self.measured),
                 self.context.task_name,
             )
@@ -280,20 +298,27 @@ class HeronSearch(PySearchStrategy):
         for program, result in zip(self.pending, results):
             secs.append(result_seconds(result))
             self.measured[program.key] = secs[-1]
-        if not self.stats and results and all(str(r.error_msg or "").startswith(BUILD_TIMEOUT) for r in results):
-            # MetaSchedule re-raises it as a RuntimeError, whatever its class: the message says it all
+        if (
+            not self.stats
+            and results
+            and all(str(r.error_msg or "").startswith(BUILD_TIMEOUT) for r in results)
+        ):
+            # MetaSchedule re-raises it as a RuntimeError, whatever its class: the message says it
+            # all
             raise RuntimeError(
-                f"every candidate of the first round of task {self.context.task_name!r} timed out in the builder: "
-                "TVM's stock LocalBuilder imports tvm.s_tir.tensor_intrin (15-25 s) in every build batch; pass "
-                "builder=ms_heron.tuning.builder.local_builder() to ms.tune_tir "
-                "(or a LocalBuilder with a longer timeout_sec)"
+                f"every candidate of the first round of task {self.context.task_name!r} timed out "
+                "in the builder: TVM's stock LocalBuilder imports tvm.s_tir.tensor_intrin (15-25 "
+                "s) in every build batch; pass builder=ms_heron.tuning.builder.local_builder() to "
+                "ms.tune_tir (or a LocalBuilder with a longer timeout_sec)"
             )
         stats.rank_correlation = self.ranking.note_batch(self.pending, secs)
         with self._timed("cost model"):
             self.ranking.fit(self.measured, {p.space for p in self.pending})
         stats.measured, stats.valid = len(secs), sum(s < math.inf for s in secs)
         stats.best_seconds = min(self.measured.values(), default=math.inf)
-        self.effort.note_round(sum(s for k, s in stats.seconds.items() if k != "measure"), stats.seconds["measure"])
+        self.effort.note_round(
+            sum(s for k, s in stats.seconds.items() if k != "measure"), stats.seconds["measure"]
+        )
         self._donate()
         self.stats.append(stats)
         self.logger.info(stats.line())
@@ -324,18 +349,25 @@ class HeronSearch(PySearchStrategy):
                         out.append(Program(space=space, values=values))
         out = unique(out)[: self.transfer]
         if out:
-            self.logger.info("HeronSearch: round 0 starts with %d programs projected from tasks tuned before", len(out))
+            self.logger.info(
+                "HeronSearch: round 0 starts with %d programs projected from tasks tuned before",
+                len(out),
+            )
         return out
 
     def _donate(self) -> None:
-        """Each design space's best program so far, for the tasks of the same structure tuned later."""
+        """Each design space's best program so far, for the tasks of the same structure tuned
+        later."""
         best: dict[int, tuple[float, tuple]] = {}
         for key, secs in self.measured.items():
             if secs < best.get(key[0], (math.inf,))[0]:
                 best[key[0]] = (secs, key)
         for space, (secs, key) in best.items():
             self.donors.donate(
-                self.signatures[space], self.context.task_name, secs, donation(self.models[space], dict(key[1]))
+                self.signatures[space],
+                self.context.task_name,
+                secs,
+                donation(self.models[space], dict(key[1])),
             )
 
     def _warm_start(self, database) -> None:
@@ -353,7 +385,11 @@ class HeronSearch(PySearchStrategy):
                 ok = self.measured[program.key] < math.inf
                 if self._build([program]):
                     programs.append(program)
-                    results.append(RunnerResult(run_secs=record.run_secs, error_msg=None if ok else "failed earlier"))
+                    results.append(
+                        RunnerResult(
+                            run_secs=record.run_secs, error_msg=None if ok else "failed earlier"
+                        )
+                    )
                 break
         if programs and self.ranking.cost_model is not None:
             self.ranking.cost_model.update(self.context, [p.candidate for p in programs], results)
@@ -375,14 +411,16 @@ class HeronSearch(PySearchStrategy):
 
     def _features_transfer(self) -> bool:
         """Whether MetaSchedule's feature model can rank this task's first round: the task scheduler
-        shares one model among a model's tasks, so later tasks start from what earlier ones taught it
-        (as MetaSchedule's own search does). Otherwise round 0 stays constrained-random."""
+        shares one model among a model's tasks, so later tasks start from what earlier ones taught
+        it (as MetaSchedule's own search does). Otherwise round 0 stays constrained-random."""
         probe = self._build(self._fresh(4))
         self.pool = probe  # they join round 0's population
         with self._timed("cost model"):
             trained = self.ranking.features_trained(probe, self.context)
         if trained:
-            self.logger.info("HeronSearch: the shared feature cost model ranks round 0 (trained on other tasks)")
+            self.logger.info(
+                "HeronSearch: the shared feature cost model ranks round 0 (trained on other tasks)"
+            )
         return trained
 
     def _predict(self, name: str, programs: list[Program]) -> list[float] | None:
@@ -416,21 +454,25 @@ class HeronSearch(PySearchStrategy):
         return _Timer(self.now.seconds, what)
 
     def _fresh(self, n: int) -> list[Program]:
-        """Constrained-random programs: TVM's own samplers draw the decisions (MetaSchedule's prior),
-        and CP-SAT moves a draw that breaks a constraint to the nearest solution."""
+        """Constrained-random programs: TVM's own samplers draw the decisions (MetaSchedule's
+        prior), and CP-SAT moves a draw that breaks a constraint to the nearest solution."""
         out = []
         weights = self._space_weights()
         for _ in range(n):
             space = self.rng.choices(range(len(self.models)), weights=weights)[0]
             model = self.models[space]
             with self._timed("replay"):
-                drawn = native_sample(model, self.traces[space], self.mod, self.rng.randrange(1 << 30))
+                drawn = native_sample(
+                    model, self.traces[space], self.mod, self.rng.randrange(1 << 30)
+                )
             if drawn is not None and not model.violations(drawn):
                 out.append(Program(space=space, values=drawn))
                 continue
             try:
                 with self._timed("solver"):
-                    out.append(Program(space=space, values=self.solvers[space].complete({}, hints=drawn)))
+                    out.append(
+                        Program(space=space, values=self.solvers[space].complete({}, hints=drawn))
+                    )
             except Infeasible:
                 continue
         self.now.sampled += len(out)
@@ -465,14 +507,23 @@ class HeronSearch(PySearchStrategy):
             sch = replay(model, self.traces[program.space], self.mod, program.values)
         except RepairedDecision:
             return False
-        program.values = decided_values(model, sch.trace)  # compute locations as TVM normalized them
-        sch.enter_postproc()  # as MetaSchedule does: records' traces then split into space and postprocs
+        program.values = decided_values(
+            model, sch.trace
+        )  # compute locations as TVM normalized them
+        # as MetaSchedule does: records' traces then split into space and postprocs
+        sch.enter_postproc()
         try:
             if not all(p.apply(sch) for p in self.postprocs):
                 return False
-        except RuntimeError as err:  # TVM's errors: a postproc that cannot finish this program, as in
+        except (
+            RuntimeError
+        ) as err:  # TVM's errors: a postproc that cannot finish this program, as in
             # MetaSchedule's own search, rejects the program and never stops the tuning
-            logger.debug("a postproc failed on a program of space %d: %s", program.space, str(err).splitlines()[0])
+            logger.debug(
+                "a postproc failed on a program of space %d: %s",
+                program.space,
+                str(err).splitlines()[0],
+            )
             return False
         return MeasureCandidate(sch, ArgInfo.from_entry_func(sch.mod, remove_preproc=True))
 
@@ -481,7 +532,9 @@ class HeronSearch(PySearchStrategy):
         return [Program(space=k[0], values=dict(k[1])) for _, k in done[: self.elite]]
 
     def _crossover(self, a: Program, b: Program) -> Program | None:
-        keys = choose_keys(self.models[a.space].primary, self.ranking.importance(a.space), self.key_ratio, self.rng)
+        keys = choose_keys(
+            self.models[a.space].primary, self.ranking.importance(a.space), self.key_ratio, self.rng
+        )
         with self._timed("solver"):
             child = crossover(a, b, keys, self.solvers[a.space], self.rng)
         self.now.sampled += child is not None
@@ -491,7 +544,8 @@ class HeronSearch(PySearchStrategy):
         population = self.effort.population(self.population, want)
         ranked = self._rank(unique(self.pool + self._elite() + self._fresh(population)))
         for _ in range(self.effort.generations(self.generations) if self.guided else 0):
-            if not ranked:  # nothing built (a postproc rejected every program): the pick tops up with fresh ones
+            # nothing built (a postproc rejected every program): the pick tops up with fresh ones
+            if not ranked:
                 break
             children = []
             for _ in range(population):
@@ -515,7 +569,9 @@ class HeronSearch(PySearchStrategy):
         (SqueezeNet's 3-channel first convolution ran 20 ms, 2 GFLOPS, on one).
         """
         lead, rest = untried_spaces_first(
-            [p for p in ranked if p.key not in self.measured], {k[0] for k in self.measured}, self.analytical
+            [p for p in ranked if p.key not in self.measured],
+            {k[0] for k in self.measured},
+            self.analytical,
         )
         fresh, self.projected = unique(alternate(self.projected, lead) + rest), []
         greedy = max(int(round(want * (1 - self.epsilon))), min(len(lead), want))
@@ -535,8 +591,11 @@ class HeronSearch(PySearchStrategy):
 
 
 def _task_logger(task_name: str) -> logging.Logger:
-    """The per-task logger ``tune_tir`` created (its file is in the work dir); TuneContext hides it from Python."""
-    pattern = re.compile(r"tvm\.s_tir\.meta_schedule\.logging\.task_\d+_" + re.escape(task_name[:100]) + "$")
+    """The per-task logger ``tune_tir`` created (its file is in the work dir); TuneContext hides it
+    from Python."""
+    pattern = re.compile(
+        r"tvm\.s_tir\.meta_schedule\.logging\.task_\d+_" + re.escape(task_name[:100]) + "$"
+    )
     names = [n for n in logging.root.manager.loggerDict if pattern.match(n)]
     return logging.getLogger(names[-1] if names else "tvm.s_tir.meta_schedule")
 

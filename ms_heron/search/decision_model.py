@@ -26,8 +26,11 @@ class DecisionModel:
         self.booster = None
 
     def features(self, values_list: list[dict]) -> np.ndarray:
-        """log2 of each decision: tile factors multiply, so ratios are what trees should split on."""
-        rows = [[math.log2(max(int(v[name]), 0) + 1) for name in self.variables] for v in values_list]
+        """log2 of each decision: tile factors multiply, so ratios are what trees should split
+        on."""
+        rows = [
+            [math.log2(max(int(v[name]), 0) + 1) for name in self.variables] for v in values_list
+        ]
         return np.asarray(rows, dtype=np.float32).reshape(len(values_list), len(self.variables))
 
     @property
@@ -35,13 +38,21 @@ class DecisionModel:
         return self.booster is not None
 
     def fit(self, values_list: list[dict], scores: list[float]) -> None:
-        """Train from scratch on all measurements; ``scores`` are throughputs normalized to the best (0: failed)."""
+        """Train from scratch on all measurements; ``scores`` are throughputs normalized to the best
+        (0: failed)."""
         if len(values_list) < MIN_SAMPLES or not self.variables:
             return
         import xgboost as xgb
 
         data = xgb.DMatrix(self.features(values_list), label=np.asarray(scores, dtype=np.float32))
-        params = {"max_depth": 6, "eta": 0.2, "min_child_weight": 0, "seed": self.seed, "nthread": 1, "verbosity": 0}
+        params = {
+            "max_depth": 6,
+            "eta": 0.2,
+            "min_child_weight": 0,
+            "seed": self.seed,
+            "nthread": 1,
+            "verbosity": 0,
+        }
         self.booster = xgb.train(params, data, num_boost_round=60)
 
     def predict(self, values_list: list[dict]) -> np.ndarray:

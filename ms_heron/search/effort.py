@@ -1,4 +1,5 @@
-"""How much search a round may afford: the share of its time spent generating and ranking candidates.
+"""How much search a round may afford: the share of its time spent generating and ranking
+candidates.
 
 A round's time is search (constrained samples, replaying them into schedules, the cost models) plus
 measurement (build and run). HeronSearch's generations cost the same whatever the task, while a
@@ -24,8 +25,8 @@ class Effort:
         self.scale = 1.0
 
     def note_round(self, search_s: float, measure_s: float) -> None:
-        """Shrink the scale after a round whose search took more than ``share`` of it (in proportion),
-        grow it back after one that took less than half of that."""
+        """Shrink the scale after a round whose search took more than ``share`` of it (in
+        proportion), grow it back after one that took less than half of that."""
         total = search_s + measure_s
         if total <= 0.0:
             return

@@ -27,7 +27,9 @@ class FiniteFeatures(PyFeatureExtractor):
 
     def extract_from(self, context, candidates):
         return [
-            tvm.runtime.tensor(np.nan_to_num(f.numpy(), nan=0.0, posinf=OVERFLOWED, neginf=-OVERFLOWED))
+            tvm.runtime.tensor(
+                np.nan_to_num(f.numpy(), nan=0.0, posinf=OVERFLOWED, neginf=-OVERFLOWED)
+            )
             for f in self.inner.extract_from(context, candidates)
         ]
 

@@ -61,7 +61,11 @@ def untried_spaces_first(
     for p in ranked:
         if p.space not in tried and p.space not in preferred:
             others.setdefault(p.space, p)
-    lead = [*(ps[0] for ps in preferred.values()), *others.values(), *(p for ps in preferred.values() for p in ps[1:])]
+    lead = [
+        *(ps[0] for ps in preferred.values()),
+        *others.values(),
+        *(p for ps in preferred.values() for p in ps[1:]),
+    ]
     keys = {p.key for p in lead}  # a preferred program may also be among the ranked
     return lead, [p for p in ranked if p.key not in keys]
 
@@ -101,7 +105,9 @@ def take_roulette(rest: list[Program], rng: random.Random) -> Program:
     return choice
 
 
-def choose_keys(names: list[str], gains: dict[str, float], ratio: float, rng: random.Random) -> list[str]:
+def choose_keys(
+    names: list[str], gains: dict[str, float], ratio: float, rng: random.Random
+) -> list[str]:
     """Key variables of a crossover: ``ratio`` of ``names``, drawn by split gain when there are
     gains, else uniformly; an empty list for a space without decisions."""
     if not names:
@@ -120,8 +126,11 @@ def choose_keys(names: list[str], gains: dict[str, float], ratio: float, rng: ra
     return chosen
 
 
-def crossover(a: Program, b: Program, keys: list[str], solver: Solver, rng: random.Random) -> Program | None:
-    """A child of ``a`` and ``b`` (same space) solved around ``keys``; None when no valid mix exists."""
+def crossover(
+    a: Program, b: Program, keys: list[str], solver: Solver, rng: random.Random
+) -> Program | None:
+    """A child of ``a`` and ``b`` (same space) solved around ``keys``; None when no valid mix
+    exists."""
     if not keys:
         return None
     free = rng.choice(keys)

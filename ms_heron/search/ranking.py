@@ -45,7 +45,9 @@ class Ranking:
         recent = {name: np.mean(q[-QUALITY_WINDOW:]) for name, q in self.quality.items() if q}
         if len(recent) == 2:
             return max(recent, key=recent.get)
-        if recent.get(FEATURES, 0.0) > 0:  # it ordered this task better than chance; the other is unjudged
+        if (
+            recent.get(FEATURES, 0.0) > 0
+        ):  # it ordered this task better than chance; the other is unjudged
             return FEATURES
         return DECISIONS
 
@@ -58,7 +60,9 @@ class Ranking:
         then differ; a trained model repeats itself."""
         if self.cost_model is None or len(programs) < 2:
             return False
-        return self.predict(FEATURES, programs, context) == self.predict(FEATURES, programs, context)
+        return self.predict(FEATURES, programs, context) == self.predict(
+            FEATURES, programs, context
+        )
 
     def fit(self, measured: dict[tuple, float], spaces: set[int]) -> None:
         """Refit the decision models of ``spaces`` on every measured program (key -> seconds)."""
@@ -76,7 +80,9 @@ class Ranking:
         if name == FEATURES:
             if self.cost_model is None:
                 return None
-            return [float(x) for x in self.cost_model.predict(context, [p.candidate for p in programs])]
+            return [
+                float(x) for x in self.cost_model.predict(context, [p.candidate for p in programs])
+            ]
         out = [0.0] * len(programs)
         for space in {p.space for p in programs}:
             model = self.decision_models[space]

@@ -3,8 +3,8 @@
 MetaSchedule's gradient scheduler gives every task a first round, then follows each task's recent
 improvement. Under a budget of minutes most tasks get one or two rounds, so what matters is which
 ones. ExpectedGain holds each task's best kernel against its bound (:func:`~ms_heron.hardware.peak.
-bound_seconds`: the FMA or int8 (AMX or VNNI) peak for its flops, the measured memory bandwidth for its bytes)
-and gives the next round to the task with the most model latency left above its bound:
+bound_seconds`: the FMA or int8 (AMX or VNNI) peak for its flops, the measured memory bandwidth for
+its bytes) and gives the next round to the task with the most model latency left above its bound:
 
     gain = calls x (best - bound) x discount ** (rounds in a row that did not improve the best)
 
@@ -55,7 +55,8 @@ class TaskProgress:
 
 @derived_object
 class ExpectedGain(PyTaskScheduler):
-    """Next round to the task with the most model latency above its bound (see the module docstring).
+    """Next round to the task with the most model latency above its bound (see the module
+    docstring).
 
     Parameters
     ----------
@@ -75,7 +76,8 @@ class ExpectedGain(PyTaskScheduler):
         )
         check(
             0.0 < discount <= 1.0,
-            f"ExpectedGain(discount={discount}): give a factor in (0, 1] for each round that did not improve a task",
+            f"ExpectedGain(discount={discount}): give a factor in (0, 1] for each round that did "
+            "not improve a task",
         )
         self.at_bound = at_bound
         self.discount = discount
@@ -92,11 +94,15 @@ class ExpectedGain(PyTaskScheduler):
         for task_id in at_bound(self.tasks, self.at_bound):
             if not records[task_id].is_terminated:
                 scheduler.terminate_task(task_id)
-        return next_round(self.tasks, [i for i, r in enumerate(records) if not r.is_terminated], self.discount)
+        return next_round(
+            self.tasks, [i for i, r in enumerate(records) if not r.is_terminated], self.discount
+        )
 
     def _joined(self, task_id: int, results) -> None:
         task = self.tasks[task_id]
-        best = min((record_seconds(r.run_secs) for r in results if r.error_msg is None), default=math.inf)
+        best = min(
+            (record_seconds(r.run_secs) for r in results if r.error_msg is None), default=math.inf
+        )
         task.rounds += 1
         task.stale = 0 if best < task.best_s else task.stale + 1
         task.best_s = min(task.best_s, best)
@@ -122,7 +128,9 @@ def _start(record, database) -> TaskProgress:
     """A task's call count, bound, and best record so far (a resumed work dir's)."""
     mod = record.ctx.mod
     task = TaskProgress(
-        name=record.ctx.task_name, calls=float(record.task_weight), bound_s=bound_seconds(mod, record.ctx.target)
+        name=record.ctx.task_name,
+        calls=float(record.task_weight),
+        bound_s=bound_seconds(mod, record.ctx.target),
     )
     if database is not None:
         task.best_s = best_seconds(database, mod)

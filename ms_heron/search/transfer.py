@@ -23,13 +23,18 @@ Donation = tuple
 
 def signature(model: ConstraintModel, trace) -> Signature:
     """Two spaces with one signature came from the same rules on the same kind of block."""
-    return (tuple(inst.kind.name for inst in trace.insts), tuple((d.kind, len(d.variables)) for d in model.decisions))
+    return (
+        tuple(inst.kind.name for inst in trace.insts),
+        tuple((d.kind, len(d.variables)) for d in model.decisions),
+    )
 
 
 def donation(model: ConstraintModel, values: dict) -> Donation:
     """``values`` (a solution of ``model``) as tile factors and chosen candidates."""
     return tuple(
-        tuple(values[v] for v in d.variables) if d.kind == "tile" else d.candidates[values[d.variables[0]]]
+        tuple(values[v] for v in d.variables)
+        if d.kind == "tile"
+        else d.candidates[values[d.variables[0]]]
         for d in model.decisions
     )
 
@@ -37,12 +42,16 @@ def donation(model: ConstraintModel, values: dict) -> Donation:
 def project(solver: Solver, donated: Donation) -> dict | None:
     """A solution of ``solver``'s model that keeps what fits of ``donated``: every tiling's inner
     factors that divide the new extent, every chosen candidate the new decision also offers. When
-    those together conflict with the model, they only guide CP-SAT (hints). None if nothing solves."""
+    those together conflict with the model, they only guide CP-SAT (hints). None if nothing
+    solves."""
     fixed, hints = {}, {}
     for decision, value in zip(solver.model.decisions, donated):
         if decision.kind == "tile":
             hints.update(zip(decision.variables, value))
-            if len(value) == len(decision.variables) and decision.extent % math.prod(value[1:]) == 0:
+            if (
+                len(value) == len(decision.variables)
+                and decision.extent % math.prod(value[1:]) == 0
+            ):
                 fixed.update(zip(decision.variables[1:], value[1:]))
         elif value in decision.candidates:
             fixed[decision.variables[0]] = decision.candidates.index(value)

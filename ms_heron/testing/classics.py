@@ -21,14 +21,28 @@ from .models import OnnxModel, _Graph
 CLASSIC_OPSET = 9
 
 
-def _conv(g: _Graph, x: str, ci: int, co: int, k: int, stride: int = 1, pad: int = 0, explicit_pad: bool = False):
+def _conv(
+    g: _Graph,
+    x: str,
+    ci: int,
+    co: int,
+    k: int,
+    stride: int = 1,
+    pad: int = 0,
+    explicit_pad: bool = False,
+):
     """Biased Conv + ReLU; ``explicit_pad``: the padding as a ``Pad`` node in front, as TensorFlow's
     and older converters write it."""
     if explicit_pad and pad:
         x, pad = g.op("Pad", x, pads=[0, 0, pad, pad, 0, 0, pad, pad], mode="constant"), 0
     w = g.weight(co, ci, k, k, fan_in=ci * k * k)
     bias = g.const((0.1 * g.rng.standard_normal(co)).astype(np.float32), "bias")
-    return g.op("Relu", g.op("Conv", x, g.const(w), bias, kernel_shape=[k, k], strides=[stride] * 2, pads=[pad] * 4))
+    return g.op(
+        "Relu",
+        g.op(
+            "Conv", x, g.const(w), bias, kernel_shape=[k, k], strides=[stride] * 2, pads=[pad] * 4
+        ),
+    )
 
 
 def _lrn(g: _Graph, x: str) -> str:
@@ -40,7 +54,8 @@ def _max_pool(g: _Graph, x: str, k: int = 3, stride: int = 2, pad: int = 0) -> s
 
 
 def _dense(g: _Graph, x: str, k: int, n: int, relu: bool) -> str:
-    """Gemm with a transposed weight and a bias (Caffe's InnerProduct), ReLU and Dropout after it."""
+    """Gemm with a transposed weight and a bias (Caffe's InnerProduct), ReLU and Dropout after
+    it."""
     w, b = g.weight(n, k, fan_in=k), (0.1 * g.rng.standard_normal(n)).astype(np.float32)
     y = g.op("Gemm", x, g.const(w), g.const(b, "bias"), transB=1)
     return _dropout(g, g.op("Relu", y)) if relu else y
@@ -60,12 +75,16 @@ def _flatten(g: _Graph, x: str, features: int) -> str:
 
 def _model(g: _Graph, name: str, size: int, logits: str, classes: int) -> OnnxModel:
     x = g.rng.standard_normal((1, 3, size, size)).astype(np.float32)
-    model = g.model(name, {"x": x}, g.op("Softmax", logits, axis=1), [1, classes], opset=CLASSIC_OPSET)
+    model = g.model(
+        name, {"x": x}, g.op("Softmax", logits, axis=1), [1, classes], opset=CLASSIC_OPSET
+    )
     model.proto.ir_version = 4  # what the opset-9 converters wrote
     return model
 
 
-def alexnet(size: int = 224, width: int = 64, hidden: int = 4096, classes: int = 1000, seed: int = 0) -> OnnxModel:
+def alexnet(
+    size: int = 224, width: int = 64, hidden: int = 4096, classes: int = 1000, seed: int = 0
+) -> OnnxModel:
     """AlexNet (Caffe's bvlc_alexnet, single tower): five convolutions with LRN after the first two,
     three max pools, and three dense layers with Dropout."""
     g = _Graph(seed)
@@ -75,19 +94,27 @@ def alexnet(size: int = 224, width: int = 64, hidden: int = 4096, classes: int =
     y = _conv(g, y, 6 * width, 4 * width, 3, pad=1)
     y = _max_pool(g, _conv(g, y, 4 * width, 4 * width, 3, pad=1))
     side = _pooled(_pooled(_pooled((size + 4 - 11) // 4 + 1)))
-    y = _dense(g, _flatten(g, y, 4 * width * side * side), 4 * width * side * side, hidden, relu=True)
+    y = _dense(
+        g, _flatten(g, y, 4 * width * side * side), 4 * width * side * side, hidden, relu=True
+    )
     y = _dense(g, y, hidden, hidden, relu=True)
-    return _model(g, f"alexnet_w{width}_{size}", size, _dense(g, y, hidden, classes, relu=False), classes)
+    return _model(
+        g, f"alexnet_w{width}_{size}", size, _dense(g, y, hidden, classes, relu=False), classes
+    )
 
 
-def alexnet_head(size: int = 6, width: int = 8, hidden: int = 16, classes: int = 4, seed: int = 0) -> OnnxModel:
+def alexnet_head(
+    size: int = 6, width: int = 8, hidden: int = 16, classes: int = 4, seed: int = 0
+) -> OnnxModel:
     """AlexNet's forms on one convolution: LRN, max pool, Reshape-flatten, Gemm with ReLU and
     Dropout, Gemm, Softmax; the smallest classic graph (a handful of tuning tasks)."""
     g = _Graph(seed)
     y = _max_pool(g, _lrn(g, _conv(g, "x", 3, width, 3, pad=1)))
     features = width * _pooled(size) ** 2
     y = _dense(g, _flatten(g, y, features), features, hidden, relu=True)
-    return _model(g, f"alexnet_head_w{width}_{size}", size, _dense(g, y, hidden, classes, relu=False), classes)
+    return _model(
+        g, f"alexnet_head_w{width}_{size}", size, _dense(g, y, hidden, classes, relu=False), classes
+    )
 
 
 def _pooled(side: int, k: int = 3, stride: int = 2) -> int:
@@ -99,7 +126,12 @@ VGG19_STAGES = (2, 2, 4, 4, 4)
 
 
 def vgg(
-    size: int = 224, width: int = 64, hidden: int = 4096, classes: int = 1000, stages=VGG19_STAGES, seed: int = 0
+    size: int = 224,
+    width: int = 64,
+    hidden: int = 4096,
+    classes: int = 1000,
+    stages=VGG19_STAGES,
+    seed: int = 0,
 ) -> OnnxModel:
     """VGG (19 layers by default): 3x3 convolutions with explicit ``Pad`` nodes, a 2x2 max pool per
     stage, and three dense layers with Dropout."""
@@ -113,11 +145,20 @@ def vgg(
     side = size // 2 ** len(stages)
     y = _dense(g, _flatten(g, y, channels * side * side), channels * side * side, hidden, relu=True)
     y = _dense(g, y, hidden, hidden, relu=True)
-    return _model(g, f"vgg{sum(stages) + 3}_w{width}_{size}", size, _dense(g, y, hidden, classes, False), classes)
+    return _model(
+        g,
+        f"vgg{sum(stages) + 3}_w{width}_{size}",
+        size,
+        _dense(g, y, hidden, classes, False),
+        classes,
+    )
 
 
-def _inception(g: _Graph, x: str, ci: int, c1: int, r3: int, c3: int, r5: int, c5: int, pool: int) -> tuple[str, int]:
-    """GoogLeNet's inception module: 1x1, 1x1 -> 3x3, 1x1 -> 5x5 and 3x3 max pool -> 1x1 branches, concatenated."""
+def _inception(
+    g: _Graph, x: str, ci: int, c1: int, r3: int, c3: int, r5: int, c5: int, pool: int
+) -> tuple[str, int]:
+    """GoogLeNet's inception module: 1x1, 1x1 -> 3x3, 1x1 -> 5x5 and 3x3 max pool -> 1x1 branches,
+    concatenated."""
     branches = [
         _conv(g, x, ci, c1, 1),
         _conv(g, _conv(g, x, ci, r3, 1), r3, c3, 3, pad=1),
@@ -127,12 +168,17 @@ def _inception(g: _Graph, x: str, ci: int, c1: int, r3: int, c3: int, r5: int, c
     return g.op("Concat", *branches, axis=1), c1 + c3 + c5 + pool
 
 
-def googlenet(size: int = 224, width: int = 64, classes: int = 1000, modules: int = 9, seed: int = 0) -> OnnxModel:
+def googlenet(
+    size: int = 224, width: int = 64, classes: int = 1000, modules: int = 9, seed: int = 0
+) -> OnnxModel:
     """GoogLeNet (Inception v1, Caffe's bvlc_googlenet): stem with two LRNs, ``modules`` inception
-    modules (9 in the real network; max pools after the 2nd and 7th), average pool, Dropout, dense."""
+    modules (9 in the real network; max pools after the 2nd and 7th), average pool, Dropout,
+    dense."""
     g = _Graph(seed)
     y = _lrn(g, _max_pool(g, _conv(g, "x", 3, width, 7, stride=2, pad=3), pad=1))
-    y = _max_pool(g, _lrn(g, _conv(g, _conv(g, y, width, width, 1), width, 3 * width, 3, pad=1)), pad=1)
+    y = _max_pool(
+        g, _lrn(g, _conv(g, _conv(g, y, width, width, 1), width, 3 * width, 3, pad=1)), pad=1
+    )
     channels, side = 3 * width, -(-size // 8)
     w = width // 4  # the real network's branch widths, in 16ths of 64 channels
     for index in range(modules):
@@ -147,7 +193,9 @@ def googlenet(size: int = 224, width: int = 64, classes: int = 1000, modules: in
 def _fire(g: _Graph, x: str, ci: int, squeeze: int, expand: int) -> tuple[str, int]:
     """SqueezeNet's fire module: a 1x1 squeeze, then 1x1 and 3x3 expands concatenated."""
     s = _conv(g, x, ci, squeeze, 1)
-    return g.op("Concat", _conv(g, s, squeeze, expand, 1), _conv(g, s, squeeze, expand, 3, pad=1), axis=1), 2 * expand
+    return g.op(
+        "Concat", _conv(g, s, squeeze, expand, 1), _conv(g, s, squeeze, expand, 3, pad=1), axis=1
+    ), 2 * expand
 
 
 def squeezenet(size: int = 224, width: int = 16, classes: int = 1000, seed: int = 0) -> OnnxModel:
@@ -155,7 +203,9 @@ def squeezenet(size: int = 224, width: int = 16, classes: int = 1000, seed: int 
     convolution with ReLU and a global average pool (no dense layer)."""
     g = _Graph(seed)
     y, channels = _max_pool(g, _conv(g, "x", 3, 4 * width, 3, stride=2)), 4 * width
-    for index, (squeeze, expand) in enumerate([(1, 4), (1, 4), (2, 8), (2, 8), (3, 12), (3, 12), (4, 16), (4, 16)]):
+    for index, (squeeze, expand) in enumerate(
+        [(1, 4), (1, 4), (2, 8), (2, 8), (3, 12), (3, 12), (4, 16), (4, 16)]
+    ):
         y, channels = _fire(g, y, channels, squeeze * width, expand * width)
         if index in (1, 3):
             y = _max_pool(g, y)

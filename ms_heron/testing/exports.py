@@ -34,15 +34,17 @@ def _transformers():
 
 
 def _export(name: str, model, inputs: dict[str, np.ndarray]) -> OnnxModel:
-    """``model`` (a torch module in eval mode) exported by ``torch.onnx`` on ``inputs``; the ONNX file's
-    outputs are the model's tensors in order."""
+    """``model`` (a torch module in eval mode) exported by ``torch.onnx`` on ``inputs``; the ONNX
+    file's outputs are the model's tensors in order."""
     import onnx  # pylint: disable=import-outside-toplevel
 
     torch, _ = _transformers()
     args = tuple(torch.from_numpy(v) for v in inputs.values())
     with tempfile.TemporaryDirectory() as tmp, torch.no_grad():
         path = os.path.join(tmp, f"{name}.onnx")
-        program = torch.onnx.export(model, args, dynamo=True, input_names=list(inputs), verbose=False)
+        program = torch.onnx.export(
+            model, args, dynamo=True, input_names=list(inputs), verbose=False
+        )
         program.save(path)
         proto = onnx.load(path)
     return OnnxModel(name, proto, inputs)
@@ -54,7 +56,8 @@ _NO_CACHE = {"use_cache": False, "bos_token_id": 0, "eos_token_id": 0}
 
 
 def _vocab(size: Size) -> int:
-    """The vocabulary: small, so that a test export's embedding table stays small (it is a gather)."""
+    """The vocabulary: small, so that a test export's embedding table stays small (it is a
+    gather)."""
     return 256 if size == "test" else 1000
 
 
@@ -80,7 +83,9 @@ _TEXT_KEYS = {
 }
 
 
-def _text(name: str, size: Size, model_class: str, base: tuple[int, int, int, int], **config) -> OnnxModel:
+def _text(
+    name: str, size: Size, model_class: str, base: tuple[int, int, int, int], **config
+) -> OnnxModel:
     """A transformer over token ids: 2 layers of 64 (2 heads, sequence 16) at test size, else
     ``base`` (layers, width, heads, sequence); the feed-forward 4x the width."""
     layers, hidden, heads, seq = (2, 64, 2, 16) if size == "test" else base
@@ -125,7 +130,9 @@ def llama(size: Size = "test") -> OnnxModel:
 
 def vit(size: Size = "test") -> OnnxModel:
     """ViT (``ViTModel``): base is 12 layers, 768 wide, 224x224 in 16x16 patches."""
-    layers, hidden, heads, image, patch = (2, 64, 2, 32, 8) if size == "test" else (12, 768, 12, 224, 16)
+    layers, hidden, heads, image, patch = (
+        (2, 64, 2, 32, 8) if size == "test" else (12, 768, 12, 224, 16)
+    )
     model = _built(
         "ViTConfig",
         "ViTModel",
@@ -140,9 +147,12 @@ def vit(size: Size = "test") -> OnnxModel:
 
 
 def swin(size: Size = "test") -> OnnxModel:
-    """Swin (``SwinModel``, windowed attention with shifts): tiny is 96 wide, depths 2-2-6-2, 224x224."""
+    """Swin (``SwinModel``, windowed attention with shifts): tiny is 96 wide, depths 2-2-6-2,
+    224x224."""
     depths, heads, embed, image, window = (
-        ((1, 1), (2, 4), 32, 32, 4) if size == "test" else ((2, 2, 6, 2), (3, 6, 12, 24), 96, 224, 7)
+        ((1, 1), (2, 4), 32, 32, 4)
+        if size == "test"
+        else ((2, 2, 6, 2), (3, 6, 12, 24), 96, 224, 7)
     )
     model = _built(
         "SwinConfig",
@@ -157,17 +167,26 @@ def swin(size: Size = "test") -> OnnxModel:
 
 
 def convnext(size: Size = "test") -> OnnxModel:
-    """ConvNeXt (``ConvNextModel``: 7x7 depthwise convolutions, LayerNorm, GELU): tiny at 224x224."""
-    depths, widths, image = ((1, 1), (16, 32), 32) if size == "test" else ((3, 3, 9, 3), (96, 192, 384, 768), 224)
+    """ConvNeXt (``ConvNextModel``: 7x7 depthwise convolutions, LayerNorm, GELU): tiny at
+    224x224."""
+    depths, widths, image = (
+        ((1, 1), (16, 32), 32) if size == "test" else ((3, 3, 9, 3), (96, 192, 384, 768), 224)
+    )
     model = _built(
-        "ConvNextConfig", "ConvNextModel", depths=list(depths), hidden_sizes=list(widths), num_stages=len(depths)
+        "ConvNextConfig",
+        "ConvNextModel",
+        depths=list(depths),
+        hidden_sizes=list(widths),
+        num_stages=len(depths),
     )
     return _export(f"convnext_{size}", model, {"pixel_values": _pixels(3, image)})
 
 
 def resnet(size: Size = "test") -> OnnxModel:
     """ResNet (``ResNetModel``, transformers' port): ResNet-50 at 224x224."""
-    depths, widths, image = ((1, 1), (32, 64), 32) if size == "test" else ((3, 4, 6, 3), (256, 512, 1024, 2048), 224)
+    depths, widths, image = (
+        ((1, 1), (32, 64), 32) if size == "test" else ((3, 4, 6, 3), (256, 512, 1024, 2048), 224)
+    )
     model = _built(
         "ResNetConfig",
         "ResNetModel",
@@ -182,12 +201,15 @@ def resnet(size: Size = "test") -> OnnxModel:
 def mobilenet_v2(size: Size = "test") -> OnnxModel:
     """MobileNetV2 (``MobileNetV2Model``): width 1.0 at 224x224; 0.35 at 32x32 for tests."""
     multiplier, image = (0.35, 32) if size == "test" else (1.0, 224)
-    model = _built("MobileNetV2Config", "MobileNetV2Model", depth_multiplier=multiplier, image_size=image)
+    model = _built(
+        "MobileNetV2Config", "MobileNetV2Model", depth_multiplier=multiplier, image_size=image
+    )
     return _export(f"mobilenetv2_{size}", model, {"pixel_values": _pixels(3, image)})
 
 
 def efficientnet(size: Size = "test") -> OnnxModel:
-    """EfficientNet (``EfficientNetModel``: squeeze-and-excitation, SiLU, depthwise): B0 at 224x224."""
+    """EfficientNet (``EfficientNetModel``: squeeze-and-excitation, SiLU, depthwise): B0 at
+    224x224."""
     width, depth, image = (0.25, 0.25, 32) if size == "test" else (1.0, 1.0, 224)
     model = _built(
         "EfficientNetConfig",
@@ -201,8 +223,8 @@ def efficientnet(size: Size = "test") -> OnnxModel:
 
 
 def whisper_encoder(size: Size = "test") -> OnnxModel:
-    """Whisper's audio encoder (``WhisperModel``'s encoder: two 1-D convolutions, then a transformer):
-    base is 6 layers, 512 wide, 80 mel bins by 3000 frames (30 s)."""
+    """Whisper's audio encoder (``WhisperModel``'s encoder: two 1-D convolutions, then a
+    transformer): base is 6 layers, 512 wide, 80 mel bins by 3000 frames (30 s)."""
     layers, hidden, heads, frames = (2, 64, 2, 64) if size == "test" else (6, 512, 8, 3000)
     model = _built(
         "WhisperConfig",

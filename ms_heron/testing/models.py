@@ -4,15 +4,18 @@ ONNX is the one definition both sides read: ms_heron imports it through Relax's 
 ONNX Runtime runs the very same bytes, so comparisons are on the same model.
 
 * :func:`resnet50`, :func:`mobilenet_v2`, :func:`bert`: whole networks as exported from PyTorch
-  (BatchNorms unfolded, ResNet's residual adds as ``Sum``, ReLU6 as ``Clip``), BERT-base's 12 layers.
+  (BatchNorms unfolded, ResNet's residual adds as ``Sum``, ReLU6 as ``Clip``), BERT-base's 12
+  layers.
 * :func:`bert_layer`: one BERT-base encoder layer (seq 128, hidden 768, 12 heads, FFN 3072); with
   ``int8=True`` its six dense layers are quantized the way ONNX Runtime's dynamic-range quantizer
-  writes them (``QuantizeLinear`` to u8 with a zero point, ``MatMulInteger`` with s8 weights, rescale).
+  writes them (``QuantizeLinear`` to u8 with a zero point, ``MatMulInteger`` with s8 weights,
+  rescale).
 * :func:`resnet_bottleneck`: a ResNet-50 bottleneck block (1x1 -> 3x3 -> 1x1 convs with ReLUs and
   the identity shortcut; batch norms folded into the convs, as deployed models have them); with
   ``int8=True`` its convolutions are quantized the same way (``ConvInteger``).
-* :func:`quantized_static`, :func:`quantized_dynamic`: a model quantized by ONNX Runtime's own tools,
-  what a user brings: QDQ (``quantize_static``, for CNNs) or dynamic-range (``quantize_dynamic``).
+* :func:`quantized_static`, :func:`quantized_dynamic`: a model quantized by ONNX Runtime's own
+  tools, what a user brings: QDQ (``quantize_static``, for CNNs) or dynamic-range
+  (``quantize_dynamic``).
 * :func:`mlp`: a small two-layer perceptron for tests.
 * :func:`cnn`: a small NCHW convolution and a dense classifier (fp32 weight layouts, for tests).
 """
@@ -72,7 +75,9 @@ class _Graph:
     def weight(self, *shape: int, fan_in: int) -> np.ndarray:
         return (self.rng.standard_normal(shape) / math.sqrt(fan_in)).astype(np.float32)
 
-    def model(self, name: str, inputs: dict[str, np.ndarray], output: str, out_shape, opset: int = 17):
+    def model(
+        self, name: str, inputs: dict[str, np.ndarray], output: str, out_shape, opset: int = 17
+    ):
         helper, tp = self.onnx.helper, self.onnx.TensorProto
         graph = helper.make_graph(
             self.nodes,
@@ -94,7 +99,9 @@ def _dense(g: _Graph, x: str, k: int, n: int, int8: bool) -> str:
     """``x @ W + b``; int8: quantized (:func:`_integer_op`)."""
     w = g.weight(k, n, fan_in=k)
     b = g.const((0.1 * g.rng.standard_normal(n)).astype(np.float32), "bias")
-    return g.op("Add", _integer_op(g, "MatMulInteger", x, w) if int8 else g.op("MatMul", x, g.const(w)), b)
+    return g.op(
+        "Add", _integer_op(g, "MatMulInteger", x, w) if int8 else g.op("MatMul", x, g.const(w)), b
+    )
 
 
 def _integer_op(g: _Graph, op_type: str, x: str, w: np.ndarray, **attrs) -> str:
@@ -106,7 +113,9 @@ def _integer_op(g: _Graph, op_type: str, x: str, w: np.ndarray, **attrs) -> str:
     wq = np.clip(np.round(w / w_scale), -127, 127).astype(np.int8)
     acc = g.op(op_type, xq, g.const(wq), zero, **attrs)
     return g.op(
-        "Mul", g.op("Cast", acc, to=g.onnx.TensorProto.FLOAT), g.const(np.array(x_scale * w_scale, np.float32), "scale")
+        "Mul",
+        g.op("Cast", acc, to=g.onnx.TensorProto.FLOAT),
+        g.const(np.array(x_scale * w_scale, np.float32), "scale"),
     )
 
 
@@ -122,7 +131,12 @@ def _layer_norm(g: _Graph, x: str, n: int) -> str:
 
 
 def bert_layer(
-    seq: int = 128, hidden: int = 768, heads: int = 12, ffn: int = 3072, int8: bool = False, seed: int = 0
+    seq: int = 128,
+    hidden: int = 768,
+    heads: int = 12,
+    ffn: int = 3072,
+    int8: bool = False,
+    seed: int = 0,
 ) -> OnnxModel:
     """One BERT encoder layer (post-norm, GELU via erf), batch 1."""
     return bert(layers=1, seq=seq, hidden=hidden, heads=heads, ffn=ffn, int8=int8, seed=seed)
@@ -137,7 +151,8 @@ def bert(
     int8: bool = False,
     seed: int = 0,
 ) -> OnnxModel:
-    """BERT's encoder (BERT-base by default: 12 layers), batch 1, on embeddings ``x`` [seq, hidden]."""
+    """BERT's encoder (BERT-base by default: 12 layers), batch 1, on embeddings ``x`` [seq,
+    hidden]."""
     g = _Graph(seed)
     out = "x"
     for _ in range(layers):
@@ -148,7 +163,9 @@ def bert(
     return g.model(name, {"x": x_value}, out, [seq, hidden])
 
 
-def _encoder_layer(g: _Graph, x: str, seq: int, hidden: int, heads: int, ffn: int, int8: bool) -> str:
+def _encoder_layer(
+    g: _Graph, x: str, seq: int, hidden: int, heads: int, ffn: int, int8: bool
+) -> str:
     head = hidden // heads
     shape_heads = g.const(np.array([seq, heads, head], np.int64), "shape")
     shape_flat = g.const(np.array([seq, hidden], np.int64), "shape")
@@ -159,7 +176,9 @@ def _encoder_layer(g: _Graph, x: str, seq: int, hidden: int, heads: int, ffn: in
     q = split_heads(_dense(g, x, hidden, hidden, int8), [1, 0, 2])  # [heads, seq, head]
     k = split_heads(_dense(g, x, hidden, hidden, int8), [1, 2, 0])  # [heads, head, seq]
     v = split_heads(_dense(g, x, hidden, hidden, int8), [1, 0, 2])
-    scores = g.op("Mul", g.op("MatMul", q, k), g.const(np.array(1 / math.sqrt(head), np.float32), "scale"))
+    scores = g.op(
+        "Mul", g.op("MatMul", q, k), g.const(np.array(1 / math.sqrt(head), np.float32), "scale")
+    )
     context = g.op("MatMul", g.op("Softmax", scores, axis=-1), v)  # [heads, seq, head]
     context = g.op("Reshape", g.op("Transpose", context, perm=[1, 0, 2]), shape_flat)
     attn = _layer_norm(g, g.op("Add", _dense(g, context, hidden, hidden, int8), x), hidden)
@@ -176,7 +195,11 @@ def _conv(g: _Graph, x: str, ci: int, co: int, k: int, relu: bool, int8: bool = 
     bias = (0.1 * g.rng.standard_normal(co)).astype(np.float32)
     shape = dict(kernel_shape=[k, k], pads=[k // 2] * 4)
     if int8:
-        y = g.op("Add", _integer_op(g, "ConvInteger", x, w, **shape), g.const(bias.reshape(1, co, 1, 1), "bias"))
+        y = g.op(
+            "Add",
+            _integer_op(g, "ConvInteger", x, w, **shape),
+            g.const(bias.reshape(1, co, 1, 1), "bias"),
+        )
     else:
         y = g.op("Conv", x, g.const(w), g.const(bias, "bias"), **shape)
     return g.op("Relu", y) if relu else y
@@ -197,40 +220,67 @@ def resnet_bottleneck(
     return g.model(name, {"x": x_value}, out, [1, channels, size, size])
 
 
-def _conv_bn(g: _Graph, x: str, ci: int, co: int, k: int, stride: int = 1, act: str = "", groups: int = 1) -> str:
-    """Conv (no bias) -> BatchNormalization -> ``act`` ("relu", "relu6" or none), as PyTorch exports a
-    trained CNN: the BatchNorm's statistics are not 0 and 1, so folding them changes the weights."""
+def _conv_bn(
+    g: _Graph, x: str, ci: int, co: int, k: int, stride: int = 1, act: str = "", groups: int = 1
+) -> str:
+    """Conv (no bias) -> BatchNormalization -> ``act`` ("relu", "relu6" or none), as PyTorch exports
+    a trained CNN: the BatchNorm's statistics are not 0 and 1, so folding them changes the
+    weights."""
     w = g.weight(co, ci // groups, k, k, fan_in=ci // groups * k * k)
-    y = g.op("Conv", x, g.const(w), kernel_shape=[k, k], pads=[k // 2] * 4, strides=[stride] * 2, group=groups)
+    y = g.op(
+        "Conv",
+        x,
+        g.const(w),
+        kernel_shape=[k, k],
+        pads=[k // 2] * 4,
+        strides=[stride] * 2,
+        group=groups,
+    )
     stats = [
         g.rng.uniform(0.5, 1.5, co),
         0.1 * g.rng.standard_normal(co),
         0.1 * g.rng.standard_normal(co),
         g.rng.uniform(0.5, 1.5, co),
     ]  # scale, bias, mean, variance
-    y = g.op("BatchNormalization", y, *[g.const(v.astype(np.float32), "bn") for v in stats], epsilon=1e-5)
+    y = g.op(
+        "BatchNormalization", y, *[g.const(v.astype(np.float32), "bn") for v in stats], epsilon=1e-5
+    )
     if act == "relu":
         return g.op("Relu", y)
     if act == "relu6":
-        return g.op("Clip", y, g.const(np.array(0, np.float32), "min"), g.const(np.array(6, np.float32), "max"))
+        return g.op(
+            "Clip",
+            y,
+            g.const(np.array(0, np.float32), "min"),
+            g.const(np.array(6, np.float32), "max"),
+        )
     return y
 
 
 def _classifier(g: _Graph, x: str, features: int, classes: int) -> str:
-    """Global average pool, flatten, and a dense layer as ``Gemm`` with a transposed weight (PyTorch's export)."""
+    """Global average pool, flatten, and a dense layer as ``Gemm`` with a transposed weight
+    (PyTorch's export)."""
     flat = g.op("Flatten", g.op("GlobalAveragePool", x), axis=1)
     w = g.weight(classes, features, fan_in=features)
     return g.op(
-        "Gemm", flat, g.const(w), g.const((0.1 * g.rng.standard_normal(classes)).astype(np.float32), "bias"), transB=1
+        "Gemm",
+        flat,
+        g.const(w),
+        g.const((0.1 * g.rng.standard_normal(classes)).astype(np.float32), "bias"),
+        transB=1,
     )
 
 
 def resnet50(
-    size: int = 224, classes: int = 1000, width: int = 64, blocks: tuple[int, ...] = (3, 4, 6, 3), seed: int = 0
+    size: int = 224,
+    classes: int = 1000,
+    width: int = 64,
+    blocks: tuple[int, ...] = (3, 4, 6, 3),
+    seed: int = 0,
 ) -> OnnxModel:
-    """ResNet-50 v1.5 (batch 1, NCHW): 53 convolutions, each with its BatchNorm, the residual adds as
-    ``Sum`` (as converters of Caffe2-era models write them) followed by ReLU, max and average pooling
-    and the classifier. ``width`` and ``blocks`` shrink it for tests."""
+    """ResNet-50 v1.5 (batch 1, NCHW): 53 convolutions, each with its BatchNorm, the residual adds
+    as ``Sum`` (as converters of Caffe2-era models write them) followed by ReLU, max and average
+    pooling and the classifier. ``width`` and ``blocks`` shrink it for tests."""
     g = _Graph(seed)
     y = g.op(
         "MaxPool",
@@ -273,7 +323,11 @@ MOBILENET_V2_STAGES = (
 
 
 def mobilenet_v2(
-    size: int = 224, classes: int = 1000, stages=MOBILENET_V2_STAGES, last: int = 1280, seed: int = 0
+    size: int = 224,
+    classes: int = 1000,
+    stages=MOBILENET_V2_STAGES,
+    last: int = 1280,
+    seed: int = 0,
 ) -> OnnxModel:
     """MobileNetV2 (batch 1, NCHW): inverted residual blocks of a 1x1 expansion, a 3x3 depthwise
     convolution and a 1x1 projection, each with its BatchNorm, ReLU6 as ``Clip``, residual ``Add``
@@ -301,16 +355,25 @@ def mobilenet_v2(
 
 
 def mlp(
-    batch: int = 16, features: int = 64, hidden: int = 128, out: int = 32, int8: bool = False, seed: int = 0
+    batch: int = 16,
+    features: int = 64,
+    hidden: int = 128,
+    out: int = 32,
+    int8: bool = False,
+    seed: int = 0,
 ) -> OnnxModel:
     """Dense -> ReLU -> dense: the smallest model with two tuning tasks."""
     g = _Graph(seed)
     y = _dense(g, g.op("Relu", _dense(g, "x", features, hidden, int8)), hidden, out, int8)
     x_value = g.rng.standard_normal((batch, features)).astype(np.float32)
-    return g.model(f"mlp_{'int8' if int8 else 'fp32'}_{batch}x{features}", {"x": x_value}, y, [batch, out])
+    return g.model(
+        f"mlp_{'int8' if int8 else 'fp32'}_{batch}x{features}", {"x": x_value}, y, [batch, out]
+    )
 
 
-def cnn(size: int = 6, channels: int = 8, width: int = 16, classes: int = 32, seed: int = 0) -> OnnxModel:
+def cnn(
+    size: int = 6, channels: int = 8, width: int = 16, classes: int = 32, seed: int = 0
+) -> OnnxModel:
     """Conv 3x3 (NCHW) -> ReLU -> flatten -> dense: the smallest model with a convolution's and a
     dense layer's constant weights."""
     g = _Graph(seed)
@@ -328,7 +391,9 @@ def _quantized(model: OnnxModel, quantize, suffix: str) -> OnnxModel:
 
     onnx = _onnx()
     with tempfile.TemporaryDirectory() as tmp:
-        source, prepared, quantized = (os.path.join(tmp, f"{n}.onnx") for n in ("model", "prepared", "quantized"))
+        source, prepared, quantized = (
+            os.path.join(tmp, f"{n}.onnx") for n in ("model", "prepared", "quantized")
+        )
         onnx.save(model.proto, source)
         quant_pre_process(source, prepared, skip_symbolic_shape=True)
         quantize(prepared, quantized)
@@ -343,7 +408,12 @@ def quantized_static(
     shaped like ``model.inputs``; ``reduce_range``: 7-bit weights, as the guide suggests for CPUs
     without VNNI."""
     # pylint: disable-next=import-outside-toplevel
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
 
     rng = np.random.default_rng(seed)
 
@@ -351,7 +421,10 @@ def quantized_static(
         def __init__(self):
             self.batches = iter(
                 [
-                    {name: rng.standard_normal(value.shape).astype(value.dtype) for name, value in model.inputs.items()}
+                    {
+                        name: rng.standard_normal(value.shape).astype(value.dtype)
+                        for name, value in model.inputs.items()
+                    }
                     for _ in range(calibration_samples)
                 ]
             )
@@ -375,20 +448,22 @@ def quantized_static(
 
 def quantized_dynamic(model: OnnxModel, *, reduce_range: bool = False) -> OnnxModel:
     """``model`` quantized as ONNX Runtime's guide says for transformers: ``quantize_dynamic`` (s8
-    weights; activations quantized to u8 at run time by ``DynamicQuantizeLinear``); ``reduce_range``:
-    7-bit weights."""
+    weights; activations quantized to u8 at run time by ``DynamicQuantizeLinear``);
+    ``reduce_range``: 7-bit weights."""
     from onnxruntime.quantization import QuantType, quantize_dynamic  # pylint: disable=import-outside-toplevel
 
     def quantize(prepared: str, quantized: str) -> None:
-        quantize_dynamic(prepared, quantized, weight_type=QuantType.QInt8, reduce_range=reduce_range)
+        quantize_dynamic(
+            prepared, quantized, weight_type=QuantType.QInt8, reduce_range=reduce_range
+        )
 
     return _quantized(model, quantize, "dynamic-7bit" if reduce_range else "dynamic")
 
 
 #: The model zoo by name, as the benchmarks and examples offer it (each builder's defaults: the real
-#: model sizes): whole networks (ResNet-50, MobileNetV2, BERT-base's 12 layers in fp32; ResNet-50 and
-#: BERT-base quantized by ONNX Runtime's tools), and one BERT-base layer and one ResNet-50 bottleneck,
-#: fp32 and int8.
+#: model sizes): whole networks (ResNet-50, MobileNetV2, BERT-base's 12 layers in fp32; ResNet-50
+#: and BERT-base quantized by ONNX Runtime's tools), and one BERT-base layer and one ResNet-50
+#: bottleneck, fp32 and int8.
 ZOO = {
     "resnet50": resnet50,
     "mobilenetv2": mobilenet_v2,

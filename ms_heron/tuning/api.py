@@ -2,7 +2,8 @@
 
 Thin entry points over the one loop (:mod:`.loop`): :func:`tune_func` and :func:`tune_workload` tune
 a kernel, :func:`tune_model` a model as a :class:`~ms_heron.tuning.run.TuningRun` (as the command
-does), :func:`tune_pass` and :func:`static_shape_tuning_pipeline` the fused kernels of a Relax pipeline.
+does), :func:`tune_pass` and :func:`static_shape_tuning_pipeline` the fused kernels of a Relax
+pipeline.
 """
 
 from __future__ import annotations
@@ -18,7 +19,15 @@ from tvm.target import Target
 from ..relax import bind_params, model_tasks
 from ..workloads import Workload
 from .budget import deadline_after
-from .loop import TRIALS_PER_ROUND, NoValidRecord, TuningRound, best_schedule, kernel_task, tune_tasks, workload_task
+from .loop import (
+    TRIALS_PER_ROUND,
+    NoValidRecord,
+    TuningRound,
+    best_schedule,
+    kernel_task,
+    tune_tasks,
+    workload_task,
+)
 from .run import TuningRun
 from .setup import Search
 from .workdir import Progress, RunSpec
@@ -42,8 +51,15 @@ def tune_workload(
     max_trials: int,
     **tune_kwargs: Any,
 ) -> ms.Database:
-    """:func:`tune_func` on a suite workload, refusing first one the target cannot run (:func:`workload_task`)."""
-    return tune_tasks([workload_task(workload, target)], target, work_dir, max_trials, **_kernel_options(tune_kwargs))
+    """:func:`tune_func` on a suite workload, refusing first one the target cannot run
+    (:func:`workload_task`)."""
+    return tune_tasks(
+        [workload_task(workload, target)],
+        target,
+        work_dir,
+        max_trials,
+        **_kernel_options(tune_kwargs),
+    )
 
 
 def _kernel_options(options: dict) -> dict:
@@ -103,10 +119,13 @@ def tune_model(
     runner
         Measures elsewhere (:meth:`ms_heron.tuning.measure.Tracker.runner`).
     exact_math
-        Keep exact exp/erf/tanh (see :func:`ms_heron.relax.lower_for_tuning`); compile with the same value.
+        Keep exact exp/erf/tanh (see :func:`ms_heron.relax.lower_for_tuning`); compile with the same
+        value.
     """
     deadline = deadline_after(time_budget_s)
-    run = TuningRun.create(work_dir, RunSpec.of_relax(mod, params, work_dir, target, seed, exact_math=exact_math))
+    run = TuningRun.create(
+        work_dir, RunSpec.of_relax(mod, params, work_dir, target, seed, exact_math=exact_math)
+    )
     run.tune(
         max_trials,
         search=search,
@@ -141,8 +160,8 @@ def tune_pass(
         target = Target.current(allow_none=True)
         if target is None:
             raise ValueError(
-                "HeronTuneIRMod tunes for the pipeline's target: run it under `with tvm.target.Target(...)`, "
-                "as relax pipelines do"
+                "HeronTuneIRMod tunes for the pipeline's target: run it under `with "
+                "tvm.target.Target(...)`, as relax pipelines do"
             )
         tune_tasks(
             model_tasks(bind_params(mod, params), target),
@@ -182,7 +201,9 @@ def static_shape_tuning_pipeline(
                     relax.transform.DecomposeOpsForInference(),
                     relax.transform.CanonicalizeBindings(),
                     relax.pipeline.zero_pipeline(),
-                    tune_pass({}, work_dir, total_trials, max_trials_per_task, time_budget_s=time_budget_s)
+                    tune_pass(
+                        {}, work_dir, total_trials, max_trials_per_task, time_budget_s=time_budget_s
+                    )
                     if total_trials > 0
                     else tvm.transform.Sequential([]),
                     relax.transform.MetaScheduleApplyDatabase(work_dir),

@@ -1,15 +1,17 @@
-"""The wall-clock budget: a person budgets in minutes and presses CTRL-C; MetaSchedule budgets in trials.
+"""The wall-clock budget: a person budgets in minutes and presses CTRL-C; MetaSchedule budgets in
+trials.
 
-One deadline (:class:`Budget`) is held in two places. Between rounds, :class:`WatchedSearch` wraps any
-search strategy and returns no candidates once the deadline has passed or a stop was asked for, so the
-round in flight finishes and is stored. Inside a round, :class:`BudgetedRunner` leaves the rest of the
-candidates unmeasured (:data:`~ms_heron.records.NOT_RUN`, not stored as failures, so a resumed run
-measures them). Build and run timeouts are capped by the budget (:func:`budget_timeout`), so a hanging
-candidate overruns it by one timeout at most. A task whose first round starts past the deadline gets
-a short one (:data:`LATE_ROUND`): a model's every task needs a kernel, and building whole rounds of
-which one candidate each was measured cost a 2-minute ResNet run 7 more minutes. The search wrapper
-also times "search overhead" (generating candidates and taking in results, not building or
-measuring) for HeronSearch and MetaSchedule's evolutionary search alike.
+One deadline (:class:`Budget`) is held in two places. Between rounds, :class:`WatchedSearch` wraps
+any search strategy and returns no candidates once the deadline has passed or a stop was asked for,
+so the round in flight finishes and is stored. Inside a round, :class:`BudgetedRunner` leaves the
+rest of the candidates unmeasured (:data:`~ms_heron.records.NOT_RUN`, not stored as failures, so a
+resumed run measures them). Build and run timeouts are capped by the budget
+(:func:`budget_timeout`), so a hanging candidate overruns it by one timeout at most. A task whose
+first round starts past the deadline gets a short one (:data:`LATE_ROUND`): a model's every task
+needs a kernel, and building whole rounds of which one candidate each was measured cost a 2-minute
+ResNet run 7 more minutes. The search wrapper also times "search overhead" (generating candidates
+and taking in results, not building or measuring) for HeronSearch and MetaSchedule's evolutionary
+search alike.
 """
 
 from __future__ import annotations
@@ -53,7 +55,9 @@ class Budget:
     def spent(self) -> bool:
         if self.deadline is None:
             return False
-        return time.monotonic() >= self.deadline - (self.reserve_s() if self.reserve_s is not None else 0.0)
+        return time.monotonic() >= self.deadline - (
+            self.reserve_s() if self.reserve_s is not None else 0.0
+        )
 
 
 class CandidateCost:
@@ -66,7 +70,9 @@ class CandidateCost:
     """
 
     def __init__(self):
-        self.first: tuple[float, int] | None = None  # (elapsed s, trials) when the first round ended
+        self.first: tuple[float, int] | None = (
+            None  # (elapsed s, trials) when the first round ended
+        )
         self.last: tuple[float, int] | None = None
 
     def add_round(self, elapsed_s: float, trials: int) -> None:
@@ -74,14 +80,16 @@ class CandidateCost:
         self.first = self.first or self.last
 
     def seconds(self) -> float:
-        """Seconds per measured candidate since the first round; 0 until a second round measured one."""
+        """Seconds per measured candidate since the first round; 0 until a second round measured
+        one."""
         if self.first is None or self.last[1] <= self.first[1]:
             return 0.0
         return (self.last[0] - self.first[0]) / (self.last[1] - self.first[1])
 
 
 def deadline_after(seconds: float | None) -> float | None:
-    """When a budget of ``seconds`` from now ends, as a ``time.monotonic()`` instant (None: no budget).
+    """When a budget of ``seconds`` from now ends, as a ``time.monotonic()`` instant (None: no
+    budget).
 
     An entry point turns its budget into a deadline once, when it starts; every layer below passes
     the deadline on, so whatever each does first (a model's import and lowering, the workers' start)
@@ -102,8 +110,8 @@ def budget_timeout(deadline: float | None) -> float:
 
 @derived_object
 class BudgetedRunner(PyRunner):
-    """``inner`` measuring ``width`` candidates at a time (its parallel workers), leaving the rest of
-    a round unmeasured (:data:`NOT_RUN`) once the :class:`Budget` is spent."""
+    """``inner`` measuring ``width`` candidates at a time (its parallel workers), leaving the rest
+    of a round unmeasured (:data:`NOT_RUN`) once the :class:`Budget` is spent."""
 
     def __init__(self, inner: ms.runner.Runner, width: int = 1, budget: Budget | None = None):
         super().__init__()
@@ -151,7 +159,8 @@ class _Done(PyRunnerFuture):
 
 @derived_object
 class WatchedSearch(PySearchStrategy):
-    """``inner`` (a strategy or its MetaSchedule name) with a deadline, a stop switch and a stopwatch."""
+    """``inner`` (a strategy or its MetaSchedule name) with a deadline, a stop switch and a
+    stopwatch."""
 
     def __init__(
         self,
@@ -167,13 +176,16 @@ class WatchedSearch(PySearchStrategy):
         self.stop = stop
         #: Search work in seconds: set-up first, then one entry per round (shared with clones).
         self.search_seconds = [] if search_seconds is None else search_seconds
-        #: This task's first round always runs, however long set-up took (a model's tasks are clones).
+        #: This task's first round always runs, however long set-up took (a model's tasks are
+        #: clones).
         self.first_round_done = False
 
     def _initialize_with_tune_context(self, context) -> None:
         self.inner._initialize_with_tune_context(context)
 
-    def pre_tuning(self, max_trials, num_trials_per_iter, design_spaces, database=None, cost_model=None):
+    def pre_tuning(
+        self, max_trials, num_trials_per_iter, design_spaces, database=None, cost_model=None
+    ):
         start = time.perf_counter()
         self.inner.pre_tuning(max_trials, num_trials_per_iter, design_spaces, database, cost_model)
         self.search_seconds.append(time.perf_counter() - start)

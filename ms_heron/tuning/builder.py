@@ -1,10 +1,11 @@
-"""The builder ms_heron tunes with, for CPU and CUDA targets: MetaSchedule's LocalBuilder, changed twice.
+"""The builder ms_heron tunes with, for CPU and CUDA targets: MetaSchedule's LocalBuilder, changed
+twice.
 
-* LocalBuilder starts a fresh worker pool on every ``build()`` call (TVM's guard against a memory leak
-  in long-lived workers), and each worker imports TVM and the build function's package (~2 s) before
-  its first build: 3 s of every 5.6 s round of 16 ResNet-50 candidates on 2 cores, a third of a
-  model's tuning time. :class:`PooledBuilder` keeps its workers across rounds and recycles each after
-  :data:`BUILDS_PER_WORKER` builds instead, which bounds the leak as well.
+* LocalBuilder starts a fresh worker pool on every ``build()`` call (TVM's guard against a memory
+  leak in long-lived workers), and each worker imports TVM and the build function's package (~2 s)
+  before its first build: 3 s of every 5.6 s round of 16 ResNet-50 candidates on 2 cores, a third of
+  a model's tuning time. :class:`PooledBuilder` keeps its workers across rounds and recycles each
+  after :data:`BUILDS_PER_WORKER` builds instead, which bounds the leak as well.
 * Its default ``f_build`` imports ``tvm.s_tir.tensor_intrin`` (~15 s) in every worker. Tensorized
   candidates do not need it at build time (the intrinsic bodies are inlined when the schedule is
   replayed), so the import is skipped here.
@@ -30,13 +31,15 @@ from ..hardware.targets import TargetError, is_cuda
 #: PassContext for CUDA builds; see the module docstring.
 CUDA_BUILD_CONFIG = {"tirx.disable_storage_rewrite": True}
 
-#: Builds a worker process serves before it is replaced (against memory growth in long-lived workers).
+#: Builds a worker process serves before it is replaced (against memory growth in long-lived
+#: workers).
 BUILDS_PER_WORKER = 256
 
 
 def build_candidate(mod, target, _params):
-    """One candidate's build (also an ``f_build`` for TVM's LocalBuilder): MetaSchedule's default build
-    minus the registry import; on CUDA, the ahead-of-time nvcc check of :func:`compile_cuda`."""
+    """One candidate's build (also an ``f_build`` for TVM's LocalBuilder): MetaSchedule's default
+    build minus the registry import; on CUDA, the ahead-of-time nvcc check of
+    :func:`compile_cuda`."""
     # pylint: disable=import-outside-toplevel
     from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 
@@ -70,7 +73,8 @@ def require_nvcc() -> str:
 
 
 def compile_cuda(lib, target: Target) -> bytes:
-    """nvcc-compile ``lib``'s CUDA source for ``target``'s arch into a fatbin; raises on any error."""
+    """nvcc-compile ``lib``'s CUDA source for ``target``'s arch into a fatbin; raises on any
+    error."""
     from tvm.support import nvcc  # pylint: disable=import-outside-toplevel
 
     require_nvcc()
@@ -79,20 +83,27 @@ def compile_cuda(lib, target: Target) -> bytes:
 
 
 def _build_and_export(mod, target, params: bytes | None) -> str:
-    """One candidate, in a worker: built, exported as MetaSchedule's runners load it; the artifact's path."""
-    return default_export(build_candidate(mod, target, None if params is None else tvm.runtime.load_param_dict(params)))
+    """One candidate, in a worker: built, exported as MetaSchedule's runners load it; the artifact's
+    path."""
+    return default_export(
+        build_candidate(
+            mod, target, None if params is None else tvm.runtime.load_param_dict(params)
+        )
+    )
 
 
 @derived_object
 class PooledBuilder(PyBuilder):
-    """MetaSchedule's LocalBuilder with worker processes that outlive a round (see the module docstring).
+    """MetaSchedule's LocalBuilder with worker processes that outlive a round (see the module
+    docstring).
 
     Parameters
     ----------
     max_workers
         Parallel builds; the host's CPU count when None.
     timeout_sec
-        A build that takes longer is killed (its worker replaced) and reported as LocalBuilder reports it.
+        A build that takes longer is killed (its worker replaced) and reported as LocalBuilder
+        reports it.
     """
 
     def __init__(self, *, max_workers: int | None = None, timeout_sec: float = 30.0) -> None:
@@ -103,18 +114,26 @@ class PooledBuilder(PyBuilder):
     def build(self, build_inputs: list[BuilderInput]) -> list[BuilderResult]:
         if self._pool is None:
             self._pool = PopenPoolExecutor(
-                max_workers=self.max_workers, timeout=self.timeout_sec, maximum_process_uses=BUILDS_PER_WORKER
+                max_workers=self.max_workers,
+                timeout=self.timeout_sec,
+                maximum_process_uses=BUILDS_PER_WORKER,
             )
         jobs = [
-            (x.mod, x.target, None if x.params is None else tvm.runtime.save_param_dict(x.params)) for x in build_inputs
+            (x.mod, x.target, None if x.params is None else tvm.runtime.save_param_dict(x.params))
+            for x in build_inputs
         ]
-        return [self._result(r) for r in self._pool.map_with_error_catching(lambda job: _build_and_export(*job), jobs)]
+        return [
+            self._result(r)
+            for r in self._pool.map_with_error_catching(lambda job: _build_and_export(*job), jobs)
+        ]
 
     def _result(self, outcome) -> BuilderResult:
         if outcome.status == StatusKind.COMPLETE:
             return BuilderResult(outcome.value, None)
         if outcome.status == StatusKind.TIMEOUT:
-            return BuilderResult(None, f"LocalBuilder: Timeout, killed after {self.timeout_sec} seconds")
+            return BuilderResult(
+                None, f"LocalBuilder: Timeout, killed after {self.timeout_sec} seconds"
+            )
         return BuilderResult(None, f"LocalBuilder: An exception occurred\n{outcome.value}")
 
 

@@ -62,7 +62,9 @@ def confirm_best(
     built = builder.build([ms.builder.BuilderInput(c.sch.mod, target) for c in todo.values()])
     device = "cpu" if is_cpu(target) else target.kind.name
     ready = [(key, b) for key, b in zip(todo, built) if b.error_msg is None]
-    inputs = [ms.runner.RunnerInput(b.artifact_path, device, todo[key].args_info) for key, b in ready]
+    inputs = [
+        ms.runner.RunnerInput(b.artifact_path, device, todo[key].args_info) for key, b in ready
+    ]
     seconds = {}
     for (key, _), future in zip(ready, runner.run(inputs)):
         result = future.result()
@@ -86,7 +88,11 @@ def chosen_database(
         if record is not None:
             chosen.commit_tuning_record(
                 ms.database.TuningRecord(
-                    record.trace, chosen.commit_workload(mod), record.run_secs, record.target, record.args_info
+                    record.trace,
+                    chosen.commit_workload(mod),
+                    record.run_secs,
+                    record.target,
+                    record.args_info,
                 )
             )
     return chosen

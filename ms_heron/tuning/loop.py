@@ -151,9 +151,10 @@ def workload_task(workload: Workload, target: Target) -> Task:
         if workload.tile not in (None, dot.tile):
             lanes, red = workload.tile
             raise WorkloadError(
-                f"{workload.name}: its weight is packed in {lanes} x {red} tiles, but {cpu_name(target)}'s "
-                f"int8 dot product ({dot.isa}) reads {dot.lanes} x {dot.reduction}; build it for the target: "
-                "workloads.make(..., target=target) or workloads.case(..., target=target)"
+                f"{workload.name}: its weight is packed in {lanes} x {red} tiles, but "
+                f"{cpu_name(target)}'s int8 dot product ({dot.isa}) reads {dot.lanes} x "
+                f"{dot.reduction}; build it for the target: workloads.make(..., target=target) or "
+                "workloads.case(..., target=target)"
             )
     return kernel_task(workload.func)
 
@@ -180,13 +181,16 @@ class TuningRound:
 @derived_object
 class _ReportRounds(PyMeasureCallback):
     """Measure callback that turns MetaSchedule's per-task rounds into :class:`TuningRound` reports.
-    It follows the callback that stores the round, so a report never counts a record not yet on disk.
+    It follows the callback that stores the round, so a report never counts a record not yet on
+    disk.
 
     Each task's best starts from the records already in the database, so a resumed run's
     estimate counts what earlier runs found.
     """
 
-    def __init__(self, on_round: Callable[[TuningRound], None], max_trials: int, database: ms.Database):
+    def __init__(
+        self, on_round: Callable[[TuningRound], None], max_trials: int, database: ms.Database
+    ):
         self.on_round, self.max_trials, self.database = on_round, max_trials, database
         self.started, self.trials = time.monotonic(), 0
         self.best: dict[str, float] = {}
@@ -219,12 +223,20 @@ class _ReportRounds(PyMeasureCallback):
         )
 
 
-def _reporter(on_round: Callable[[TuningRound], None] | None, max_trials: int) -> Callable[[ms.Database], list] | None:
+def _reporter(
+    on_round: Callable[[TuningRound], None] | None, max_trials: int
+) -> Callable[[ms.Database], list] | None:
     """The measure callbacks (given the database) that report rounds to ``on_round``."""
-    return None if on_round is None else (lambda database: [_ReportRounds(on_round, max_trials, database)])
+    return (
+        None
+        if on_round is None
+        else (lambda database: [_ReportRounds(on_round, max_trials, database)])
+    )
 
 
-def best_schedule(database: ms.Database, task: Workload | tvm.tirx.PrimFunc, target: Target) -> Schedule:
+def best_schedule(
+    database: ms.Database, task: Workload | tvm.tirx.PrimFunc, target: Target
+) -> Schedule:
     """The database's fastest valid schedule for ``task``, rebuilt with stock MetaSchedule."""
     ensure_registered(target)
     func, name = (task.func, task.name) if isinstance(task, Workload) else (task, "the kernel")

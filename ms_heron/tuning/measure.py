@@ -1,13 +1,15 @@
 """Where and how candidates are measured: the local or RPC runner, and cold weights.
 
 MetaSchedule measures with a runner (a local worker process, or TVM's RPC tracker handing out remote
-servers). ms_heron adds three things (the time budget is :mod:`.budget`'s, storing is :mod:`ms_heron.records`'):
+servers). ms_heron adds three things (the time budget is :mod:`.budget`'s, storing is
+:mod:`ms_heron.records`'):
 
 * **Cold weights** (:func:`evaluator_config` with ``cold=True``): in a model a kernel's weights come
   from memory, so model tasks are timed with every argument but the first flushed from the caches.
-* **Defined arguments** (:func:`filled_arguments`): every float32 a candidate reads is a normal number.
-* **RPC** (:class:`Tracker`): ``host:port:key`` is checked before tuning (the tracker answers and has
-  servers for the key), and the RPC runner keeps one connection per server.
+* **Defined arguments** (:func:`filled_arguments`): every float32 a candidate reads is a normal
+  number.
+* **RPC** (:class:`Tracker`): ``host:port:key`` is checked before tuning (the tracker answers and
+  has servers for the key), and the RPC runner keeps one connection per server.
 """
 
 from __future__ import annotations
@@ -42,12 +44,14 @@ def evaluator_config(*, cold: bool, repeat: int = 10) -> ms.runner.EvaluatorConf
     In a model a kernel's weights come from memory: the layer's other weights passed through the
     caches since its last call, while its first argument, the activation, was just written. Timed
     warm, the search prefers kernels that re-read a weight panel from L3 for every row block, which
-    run up to 1.3x slower in the model than kernels that read it once (BERT's FFN projection, 768x3072
-    fp32). TVM's Ansor tutorials flush for the same reason.
+    run up to 1.3x slower in the model than kernels that read it once (BERT's FFN projection,
+    768x3072 fp32). TVM's Ansor tutorials flush for the same reason.
     """
     if not cold:
         return None
-    return ms.runner.EvaluatorConfig(number=1, repeat=repeat, min_repeat_ms=0, enable_cpu_cache_flush=True)
+    return ms.runner.EvaluatorConfig(
+        number=1, repeat=repeat, min_repeat_ms=0, enable_cpu_cache_flush=True
+    )
 
 
 #: The range a float32 argument is drawn from: the values TVM's measuring fill gives when it fills.
@@ -113,7 +117,9 @@ def cold_call_seconds(rt_mod, device, config, repeated_args) -> list[float]:
 
 def cold_call_seconds_rpc(session, rt_mod, device, config, repeated_args) -> list[float]:
     """RPCRunner's evaluator, keeping the :func:`undisturbed` calls."""
-    return undisturbed(rpc_runner.default_run_evaluator(session, rt_mod, device, config, repeated_args))
+    return undisturbed(
+        rpc_runner.default_run_evaluator(session, rt_mod, device, config, repeated_args)
+    )
 
 
 def cold_seconds(rt_mod, args_info: list, repeat: int = 10) -> float:
@@ -122,11 +128,14 @@ def cold_seconds(rt_mod, args_info: list, repeat: int = 10) -> float:
 
     The tuner's estimate of a model is its tasks' records, taken at moments minutes apart; taken
     again beside the compiled model, in turn with it, machine drift drops out of the comparison.
-    ``args_info`` is the kernel's ``ArgInfo``s as JSON (``[a.as_json() for a in ArgInfo.from_prim_func(f)]``).
+    ``args_info`` is the kernel's ``ArgInfo``s as JSON (``[a.as_json() for a in
+    ArgInfo.from_prim_func(f)]``).
     """
     device = tvm.cpu()
     args = filled_arguments(device, args_info, alloc_repeat=1)
-    return statistics.mean(cold_call_seconds(rt_mod, device, evaluator_config(cold=True, repeat=repeat), args))
+    return statistics.mean(
+        cold_call_seconds(rt_mod, device, evaluator_config(cold=True, repeat=repeat), args)
+    )
 
 
 @functools.cache
@@ -177,7 +186,9 @@ def upload_with_tile_grant(session, local_path: str, remote_path: str):
     return rpc_runner.default_upload_module(session, local_path, remote_path)
 
 
-def local_runner_for(*, cold: bool = False, timeout_s: float = DEFAULT_TIMEOUT_S) -> ms.runner.LocalRunner:
+def local_runner_for(
+    *, cold: bool = False, timeout_s: float = DEFAULT_TIMEOUT_S
+) -> ms.runner.LocalRunner:
     """A LocalRunner: MetaSchedule's timing, or cold weights (see :func:`evaluator_config`). Its
     worker processes ask the OS for the AMX tile state first, as the tuning process did."""
     return ms.runner.LocalRunner(
@@ -203,7 +214,8 @@ class Tracker:
         host, _, port = host.rpartition(":")
         if not host or not port.isdigit() or not rest:
             raise MeasureError(
-                f"--rpc takes HOST:PORT:KEY of a TVM RPC tracker, such as 127.0.0.1:9190:zen5, got {text!r}"
+                "--rpc takes HOST:PORT:KEY of a TVM RPC tracker, such as 127.0.0.1:9190:zen5, got "
+                f"{text!r}"
             )
         return Tracker(host, int(port), rest)
 
@@ -225,13 +237,19 @@ class Tracker:
                 f"no RPC tracker answers at {self.host}:{self.port} ({err}); start one with "
                 f"python -m tvm.exec.rpc_tracker --host {self.host} --port {self.port}"
             ) from None
-        keys = [info["key"].split(":")[-1] for info in summary.get("server_info", [])]  # "server:KEY" per server
+        keys = [
+            info["key"].split(":")[-1] for info in summary.get("server_info", [])
+        ]  # "server:KEY" per server
         count = keys.count(self.key)
         if not count:
-            held = f"it holds servers for {', '.join(sorted(set(keys)))}" if keys else "it holds no server"
+            held = (
+                f"it holds servers for {', '.join(sorted(set(keys)))}"
+                if keys
+                else "it holds no server"
+            )
             raise MeasureError(
-                f"the RPC tracker at {self.host}:{self.port} has no server for key {self.key!r} ({held}); start one "
-                "on each measuring machine: python -m tvm.exec.rpc_server "
+                f"the RPC tracker at {self.host}:{self.port} has no server for key {self.key!r} "
+                f"({held}); start one on each measuring machine: python -m tvm.exec.rpc_server "
                 f"--tracker {self.host}:{self.port} --key {self.key}"
             )
         return count

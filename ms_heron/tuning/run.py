@@ -25,12 +25,34 @@ from tvm.s_tir import Schedule
 from tvm.s_tir import meta_schedule as ms
 from tvm.target import Target
 
-from ..records import CHOICE_TOP_K, confirmed_seconds, first_records, measured_seconds, open_database, record_seconds
-from ..relax import Task, TaskTime, compile_lowered, from_onnx, lower_for_tuning, model_tasks, task_times
+from ..records import (
+    CHOICE_TOP_K,
+    confirmed_seconds,
+    first_records,
+    measured_seconds,
+    open_database,
+    record_seconds,
+)
+from ..relax import (
+    Task,
+    TaskTime,
+    compile_lowered,
+    from_onnx,
+    lower_for_tuning,
+    model_tasks,
+    task_times,
+)
 from ..space import HeronSpace
 from .budget import Budget, BudgetedRunner, CandidateCost, WatchedSearch
 from .confirm import chosen_database, confirm_best
-from .loop import TRIALS_PER_ROUND, NoValidRecord, TuningRound, best_schedule, tune_tasks, workload_task
+from .loop import (
+    TRIALS_PER_ROUND,
+    NoValidRecord,
+    TuningRound,
+    best_schedule,
+    tune_tasks,
+    workload_task,
+)
 from .setup import Search, builder_for, runner_for, search_parts
 from .workdir import (
     BASELINE_DIR,
@@ -48,7 +70,8 @@ from .workdir import (
 
 
 class TuningRun:
-    """One work dir. ``TuningRun.create(...)`` starts or resumes; ``TuningRun.open(dir)`` reads one."""
+    """One work dir. ``TuningRun.create(...)`` starts or resumes; ``TuningRun.open(dir)`` reads
+    one."""
 
     def __init__(self, work_dir: Path, spec: RunSpec):
         self.work_dir = Path(work_dir)
@@ -56,7 +79,8 @@ class TuningRun:
         #: The kernel tuned; None for a model run (its tasks come from :meth:`tasks`).
         self.workload = None if spec.model else spec.workload()
         self.target = Target(spec.target)
-        #: The records, read once per run object (:meth:`database`); while tuning, the live database.
+        #: The records, read once per run object (:meth:`database`); while tuning, the live
+        #: database.
         self._database: ms.database.Database | None = None
 
     @property
@@ -67,7 +91,8 @@ class TuningRun:
 
     @staticmethod
     def create(work_dir: str | Path, spec: RunSpec) -> TuningRun:
-        """Start a run of ``spec`` in ``work_dir``, or resume the one there (:func:`.workdir.claim`)."""
+        """Start a run of ``spec`` in ``work_dir``, or resume the one there
+        (:func:`.workdir.claim`)."""
         return TuningRun(Path(work_dir), claim(Path(work_dir), spec))
 
     @staticmethod
@@ -77,13 +102,16 @@ class TuningRun:
 
     def baseline(self) -> TuningRun:
         """MetaSchedule's default search on the same workload, in ``baseline/``."""
-        model = str(self.work_dir / self.spec.model) if self.spec.model else ""  # a Relax module stays here
+        model = (
+            str(self.work_dir / self.spec.model) if self.spec.model else ""
+        )  # a Relax module stays here
         return TuningRun(self.work_dir / BASELINE_DIR, dataclasses.replace(self.spec, model=model))
 
     # -- reading ------------------------------------------------------------------------------
 
     def space(self) -> HeronSpace:
-        """The space generator this run tunes with (the report rebuilds its design spaces from it)."""
+        """The space generator this run tunes with (the report rebuilds its design spaces from
+        it)."""
         return HeronSpace()
 
     def database(self) -> ms.database.Database:
@@ -101,15 +129,19 @@ class TuningRun:
         path = self.work_dir / self.spec.model  # an ONNX model's path is absolute
         if not path.is_file():
             raise RunError(
-                f"{self.work_dir} tunes the model {path}, which is gone; put it back or tune into another --work-dir"
+                f"{self.work_dir} tunes the model {path}, which is gone; put it back or tune into "
+                "another --work-dir"
             )
         if file_sha256(path) != self.spec.model_sha256:
             raise RunError(
-                f"{path} changed since {self.work_dir} began tuning it; tune the new model into another --work-dir"
+                f"{path} changed since {self.work_dir} began tuning it; tune the new model into "
+                "another --work-dir"
             )
         if path.name.startswith(RELAX_FILE_PREFIX):
             return tvm.ir.load_json(path.read_text())
-        return from_onnx(self.onnx_model, {name: tuple(dims) for name, dims in self.spec.input_shapes.items()})
+        return from_onnx(
+            self.onnx_model, {name: tuple(dims) for name, dims in self.spec.input_shapes.items()}
+        )
 
     @functools.cached_property
     def onnx_model(self):
@@ -127,10 +159,15 @@ class TuningRun:
     def tasks(self) -> list[Task]:
         """What this run tunes: a kernel run's one task, a model run's fused kernels (from
         :attr:`lowered`, extracted once per run object)."""
-        return model_tasks(self.lowered, self.target) if self.is_model else [workload_task(self.workload, self.target)]
+        return (
+            model_tasks(self.lowered, self.target)
+            if self.is_model
+            else [workload_task(self.workload, self.target)]
+        )
 
     def compile(self, database: ms.Database | None = None):
-        """The model compiled with this run's chosen kernels (or ``database``'s best), from :attr:`lowered`."""
+        """The model compiled with this run's chosen kernels (or ``database``'s best), from
+        :attr:`lowered`."""
         chosen = self.chosen_database() if database is None else database
         return compile_lowered(chosen, self.lowered, self.target, self.tasks)
 
@@ -142,7 +179,9 @@ class TuningRun:
     def task_times(self) -> list[TaskTime]:
         """A model run's tasks with their call counts and best kernels so far (confirmed times where
         the best kernel was timed again after tuning)."""
-        return task_times(self.database(), self.tasks, self.target, confirmed_seconds(self.work_dir))
+        return task_times(
+            self.database(), self.tasks, self.target, confirmed_seconds(self.work_dir)
+        )
 
     def best_schedule(self, task: str = "") -> Schedule:
         """The fastest valid schedule of the kernel, or of the model task named ``task``."""
@@ -158,7 +197,9 @@ class TuningRun:
         func = tasks[task].mod["main"]
         sch = ms.tir_integration.compile_tir(self.chosen_database(), func, self.target)
         if sch is None:
-            raise NoValidRecord(f"no valid tuning record for task {task} yet; tune longer (more --trials)")
+            raise NoValidRecord(
+                f"no valid tuning record for task {task} yet; tune longer (more --trials)"
+            )
         return sch
 
     def check_best(self) -> None:
@@ -183,9 +224,14 @@ class TuningRun:
         elapsed = rows[-1].elapsed_s if rows else 0.0
         if self.is_model:
             best = sum(t.calls * t.seconds for t in self.task_times()) if secs else math.inf
-            return Progress(trials=len(secs), valid=len(valid), best_seconds=best, elapsed_s=elapsed)
+            return Progress(
+                trials=len(secs), valid=len(valid), best_seconds=best, elapsed_s=elapsed
+            )
         return Progress(
-            trials=len(secs), valid=len(valid), best_seconds=min(valid, default=math.inf), elapsed_s=elapsed
+            trials=len(secs),
+            valid=len(valid),
+            best_seconds=min(valid, default=math.inf),
+            elapsed_s=elapsed,
         )
 
     # -- tuning -------------------------------------------------------------------------------
@@ -213,7 +259,8 @@ class TuningRun:
         Parameters
         ----------
         search
-            HeronSpace + HeronSearch, or MetaSchedule's default search (:data:`~ms_heron.tuning.Search`).
+            HeronSpace + HeronSearch, or MetaSchedule's default search
+            (:data:`~ms_heron.tuning.Search`).
         deadline
             When tuning ends, a ``time.monotonic()`` instant (:func:`.budget.deadline_after`, taken
             where the caller's work began: a model's import counts in the budget, as set-up does).
@@ -227,7 +274,8 @@ class TuningRun:
             Measures elsewhere (:meth:`ms_heron.tuning.measure.Tracker.runner`).
         space, strategy
             Replace the search's own space generator (a HeronSpace with your ``user_rules``) or
-            strategy (MetaSchedule's ``"evolutionary"`` over HeronSpace, a HeronSearch with other options).
+            strategy (MetaSchedule's ``"evolutionary"`` over HeronSpace, a HeronSearch with other
+            options).
         task_scheduler
             Replaces the search's own sharing of a model's trials (:func:`.loop.tune_tasks`).
         say
@@ -241,13 +289,19 @@ class TuningRun:
             before = self.state()
             todo = trials - before.trials
             if todo <= 0:
-                say(f"{before.trials} records already in {self.work_dir}; nothing to tune (raise --trials to go on)")
+                say(
+                    f"{before.trials} records already in {self.work_dir}; nothing to tune (raise "
+                    "--trials to go on)"
+                )
                 return before
             if before.trials:
                 say(f"resuming from {before.trials} records in {self.work_dir}")
             started = time.monotonic()
             current = Progress(
-                trials=before.trials, valid=before.valid, best_seconds=before.best_seconds, elapsed_s=before.elapsed_s
+                trials=before.trials,
+                valid=before.valid,
+                best_seconds=before.best_seconds,
+                elapsed_s=before.elapsed_s,
             )
 
             space, strategy = search_parts(search, space, strategy)
@@ -260,7 +314,9 @@ class TuningRun:
                 if on_round is not None:
                     on_round(dataclasses.replace(current))  # a snapshot: the caller may keep it
 
-            tasks = self.tasks  # a model's lowering counts in the budget, as the rest of set-up does
+            tasks = (
+                self.tasks
+            )  # a model's lowering counts in the budget, as the rest of set-up does
             # built here, so that a model's confirmation measures with the same ones
             builder = builder_for(deadline)
             runner = runner or runner_for(self.target, cold=self.is_model, deadline=deadline)
@@ -309,18 +365,22 @@ class TuningRun:
         stopped before its end, or tuned by an ms_heron that did not, so that its kernel choice and
         estimate are taken as a finished run's are."""
         if not self.is_model:
-            raise RunError(f"{self.spec.describe()} is a kernel run; only a model run's tasks are timed again")
+            raise RunError(
+                f"{self.spec.describe()} is a kernel run; only a model run's tasks are timed again"
+            )
         builder, runner = builder_for(None), runner_for(self.target, cold=True, deadline=None)
         with work_dir_lock(self.work_dir):
             self._confirm(self.database(), builder, runner, lambda _: None)
 
     def _confirm(self, database, builder, runner, say) -> None:
-        """Time each task's best kernels again (:mod:`.confirm`) with the tuning's builder and runner,
-        out of the budget's reach (its reserve was kept for this)."""
+        """Time each task's best kernels again (:mod:`.confirm`) with the tuning's builder and
+        runner, out of the budget's reach (its reserve was kept for this)."""
         if isinstance(runner, BudgetedRunner):
             runner = runner.until(Budget())
         say(
-            f"timing each task's {CHOICE_TOP_K} best kernels again, to choose and estimate by times "
-            "not biased by the fastest of noisy timings"
+            f"timing each task's {CHOICE_TOP_K} best kernels again, to choose and estimate by "
+            "times not biased by the fastest of noisy timings"
         )
-        confirm_best(str(self.work_dir), database, self.tasks, self.target, builder=builder, runner=runner)
+        confirm_best(
+            str(self.work_dir), database, self.tasks, self.target, builder=builder, runner=runner
+        )

@@ -1,4 +1,5 @@
-"""What every tuning call needs before MetaSchedule starts, in one place: which search, and the set-up.
+"""What every tuning call needs before MetaSchedule starts, in one place: which search, and the
+set-up.
 
 :func:`prepare` registers the intrinsics records name, checks ``num-cores`` on CPU, puts in the fast
 builder (TVM's stock builder workers import its intrinsic library first, 15-25 s each), the shared
@@ -45,7 +46,10 @@ def search_parts(search: Search, space: Any = None, strategy: Any = None) -> tup
             f"search={search!r}: choose 'heron' (HeronSpace + HeronSearch) or 'metaschedule' "
             "(MetaSchedule's default search)"
         )
-    return (defaults[0]() if space is None else space, defaults[1]() if strategy is None else strategy)
+    return (
+        defaults[0]() if space is None else space,
+        defaults[1]() if strategy is None else strategy,
+    )
 
 
 def prepare(
@@ -76,7 +80,9 @@ def prepare(
     runner = tune_kwargs.get("runner") or runner_for(target, cold=cold, deadline=deadline)
     tune_kwargs.setdefault("cost_model", xgb_cost_model())
     runner = ms.runner.create(runner) if isinstance(runner, str) else runner
-    tune_kwargs["runner"] = (runner if isinstance(runner, BudgetedRunner) else BudgetedRunner(runner)).until(budget)
+    tune_kwargs["runner"] = (
+        runner if isinstance(runner, BudgetedRunner) else BudgetedRunner(runner)
+    ).until(budget)
     os.makedirs(work_dir, exist_ok=True)
     if "database" not in tune_kwargs:
         tune_kwargs["database"] = open_database(work_dir, target)
@@ -87,7 +93,9 @@ def prepare(
         *(callbacks(tune_kwargs["database"]) if callbacks else ()),
     ]
     reset_metaschedule_logger()
-    return (strategy if isinstance(strategy, WatchedSearch) else WatchedSearch(strategy)).until(budget)
+    return (strategy if isinstance(strategy, WatchedSearch) else WatchedSearch(strategy)).until(
+        budget
+    )
 
 
 def builder_for(deadline: float | None) -> ms.builder.Builder:

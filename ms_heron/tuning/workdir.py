@@ -9,12 +9,14 @@ Layout of a work dir (MetaSchedule's own files plus ours)::
     database_tuning_record.json      appended as each round ends
     relax_model_<sha>.json         a Relax model run's module, weights bound
     progress.jsonl                 one line per measured round: trials, best, valid, elapsed (a
-                                     model's best is its estimated latency; the round's task is named),
-                                     and a model run's last line, once its best kernels were timed again
+                                     model's best is its estimated latency; the round's task is
+                                     named), and a model run's last line, once its best kernels were
+                                     timed again
     confirmed.jsonl                a model's best kernels timed again after tuning (:mod:`.confirm`)
     logs/                          MetaSchedule's per-task logs (HeronSearch's round statistics)
-    ms_heron.lock                  held by the tuning process (its pid inside); a second one is refused
-    baseline/                      the same layout for MetaSchedule's default search, if asked for
+    ms_heron.lock                  held by the tuning process (its pid inside); a second one is
+    refused baseline/                      the same layout for MetaSchedule's default search, if
+    asked for
 
 Everything is appended line by line, so a run killed at any point loses at most the round in
 flight: on resume a torn last line is cut off.
@@ -75,10 +77,13 @@ class RunSpec:
     model: str = ""
     model_sha256: str = ""
     input_shapes: dict = field(default_factory=dict)
-    #: A model tuned with exact exp/erf/tanh instead of TVM's fast approximations (its tasks differ).
+    #: A model tuned with exact exp/erf/tanh instead of TVM's fast approximations (its tasks
+    #: differ).
     exact_math: bool = False
     #: Which TVM and ms_heron wrote the run (records of other versions may replay differently).
-    versions: dict = field(default_factory=lambda: {"tvm": tvm.__version__, "ms_heron": __version__})
+    versions: dict = field(
+        default_factory=lambda: {"tvm": tvm.__version__, "ms_heron": __version__}
+    )
 
     @staticmethod
     def of(workload: Workload, target: Target, seed: int) -> RunSpec:
@@ -128,8 +133,9 @@ class RunSpec:
         label: str = "relax_model",
         exact_math: bool = False,
     ) -> RunSpec:
-        """A Relax module (``params`` bound as its weights), kept in ``work_dir`` as TVM's JSON under a
-        name made from its SHA-256, so the work dir alone carries the run and no other model is overwritten."""
+        """A Relax module (``params`` bound as its weights), kept in ``work_dir`` as TVM's JSON
+        under a name made from its SHA-256, so the work dir alone carries the run and no other model
+        is overwritten."""
         text = tvm.ir.save_json(bind_params(mod, params))
         digest = hashlib.sha256(text.encode()).hexdigest()
         name = f"{RELAX_FILE_PREFIX}{digest[:16]}.json"
@@ -183,7 +189,8 @@ class Progress:
 
     trials: int
     valid: int
-    best_seconds: float  # inf until a candidate is valid; a model's estimated latency (inf until every task ran)
+    # inf until a candidate is valid; a model's estimated latency (inf until every task ran)
+    best_seconds: float
     elapsed_s: float  # wall-clock tuning time, summed over resumed runs
     #: A model run: the task this round measured, and that task's best kernel so far.
     task: str = ""
@@ -208,7 +215,9 @@ def claim(work_dir: Path, spec: RunSpec) -> RunSpec:
         probe.write_text("")
         probe.unlink()
     except OSError as err:
-        raise RunError(f"cannot write to work dir {work_dir} ({err.strerror}); choose a writable --work-dir") from err
+        raise RunError(
+            f"cannot write to work dir {work_dir} ({err.strerror}); choose a writable --work-dir"
+        ) from err
     run_file = work_dir / RUN_FILE
     if run_file.exists():
         held = _read_spec(run_file)
@@ -219,14 +228,15 @@ def claim(work_dir: Path, spec: RunSpec) -> RunSpec:
             )
         if held.target != spec.target:
             raise RunError(
-                f"work dir {work_dir} holds records measured for target {json.dumps(held.target)}, not "
-                f"{json.dumps(spec.target)}; timings on one target do not rank kernels for another: tune "
-                "into another --work-dir (or resume with the run's own target)"
+                f"work dir {work_dir} holds records measured for target {json.dumps(held.target)}, "
+                f"not {json.dumps(spec.target)}; timings on one target do not rank kernels for "
+                "another: tune into another --work-dir (or resume with the run's own target)"
             )
         return held
     if holds_database(work_dir):
         raise RunError(
-            f"work dir {work_dir} holds a MetaSchedule database not made by ms-heron; use another --work-dir"
+            f"work dir {work_dir} holds a MetaSchedule database not made by ms-heron; use another "
+            "--work-dir"
         )
     _write_spec(work_dir, spec)
     return spec
@@ -270,7 +280,8 @@ def log_progress(work_dir: Path, progress: Progress) -> None:
 def work_dir_lock(work_dir: Path) -> Iterator[None]:
     """Hold ``work_dir``'s lock (an OS file lock with the holder's pid in the file). The OS drops it
     when the holder exits, however it dies, so a killed run never leaves a stale lock behind. The
-    progress log's torn last line, if a holder was killed mid-write, is cut off before this one appends."""
+    progress log's torn last line, if a holder was killed mid-write, is cut off before this one
+    appends."""
     work_dir.mkdir(parents=True, exist_ok=True)
     with open(work_dir / LOCK_FILE, "a+", encoding="utf-8") as lock:
         try:
@@ -279,8 +290,8 @@ def work_dir_lock(work_dir: Path) -> Iterator[None]:
             lock.seek(0)
             holder = lock.read().strip() or "?"
             raise RunError(
-                f"work dir {work_dir} is being tuned by process {holder}; wait for it to finish, or tune into "
-                "another --work-dir (report and show may read it meanwhile)"
+                f"work dir {work_dir} is being tuned by process {holder}; wait for it to finish, "
+                "or tune into another --work-dir (report and show may read it meanwhile)"
             ) from None
         lock.truncate(0)
         lock.write(str(os.getpid()))
@@ -292,17 +303,20 @@ def work_dir_lock(work_dir: Path) -> Iterator[None]:
             lock.truncate(0)
 
 
-def merge_runs(sources: Sequence[str | Path], dest: str | Path, target: Target | None = None) -> Merged:
-    """Add to ``dest`` every record of ``sources`` (work dirs or MetaSchedule database dirs) that was
-    measured for ``dest``'s target and is not there yet; ``dest`` becomes a run of the first source's
-    run file when it has none. The target is ``dest``'s, else ``target``, else the first source's."""
+def merge_runs(
+    sources: Sequence[str | Path], dest: str | Path, target: Target | None = None
+) -> Merged:
+    """Add to ``dest`` every record of ``sources`` (work dirs or MetaSchedule database dirs) that
+    was measured for ``dest``'s target and is not there yet; ``dest`` becomes a run of the first
+    source's run file when it has none. The target is ``dest``'s, else ``target``, else the first
+    source's."""
     dest = Path(dest)
     sources = [Path(s) for s in sources]
     for source in sources:
         if not records_file(source).is_file():
             raise RunError(
-                f"{source} holds no tuning records ({records_file(source).name} is missing); name work dirs of "
-                "ms-heron runs"
+                f"{source} holds no tuning records ({records_file(source).name} is missing); name "
+                "work dirs of ms-heron runs"
             )
         if source.resolve() == dest.resolve():
             raise RunError(f"{source} is the destination; name it once, last")
@@ -314,7 +328,10 @@ def merge_runs(sources: Sequence[str | Path], dest: str | Path, target: Target |
     elif specs:
         held = next(iter(specs.values())).target
     else:
-        raise RunError("none of the work dirs has an ms-heron run file to take the target from; name it with --target")
+        raise RunError(
+            "none of the work dirs has an ms-heron run file to take the target from; name it with "
+            "--target"
+        )
     with work_dir_lock(dest):
         if dest not in specs:
             spec = next((s for s in specs.values() if s.target == held), None)
@@ -339,7 +356,9 @@ def _read_spec(run_file: Path) -> RunSpec:
             fields["exact_math"] = True  # written before model lowering approximated exp/erf/tanh
         return RunSpec(**fields)
     except (ValueError, TypeError, AttributeError) as err:
-        raise RunError(f"{run_file} is not an ms-heron run file ({err}); use another --work-dir") from err
+        raise RunError(
+            f"{run_file} is not an ms-heron run file ({err}); use another --work-dir"
+        ) from err
 
 
 def _write_spec(work_dir: Path, spec: RunSpec) -> None:

@@ -1,6 +1,7 @@
-"""What one tunes when it is not a model: a :class:`Workload` (a PrimFunc with inputs and a reference),
-its check and timing (:mod:`.evaluate`), and Heron's operator suite (:mod:`.suite`), named cases and
-families such as ``case("gemm.G1", "int8")`` or ``make("c2d", "fp32", N=1, ...)``."""
+"""What one tunes when it is not a model: a :class:`Workload` (a PrimFunc with inputs and a
+reference), its check and timing (:mod:`.evaluate`), and Heron's operator suite (:mod:`.suite`),
+named cases and families such as ``case("gemm.G1", "int8")`` or ``make("c2d", "fp32", N=1,
+...)``."""
 
 from .suite import (
     CASES,

@@ -53,7 +53,9 @@ def build(mod: tvm.IRModule | tvm.tirx.PrimFunc, target: Target) -> tvm.runtime.
     return tvm.compile(mod, target=target)
 
 
-def run_and_check(lib, workload: Workload, seed: int = 0, *, inputs: list[np.ndarray] | None = None) -> None:
+def run_and_check(
+    lib, workload: Workload, seed: int = 0, *, inputs: list[np.ndarray] | None = None
+) -> None:
     """Run the compiled ``lib`` once on ``inputs`` (default: the workload's random inputs for
     ``seed``) and compare with the reference."""
     dev = tvm.cpu()
@@ -68,5 +70,7 @@ def time_lib(lib, workload: Workload, repeat: int = 10, min_repeat_ms: int = 100
     dev = tvm.cpu()
     args = _tensors(workload.random_inputs(0), dev)
     out = tvm.runtime.tensor(np.zeros(workload.output_shape, workload.output_dtype), dev)
-    timer = lib.mod.time_evaluator("main", dev, number=1, repeat=repeat, min_repeat_ms=min_repeat_ms)
+    timer = lib.mod.time_evaluator(
+        "main", dev, number=1, repeat=repeat, min_repeat_ms=min_repeat_ms
+    )
     return Timing(float(timer(*args, out).median), workload.ops)

@@ -45,7 +45,9 @@ _TYPES = {
 }
 
 
-def _workload(family, dtype, shape, tensors, ops, inputs, reference, dot: DotProduct = VNNI) -> Workload:
+def _workload(
+    family, dtype, shape, tensors, ops, inputs, reference, dot: DotProduct = VNNI
+) -> Workload:
     """Package TE ``tensors`` (inputs..., output) as a :class:`Workload`."""
     tile = dot.tile
     out = tensors[-1]
@@ -70,7 +72,9 @@ def _workload(family, dtype, shape, tensors, ops, inputs, reference, dot: DotPro
 # Weight layouts
 
 
-def pack_int8(weight: np.ndarray, tile: tuple[int, int] = VNNI.tile, batch_dims: int = 0) -> np.ndarray:
+def pack_int8(
+    weight: np.ndarray, tile: tuple[int, int] = VNNI.tile, batch_dims: int = 0
+) -> np.ndarray:
     """``[*batch, o, *kernel, i]`` -> ``[*batch, o//lanes, *kernel, i//red, o%lanes, i%red]``: the
     layout a dot product of ``tile = (lanes, red)`` reads."""
     lanes, red = tile
@@ -93,18 +97,33 @@ def _fp_layout(weight: np.ndarray, batch_dims: int = 0) -> np.ndarray:
 
 
 class _Operand:
-    """How the TE compute reads the weight operand, and how numpy lays it out, for one dtype form."""
+    """How the TE compute reads the weight operand, and how numpy lays it out, for one dtype
+    form."""
 
-    def __init__(self, dtype: str, batch: Sequence[int], o: int, kernel: Sequence[int], i: int, dot: DotProduct):
+    def __init__(
+        self,
+        dtype: str,
+        batch: Sequence[int],
+        o: int,
+        kernel: Sequence[int],
+        i: int,
+        dot: DotProduct,
+    ):
         lanes, red = self.tile = dot.tile
-        #: The dot product's layout, where its tiles divide the weight; else fp32's, padded when tensorized.
+        #: The dot product's layout, where its tiles divide the weight; else fp32's, padded when
+        #: tensorized.
         self.packed = dtype == "int8" and o % lanes == 0 and i % red == 0
         self.batch, self.o, self.kernel, self.i = tuple(batch), o, tuple(kernel), i
         #: The weight's values (s8 for int8), and the dtype they are stored in: s16 for a dot
-        #: product that multiplies s16 pairs, widened offline as a model's weight is at compile time.
+        #: product that multiplies s16 pairs, widened offline as a model's weight is at compile
+        #: time.
         self.dtype = _TYPES[dtype][1]
         wdtype = dot.weight_dtype if dtype == "int8" else self.dtype
-        shape = (*batch, o // lanes, *kernel, i // red, lanes, red) if self.packed else (*batch, *kernel, i, o)
+        shape = (
+            (*batch, o // lanes, *kernel, i // red, lanes, red)
+            if self.packed
+            else (*batch, *kernel, i, o)
+        )
         self.placeholder = te.placeholder(shape, wdtype, name="W")
 
     def __call__(self, b: Sequence, o, k: Sequence, i):
@@ -134,13 +153,21 @@ def int8_padding(workload: Workload, tile: tuple[int, int] = VNNI.tile) -> tuple
     sentence naming the dims that need it with the nearest shape that needs none."""
     lanes_name, red_name = _TILED_DIMS[workload.family]
     ratio, parts = 1.0, []
-    for name, mult, what in ((lanes_name, tile[0], "output lanes"), (red_name, tile[1], "reduction")):
+    for name, mult, what in (
+        (lanes_name, tile[0], "output lanes"),
+        (red_name, tile[1], "reduction"),
+    ):
         value = int(workload.shape[name])
         if value % mult:
             lower = value // mult * mult
-            nearest = lower + mult if lower == 0 or value - lower >= mult / 2 else lower  # ties round up
+            nearest = (
+                lower + mult if lower == 0 or value - lower >= mult / 2 else lower
+            )  # ties round up
             ratio *= -(-value // mult) * mult / value
-            parts.append(f"{name}={value} is not a multiple of {mult} ({what}; nearest that is: {name}={nearest})")
+            parts.append(
+                f"{name}={value} is not a multiple of {mult} ({what}; nearest that is: "
+                f"{name}={nearest})"
+            )
     return ratio, "; ".join(parts)
 
 
@@ -148,8 +175,9 @@ def _check_int8_shape(workload: Workload, tile: tuple[int, int]) -> Workload:
     ratio, why = int8_padding(workload, tile)
     if ratio > 1 + DOT_MAX_PADDING_WASTE:
         raise WorkloadError(
-            f"{workload.family} int8: {why}; padding it to the dot product's {tile[0]} x {tile[1]} tiles would "
-            f"do {ratio:.1f}x the work, more than the {1 + DOT_MAX_PADDING_WASTE:.0f}x limit"
+            f"{workload.family} int8: {why}; padding it to the dot product's {tile[0]} x {tile[1]} "
+            f"tiles would do {ratio:.1f}x the work, more than the {1 + DOT_MAX_PADDING_WASTE:.0f}x "
+            "limit"
         )
     return workload
 
@@ -179,9 +207,17 @@ def _positive(**dims: int) -> None:
 
 
 def _batched_matmul(
-    family: str, dtype: str, shape: dict, batch: tuple[int, ...], m: int | None, n: int, k: int, dot: DotProduct
+    family: str,
+    dtype: str,
+    shape: dict,
+    batch: tuple[int, ...],
+    m: int | None,
+    n: int,
+    k: int,
+    dot: DotProduct,
 ) -> Workload:
-    """``C[*b, (m,) n] = sum_k A[*b, (m,) k] * W(*b, n, k)`` -- gemm, bmm and gemv in one definition."""
+    """``C[*b, (m,) n] = sum_k A[*b, (m,) k] * W(*b, n, k)`` -- gemm, bmm and gemv in one
+    definition."""
     adt, _, odt = _check_dtype(dtype)
     rows = () if m is None else (m,)
     a = te.placeholder((*batch, *rows, k), adt, name="A")
@@ -195,7 +231,10 @@ def _batched_matmul(
     c = te.compute((*batch, *rows, n), body, name="C")
 
     def inputs(rng):
-        return [random_array(rng, a.shape, adt), w.layout(random_array(rng, (*batch, n, k), w.dtype))]
+        return [
+            random_array(rng, a.shape, adt),
+            w.layout(random_array(rng, (*batch, n, k), w.dtype)),
+        ]
 
     def reference(act, stored):
         logical = _unlayout(w, stored)  # [*batch, n, k]
@@ -207,7 +246,8 @@ def _batched_matmul(
 
 
 def _unlayout(operand: _Operand, stored: np.ndarray) -> np.ndarray:
-    """Invert :meth:`_Operand.layout`: stored weights back to logical ``[*batch, o, *kernel, i]`` (wide)."""
+    """Invert :meth:`_Operand.layout`: stored weights back to logical ``[*batch, o, *kernel, i]``
+    (wide)."""
     nb, nk = len(operand.batch), len(operand.kernel)
     x = _wide(stored)
     if operand.packed:
@@ -240,16 +280,20 @@ def gemv(M: int, K: int, dtype: str = "int8", *, dot: DotProduct = VNNI) -> Work
 def scan(B: int, M: int, N: int, dtype: str = "int8", *, dot: DotProduct = VNNI) -> Workload:
     """Prefix sum along M of ``x[B, M, N]``, computed as ``Tri[M, M] · x`` (Heron's formulation).
 
-    The 0/1 lower-triangular matrix is a stage of the PrimFunc (the activation operand); ``x`` is the
-    weight-like operand, so in the int8 form it is s8 in the dot product's layout (AVX-512 VNNI's:
-    ``[B, N//16, M//4, 16, 4]``).
+    The 0/1 lower-triangular matrix is a stage of the PrimFunc (the activation operand); ``x`` is
+    the weight-like operand, so in the int8 form it is s8 in the dot product's layout (AVX-512
+    VNNI's: ``[B, N//16, M//4, 16, 4]``).
     """
     _positive(B=B, M=M, N=N)
     adt, _, odt = _check_dtype(dtype)
     x = _Operand(dtype, (B,), N, (), M, dot)
-    tri = te.compute((M, M), lambda i, k: tirx.Select(k <= i, tirx.const(1, adt), tirx.const(0, adt)), name="Tri")
+    tri = te.compute(
+        (M, M), lambda i, k: tirx.Select(k <= i, tirx.const(1, adt), tirx.const(0, adt)), name="Tri"
+    )
     r = te.reduce_axis((0, M), name="k")
-    out = te.compute((B, M, N), lambda b, i, n: te.sum(_mac(tri[i, r], x((b,), n, (), r), odt), axis=r), name="C")
+    out = te.compute(
+        (B, M, N), lambda b, i, n: te.sum(_mac(tri[i, r], x((b,), n, (), r), odt), axis=r), name="C"
+    )
 
     def inputs(rng):
         return [x.layout(random_array(rng, (B, N, M), x.dtype))]
@@ -259,7 +303,9 @@ def scan(B: int, M: int, N: int, dtype: str = "int8", *, dot: DotProduct = VNNI)
         return np.cumsum(logical, axis=2).transpose(0, 2, 1).astype(odt)
 
     ops = 2 * B * M * M * N
-    return _workload("scan", dtype, dict(B=B, M=M, N=N), [x.placeholder, out], ops, inputs, reference, dot)
+    return _workload(
+        "scan", dtype, dict(B=B, M=M, N=N), [x.placeholder, out], ops, inputs, reference, dot
+    )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -285,12 +331,21 @@ def _conv(
     dot: DotProduct,
 ) -> Workload:
     adt, _, odt = _check_dtype(dtype)
-    _positive(N=n, CI=ci, CO=co, stride=stride, dilation=dilation, **{f"S{d}": s for d, s in enumerate(spatial)})
+    _positive(
+        N=n,
+        CI=ci,
+        CO=co,
+        stride=stride,
+        dilation=dilation,
+        **{f"S{d}": s for d, s in enumerate(spatial)},
+    )
     if pad < 0:
         raise WorkloadError(f"{family}: padding must be >= 0, got {pad}")
     out_sp = tuple(_conv_out(s, k, stride, pad, dilation) for s, k in zip(spatial, kernel))
     if min(out_sp) < 1:
-        raise WorkloadError(f"{family}: kernel {kernel} with dilation {dilation} does not fit input {spatial}")
+        raise WorkloadError(
+            f"{family}: kernel {kernel} with dilation {dilation} does not fit input {spatial}"
+        )
     nd = len(spatial)
     data = te.placeholder((n, *spatial, ci), adt, name="X")
     w = _Operand(dtype, (), co, kernel, ci, dot)
@@ -300,7 +355,9 @@ def _conv(
         def pad_body(b, *idx):
             sp, c = idx[:nd], idx[nd]
             inside = tirx.all(*[tirx.all(p >= pad, p < pad + s) for p, s in zip(sp, spatial)])
-            return tirx.if_then_else(inside, data[(b, *[p - pad for p in sp], c)], tirx.const(0, adt))
+            return tirx.if_then_else(
+                inside, data[(b, *[p - pad for p in sp], c)], tirx.const(0, adt)
+            )
 
         src = te.compute((n, *padded, ci), pad_body, name="Xpad")
     else:
@@ -316,7 +373,10 @@ def _conv(
     out = te.compute((n, *out_sp, co), body, name="C")
 
     def inputs(rng):
-        return [random_array(rng, data.shape, adt), w.layout(random_array(rng, (co, *kernel, ci), w.dtype))]
+        return [
+            random_array(rng, data.shape, adt),
+            w.layout(random_array(rng, (co, *kernel, ci), w.dtype)),
+        ]
 
     def reference(x, stored):
         logical = _unlayout(w, stored)
@@ -324,9 +384,13 @@ def _conv(
         acc = np.zeros((n, *out_sp, co), dtype=xp.dtype)
         for offs in itertools.product(*[range(k) for k in kernel]):
             window = tuple(
-                slice(o * dilation, o * dilation + stride * (s - 1) + 1, stride) for o, s in zip(offs, out_sp)
+                slice(o * dilation, o * dilation + stride * (s - 1) + 1, stride)
+                for o, s in zip(offs, out_sp)
             )
-            acc += xp[(slice(None), *window, slice(None))] @ logical[(slice(None), *offs, slice(None))].T
+            acc += (
+                xp[(slice(None), *window, slice(None))]
+                @ logical[(slice(None), *offs, slice(None))].T
+            )
         return acc.astype(odt)
 
     ops = 2 * n * int(np.prod(out_sp)) * co * ci * int(np.prod(kernel))
@@ -367,7 +431,9 @@ def c2d(
     dot: DotProduct = VNNI,
 ) -> Workload:
     """2-D convolution, NHWC."""
-    shape = dict(N=N, H=H, W=W, CI=CI, CO=CO, KH=KH, KW=KW, stride=stride, pad=pad, dilation=dilation)
+    shape = dict(
+        N=N, H=H, W=W, CI=CI, CO=CO, KH=KH, KW=KW, stride=stride, pad=pad, dilation=dilation
+    )
     return _conv("c2d", dtype, shape, N, (H, W), CI, CO, (KH, KW), stride, pad, dilation, dot)
 
 
@@ -387,7 +453,9 @@ def dil(
     dot: DotProduct = VNNI,
 ) -> Workload:
     """Dilated 2-D convolution, NHWC (Heron's ``dil``: c2d with dilation 2)."""
-    shape = dict(N=N, H=H, W=W, CI=CI, CO=CO, KH=KH, KW=KW, stride=stride, pad=pad, dilation=dilation)
+    shape = dict(
+        N=N, H=H, W=W, CI=CI, CO=CO, KH=KH, KW=KW, stride=stride, pad=pad, dilation=dilation
+    )
     return _conv("dil", dtype, shape, N, (H, W), CI, CO, (KH, KW), stride, pad, dilation, dot)
 
 
@@ -409,8 +477,23 @@ def c3d(
     dot: DotProduct = VNNI,
 ) -> Workload:
     """3-D convolution, NDHWC."""
-    shape = dict(N=N, D=D, H=H, W=W, CI=CI, CO=CO, KD=KD, KH=KH, KW=KW, stride=stride, pad=pad, dilation=dilation)
-    return _conv("c3d", dtype, shape, N, (D, H, W), CI, CO, (KD, KH, KW), stride, pad, dilation, dot)
+    shape = dict(
+        N=N,
+        D=D,
+        H=H,
+        W=W,
+        CI=CI,
+        CO=CO,
+        KD=KD,
+        KH=KH,
+        KW=KW,
+        stride=stride,
+        pad=pad,
+        dilation=dilation,
+    )
+    return _conv(
+        "c3d", dtype, shape, N, (D, H, W), CI, CO, (KD, KH, KW), stride, pad, dilation, dot
+    )
 
 
 def t2d(
@@ -435,7 +518,9 @@ def t2d(
     adt, _, odt = _check_dtype(dtype)
     _positive(N=N, H=H, W=W, CI=CI, CO=CO, KH=KH, KW=KW, stride=stride)
     if not 0 <= pad <= min(KH, KW) - 1:
-        raise WorkloadError(f"t2d: pad must be in [0, kernel-1] = [0, {min(KH, KW) - 1}], got {pad}")
+        raise WorkloadError(
+            f"t2d: pad must be in [0, kernel-1] = [0, {min(KH, KW) - 1}], got {pad}"
+        )
     kernel = (KH, KW)
     sizes = (H, W)
     out_sp = tuple((s - 1) * stride - 2 * pad + k for s, k in zip(sizes, kernel))
@@ -453,25 +538,40 @@ def t2d(
         return tirx.if_then_else(tirx.all(*conds), data[b, idx[0], idx[1], c], tirx.const(0, adt))
 
     src = te.compute((N, *grown, CI), dilate_body, name="Xdil")
-    rh, rw, rc = (te.reduce_axis((0, KH), "rh"), te.reduce_axis((0, KW), "rw"), te.reduce_axis((0, CI), "rc"))
+    rh, rw, rc = (
+        te.reduce_axis((0, KH), "rh"),
+        te.reduce_axis((0, KW), "rw"),
+        te.reduce_axis((0, CI), "rc"),
+    )
 
     def body(b, h, ww, c):
         return te.sum(
-            _mac(src[b, h + rh, ww + rw, rc], w((), c, (KH - 1 - rh, KW - 1 - rw), rc), odt), axis=[rh, rw, rc]
+            _mac(src[b, h + rh, ww + rw, rc], w((), c, (KH - 1 - rh, KW - 1 - rw), rc), odt),
+            axis=[rh, rw, rc],
         )
 
     out = te.compute((N, *out_sp, CO), body, name="C")
 
     def inputs(rng):
-        return [random_array(rng, data.shape, adt), w.layout(random_array(rng, (CO, KH, KW, CI), w.dtype))]
+        return [
+            random_array(rng, data.shape, adt),
+            w.layout(random_array(rng, (CO, KH, KW, CI), w.dtype)),
+        ]
 
     def reference(x, stored):
         logical = _unlayout(w, stored)
-        full = np.zeros((N, *[(s - 1) * stride + k for s, k in zip(sizes, kernel)], CO), dtype=logical.dtype)
+        full = np.zeros(
+            (N, *[(s - 1) * stride + k for s, k in zip(sizes, kernel)], CO), dtype=logical.dtype
+        )
         xw = _wide(x)
         for kh, kw in itertools.product(range(KH), range(KW)):
             contrib = xw @ logical[:, kh, kw, :].T
-            full[:, kh : kh + (H - 1) * stride + 1 : stride, kw : kw + (W - 1) * stride + 1 : stride, :] += contrib
+            full[
+                :,
+                kh : kh + (H - 1) * stride + 1 : stride,
+                kw : kw + (W - 1) * stride + 1 : stride,
+                :,
+            ] += contrib
         return full[:, pad : pad + out_sp[0], pad : pad + out_sp[1], :].astype(odt)
 
     shape = dict(N=N, H=H, W=W, CI=CI, CO=CO, KH=KH, KW=KW, stride=stride, pad=pad)
@@ -485,11 +585,14 @@ def t2d(
 
 def _fp32_only(family: str, dtype: str) -> None:
     if dtype != "fp32":
-        raise WorkloadError(f"{family} is a floating-point kernel: use dtype 'fp32' (got {dtype!r})")
+        raise WorkloadError(
+            f"{family} is a floating-point kernel: use dtype 'fp32' (got {dtype!r})"
+        )
 
 
 def softmax(dtype: str = "fp32", M: int = 128, N: int = 128) -> Workload:
-    """``Y[m, :] = exp(X[m, :] - max) / sum(exp(X[m, :] - max))``: two row reductions, two element-wise passes."""
+    """``Y[m, :] = exp(X[m, :] - max) / sum(exp(X[m, :] - max))``: two row reductions, two
+    element-wise passes."""
     _fp32_only("softmax", dtype)
     _positive(M=M, N=N)
     x = te.placeholder((M, N), "float32", name="X")
@@ -511,11 +614,15 @@ def softmax(dtype: str = "fp32", M: int = 128, N: int = 128) -> Workload:
 
 
 def layernorm(dtype: str = "fp32", M: int = 128, N: int = 768) -> Workload:
-    """``Y[m, :] = (X[m, :] - mean) / sqrt(var + 1e-5) * gamma + beta``: mean and variance reductions per row."""
+    """``Y[m, :] = (X[m, :] - mean) / sqrt(var + 1e-5) * gamma + beta``: mean and variance
+    reductions per row."""
     _fp32_only("layernorm", dtype)
     _positive(M=M, N=N)
     x = te.placeholder((M, N), "float32", name="X")
-    gamma, beta = te.placeholder((N,), "float32", name="gamma"), te.placeholder((N,), "float32", name="beta")
+    gamma, beta = (
+        te.placeholder((N,), "float32", name="gamma"),
+        te.placeholder((N,), "float32", name="beta"),
+    )
     y = topi.nn.layer_norm(x, gamma, beta, axis=[1], epsilon=1e-5)
 
     def inputs(rng):
@@ -530,7 +637,9 @@ def layernorm(dtype: str = "fp32", M: int = 128, N: int = 768) -> Workload:
         norm = (a - a.mean(axis=1, keepdims=True)) / np.sqrt(a.var(axis=1, keepdims=True) + 1e-5)
         return (norm * g + b).astype("float32")
 
-    return _workload("layernorm", dtype, dict(M=M, N=N), [x, gamma, beta, y], 8 * M * N, inputs, reference)
+    return _workload(
+        "layernorm", dtype, dict(M=M, N=N), [x, gamma, beta, y], 8 * M * N, inputs, reference
+    )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -555,8 +664,8 @@ FAMILIES: dict[str, Callable[..., Workload]] = {
 
 _RESNET_3X3 = [(56, 64, 64), (28, 128, 128), (14, 256, 256)]
 
-#: Heron's benchmark configs (the paper's §6 CPU and GPU operator tables); 1000 is 1008 as in Heron's
-#: CPU configs (VNNI needs 16 | N).
+#: Heron's benchmark configs (the paper's §6 CPU and GPU operator tables); 1000 is 1008 as in
+#: Heron's CPU configs (VNNI needs 16 | N).
 CASES: dict[str, tuple[str, dict]] = {
     "gemm.G1": ("gemm", dict(M=1024, K=1024, N=1024)),
     "gemm.G2": ("gemm", dict(M=4096, K=4096, N=4096)),
@@ -599,21 +708,24 @@ CASES: dict[str, tuple[str, dict]] = {
     "scan.S3": ("scan", dict(B=256, M=1024, N=256)),
     "scan.S4": ("scan", dict(B=512, M=256, N=16)),
     "scan.S5": ("scan", dict(B=1024, M=1024, N=1024)),
-    # Shapes real models have whose extents perfect tiles split badly (padded by PadExtents / Tensorize):
-    # 1000 classes, ViT-B's 197 tokens, a 127-token BERT dense, BERT's 30522-row vocabulary projection,
-    # and ResNet's stem convolution over 3 input channels.
+    # Shapes real models have whose extents perfect tiles split badly (padded by PadExtents /
+    # Tensorize): 1000 classes, ViT-B's 197 tokens, a 127-token BERT dense, BERT's 30522-row
+    # vocabulary projection, and ResNet's stem convolution over 3 input channels.
     "gemm.A1": ("gemm", dict(M=128, K=768, N=1000)),
     "gemm.A2": ("gemm", dict(M=197, K=768, N=768)),
     "gemm.A3": ("gemm", dict(M=127, K=768, N=768)),
     "gemm.A4": ("gemm", dict(M=128, K=768, N=30522)),
     "c2d.A5": ("c2d", dict(N=1, H=224, W=224, CI=3, CO=64, KH=7, KW=7, stride=2, pad=3)),
-    # BERT-base at 128 tokens: attention softmax (12 heads x 128 rows of 128), layer norm (128 x 768).
+    # BERT-base at 128 tokens: attention softmax (12 heads x 128 rows of 128), layer norm (128 x
+    # 768).
     "softmax.SM1": ("softmax", dict(M=1536, N=128)),
     "layernorm.LN1": ("layernorm", dict(M=128, N=768)),
 }
 
 
-def make(family: str, dtype: str = "int8", *, target: Target | None = None, **shape: int) -> Workload:
+def make(
+    family: str, dtype: str = "int8", *, target: Target | None = None, **shape: int
+) -> Workload:
     """Build ``family`` (a key of :data:`FAMILIES`) at ``shape`` in the ``dtype`` form; an int8
     weight packed for a CPU ``target``'s dot product (else AVX-512 VNNI's 16 x 4 tiles)."""
     if family not in FAMILIES:

@@ -99,8 +99,9 @@ def from_func(func: tirx.PrimFunc, name: str = "kernel") -> Workload:
     written = _written_params(func)
     if written != [len(args) - 1]:
         raise WorkloadError(
-            f"{name}: ms_heron checks kernels with one output, passed last; this one writes parameters {written} "
-            f"of {len(args)}. Tune it with ms.tune_tir directly, or reorder its parameters"
+            f"{name}: ms_heron checks kernels with one output, passed last; this one writes "
+            f"parameters {written} of {len(args)}. Tune it with ms.tune_tir directly, or reorder "
+            "its parameters"
         )
     inputs, output = args[:-1], args[-1]
     dtypes = {dtype for _, dtype in inputs}
@@ -129,21 +130,28 @@ def _written_params(func: tirx.PrimFunc) -> list[int]:
         block = stack.pop()
         stack.extend(sch.get_child_blocks(block))
         written += [region.source for region in sch.get(block).writes]
-    return [i for i, param in enumerate(sch.mod["main"].params) if any(param.same_as(w) for w in written)]
+    return [
+        i
+        for i, param in enumerate(sch.mod["main"].params)
+        if any(param.same_as(w) for w in written)
+    ]
 
 
 def load_kernel(spec: str) -> Workload:
-    """``kernel.py`` or ``kernel.py:name``: the TVMScript PrimFunc a Python file defines (an IRModule
-    with one function counts), as a Workload named after it (see :func:`from_func`)."""
+    """``kernel.py`` or ``kernel.py:name``: the TVMScript PrimFunc a Python file defines (an
+    IRModule with one function counts), as a Workload named after it (see :func:`from_func`)."""
     import importlib.util  # pylint: disable=import-outside-toplevel
     import pathlib  # pylint: disable=import-outside-toplevel
 
     path, _, wanted = spec.partition(":")
     if not pathlib.Path(path).is_file():
         raise WorkloadError(
-            f"{path}: no such file; give a Python file that defines a @T.prim_func, as kernel.py[:name]"
+            f"{path}: no such file; give a Python file that defines a @T.prim_func, as "
+            "kernel.py[:name]"
         )
-    module_spec = importlib.util.spec_from_file_location(f"ms_heron_kernel_{pathlib.Path(path).stem}", path)
+    module_spec = importlib.util.spec_from_file_location(
+        f"ms_heron_kernel_{pathlib.Path(path).stem}", path
+    )
     module = importlib.util.module_from_spec(module_spec)
     try:
         module_spec.loader.exec_module(module)
@@ -161,10 +169,13 @@ def load_kernel(spec: str) -> Workload:
         if isinstance(value, tirx.PrimFunc):
             found[name] = value
     if wanted and wanted not in found:
-        raise WorkloadError(f"{path} defines no PrimFunc named {wanted!r}; it defines: {', '.join(found) or 'none'}")
+        raise WorkloadError(
+            f"{path} defines no PrimFunc named {wanted!r}; it defines: {', '.join(found) or 'none'}"
+        )
     if not wanted and len(found) != 1:
         raise WorkloadError(
-            f"{path} defines {len(found)} PrimFuncs ({', '.join(found) or 'none'}); name one as {path}:NAME"
+            f"{path} defines {len(found)} PrimFuncs ({', '.join(found) or 'none'}); name one as "
+            f"{path}:NAME"
         )
     name = wanted or next(iter(found))
     return from_func(found[name], name)

@@ -14,12 +14,13 @@ says so (:mod:`.guard`).
   into the convolution's or matmul's weight and bias;
 * :func:`chain_stacked_reductions`: ONNX's n-ary ``Sum``/``Mean``/``Max``/``Min`` as chained binary
   ops instead of a stack and a reduction, so residual adds fuse into the kernel before them;
-* :func:`channels_last_convolutions`: floating-point convolutions in NHWC, vector lanes along channels;
+* :func:`channels_last_convolutions`: floating-point convolutions in NHWC, vector lanes along
+  channels;
 * :func:`winograd_convolutions`: their 3x3 stride-1 convolutions as Winograd F(2x2, 3x3), a batched
   GEMM between two transforms, 2.25x fewer multiply-adds;
 * :func:`integer_qdq`, :func:`keep_int8_matmuls`, :func:`channels_last_epilogues`: quantized matmuls
-  and convolutions (QDQ, ``MatMulInteger``, ``ConvInteger``) in the u8 x s8 form the CPU's dot product executes, their
-  epilogues fused;
+  and convolutions (QDQ, ``MatMulInteger``, ``ConvInteger``) in the u8 x s8 form the CPU's dot
+  product executes, their epilogues fused;
 * :func:`quantization_parameters_as_tensors`: quantized layers of one shape are one tuning task;
 * :func:`s16_weights`: on a CPU without VNNI, s8 weights stored widened to s16, as its exact dot
   product multiplies them, unless they are narrow;
@@ -37,7 +38,12 @@ from .narrow_weights import record_narrow_weights, s16_weights
 from .nary import chain_stacked_reductions
 from .pads import fold_explicit_pads
 from .pooling import whole_window_pools_as_reductions
-from .quantized import channels_last_epilogues, integer_qdq, keep_int8_matmuls, quantization_parameters_as_tensors
+from .quantized import (
+    channels_last_epilogues,
+    integer_qdq,
+    keep_int8_matmuls,
+    quantization_parameters_as_tensors,
+)
 from .winograd import winograd_convolutions
 
 __all__ = [

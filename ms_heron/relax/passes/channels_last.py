@@ -1,14 +1,16 @@
-"""Relax rewrite: floating-point convolutions channels-last (NHWC, weights HWIO), as ONNX Runtime runs them.
+"""Relax rewrite: floating-point convolutions channels-last (NHWC, weights HWIO), as ONNX Runtime
+runs them.
 
 In NCHW a convolution's contiguous axis is the image's width (a ResNet's 56, 28, 14 and 7 columns),
 which fills no whole vector, and a stem's three input channels are the reduction's outer axis; the
-tuned kernels vectorize the output channels instead and write every tile back transposed. Channels-last
-puts the output channels (a multiple of the vector in any real network) on the contiguous axis of the
-output and the input channels on that of the input, so a kernel's lanes load and store whole rows.
-ResNet-50's stem ran 1.9x faster so, tuned with the same trials. Relax's ``ConvertLayout`` carries the
-layout through the element-wise ops, pooling and reductions between convolutions, so a network pays
-two transposes in all (its input and its output); the weights are constants, re-laid out at compile
-time. Quantized convolutions already run channels-last (:mod:`.quantized`) and are left alone.
+tuned kernels vectorize the output channels instead and write every tile back transposed.
+Channels-last puts the output channels (a multiple of the vector in any real network) on the
+contiguous axis of the output and the input channels on that of the input, so a kernel's lanes load
+and store whole rows. ResNet-50's stem ran 1.9x faster so, tuned with the same trials. Relax's
+``ConvertLayout`` carries the layout through the element-wise ops, pooling and reductions between
+convolutions, so a network pays two transposes in all (its input and its output); the weights are
+constants, re-laid out at compile time. Quantized convolutions already run channels-last
+(:mod:`.quantized`) and are left alone.
 
 ``ConvertLayout`` runs out of memory (``std::bad_alloc``) on a ``squeeze`` with a negative axis that
 the layout reaches, as in Swin's pooled output (``torch.onnx`` writes ``Squeeze(axes=[-2])``), so
@@ -90,13 +92,16 @@ def _channels_last(mod: IRModule, _ctx) -> IRModule:
             continue
         kept.add(index)
     converted = _convert(mod, kept.__contains__) if kept else mod
-    line = f"ChannelsLastConvolutions left {total - len(kept)} of {total} convolutions NCHW: {reason}"
+    line = (
+        f"ChannelsLastConvolutions left {total - len(kept)} of {total} convolutions NCHW: {reason}"
+    )
     return with_skipped(converted, line)
 
 
 channels_last_convolutions = never_failing(
     tvm.transform.Sequential(
-        [_squeeze_axes_from_the_front, _channels_last, relax.transform.FoldConstant()], name="ChannelsLastConvolutions"
+        [_squeeze_axes_from_the_front, _channels_last, relax.transform.FoldConstant()],
+        name="ChannelsLastConvolutions",
     )
 )
 channels_last_convolutions.__doc__ = (

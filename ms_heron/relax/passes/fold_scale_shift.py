@@ -1,5 +1,5 @@
-"""Relax rewrite: constant per-channel scales and shifts (inference BatchNorm) folded into the weights
-and bias of the convolution or matmul before them.
+"""Relax rewrite: constant per-channel scales and shifts (inference BatchNorm) folded into the
+weights and bias of the convolution or matmul before them.
 
 An inference BatchNorm is ``y * s + t`` with ``s = gamma / sqrt(var + eps)`` and ``t = beta - mean *
 s``, per output channel. After a convolution or a matmul with a constant weight, the scale is
@@ -27,18 +27,26 @@ def _floating(expr) -> bool:
 
 
 def _channel_vector(scale: np.ndarray, out_shape: list[int], axis: int) -> np.ndarray | None:
-    """``scale`` as one value per entry of ``out_shape[axis]``, if it varies along that axis only."""
+    """``scale`` as one value per entry of ``out_shape[axis]``, if it varies along that axis
+    only."""
     if scale.ndim > len(out_shape):
         return None
     full = [1] * (len(out_shape) - scale.ndim) + list(scale.shape)
-    if any(d != 1 for i, d in enumerate(full) if i != axis) or full[axis] not in (1, out_shape[axis]):
+    if any(d != 1 for i, d in enumerate(full) if i != axis) or full[axis] not in (
+        1,
+        out_shape[axis],
+    ):
         return None
     return np.broadcast_to(scale.reshape(-1), (out_shape[axis],))
 
 
 def _weighted(producer) -> tuple[int, int] | None:
-    """(output axis, weight's output axis) of a convolution or matmul whose scale can enter its weight."""
-    name, rank = getattr(getattr(producer, "op", None), "name", ""), len(static_shape(producer) or [])
+    """(output axis, weight's output axis) of a convolution or matmul whose scale can enter its
+    weight."""
+    name, rank = (
+        getattr(getattr(producer, "op", None), "name", ""),
+        len(static_shape(producer) or []),
+    )
     if name not in ("relax.nn.conv2d", "relax.matmul") or constant_value(producer.args[1]) is None:
         return None
     if not _floating(producer):
@@ -96,7 +104,9 @@ def _rules() -> list:
 
     def as_multiply(expr, m):  # y / c = y * (1 / c)
         return (
-            relax.op.multiply(m[x], relax.const((1 / constant_value(m[c])).astype(constant_value(m[c]).dtype)))
+            relax.op.multiply(
+                m[x], relax.const((1 / constant_value(m[c])).astype(constant_value(m[c]).dtype))
+            )
             if _floating(expr)
             else expr
         )
@@ -145,4 +155,6 @@ def _shifted(expr) -> tuple[relax.Expr, np.ndarray] | None:
 def fold_scale_shift(func: relax.Function, _mod: IRModule, _ctx) -> relax.Function:
     """Fold inference BatchNorms and constant per-channel scales into the preceding convolution's or
     matmul's constant weight, and constant shifts into one bias (weights must be bound first)."""
-    return rewrite_until_fixed(func, _rules())  # each round moves a scale one op closer to its weight
+    return rewrite_until_fixed(
+        func, _rules()
+    )  # each round moves a scale one op closer to its weight

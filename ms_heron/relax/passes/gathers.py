@@ -1,4 +1,5 @@
-"""Relax rewrite: gathers whose indices are clamped, so that no input makes a kernel read out of bounds.
+"""Relax rewrite: gathers whose indices are clamped, so that no input makes a kernel read out of
+bounds.
 
 TVM's ONNX importer writes ``Gather`` as ``take(mode="fast")``, after mapping negative indices to
 positive ones: a kernel that trusts its indices. The tuner times every kernel on random arguments,
@@ -26,6 +27,8 @@ def clamped_gathers(func: relax.Function, _mod: IRModule, _ctx) -> relax.Functio
         if str(expr.attrs.mode) != "fast":
             return expr
         axis = expr.attrs.axis
-        return relax.op.take(matches[data], matches[indices], axis=None if axis is None else int(axis), mode="clip")
+        return relax.op.take(
+            matches[data], matches[indices], axis=None if axis is None else int(axis), mode="clip"
+        )
 
     return rewrite_call(is_op("relax.take")(data, indices), clamped, func)

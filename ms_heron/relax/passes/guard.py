@@ -5,7 +5,8 @@ The graphs users bring were written by other tools and hold forms no rewrite her
 (``ConvertLayout`` on an inference Dropout). A rewrite is an optimization: the model computes the
 same without it. So a failing one returns its input unchanged, warns, and appends one line to the
 module's :data:`SKIPPED_PASSES_ATTR`, which the lowering and a tuning run's report show. A rewrite
-that can leave just the region it fails on in TVM's form (channels-last) says so with :func:`with_skipped`.
+that can leave just the region it fails on in TVM's form (channels-last) says so with
+:func:`with_skipped`.
 """
 
 from __future__ import annotations
@@ -22,7 +23,11 @@ SKIPPED_PASSES_ATTR = "ms_heron.skipped_passes"
 def skipped_passes(mod: IRModule) -> list[str]:
     """The rewrites skipped for ``mod`` so far, one line each (none: ``[]``)."""
     attrs = mod.attrs
-    return [str(line) for line in attrs[SKIPPED_PASSES_ATTR]] if attrs and SKIPPED_PASSES_ATTR in attrs else []
+    return (
+        [str(line) for line in attrs[SKIPPED_PASSES_ATTR]]
+        if attrs and SKIPPED_PASSES_ATTR in attrs
+        else []
+    )
 
 
 def with_skipped(mod: IRModule, line: str) -> IRModule:
@@ -32,7 +37,8 @@ def with_skipped(mod: IRModule, line: str) -> IRModule:
 
 
 def failure_reason(err: Exception) -> str:
-    """TVM's message without its C++ trace: the check that failed (or the last line), on one line."""
+    """TVM's message without its C++ trace: the check that failed (or the last line), on one
+    line."""
     lines = [line.strip() for line in str(err).splitlines() if line.strip()]
     checks = [line for line in lines if "Check failed" in line]
     text = (checks or lines or [type(err).__name__])[-1].rstrip(".")

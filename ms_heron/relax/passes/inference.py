@@ -3,9 +3,9 @@
 Exporters keep training-time ops in inference graphs. Classic CNNs (AlexNet, VGG, GoogLeNet,
 SqueezeNet) hold a ``Dropout``, which TVM's ONNX importer turns into ``nn.dropout``: a tuple of the
 input and a mask. Nothing computes it at inference, yet a tuple-valued op with no layout rule stops
-Relax's ``ConvertLayout`` with an InternalError, and its identity copy is a kernel of its own. Casts to
-the dtype a tensor already has and reshapes to its own shape (converters write both) are views at best
-and copies at worst. Each use is rewired to what the op passes through.
+Relax's ``ConvertLayout`` with an InternalError, and its identity copy is a kernel of its own. Casts
+to the dtype a tensor already has and reshapes to its own shape (converters write both) are views at
+best and copies at worst. Each use is rewired to what the op passes through.
 """
 
 from __future__ import annotations

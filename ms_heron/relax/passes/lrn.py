@@ -1,4 +1,5 @@
-"""Relax rewrite: a window average across channels (LRN's) as element-wise ops that fuse into one kernel.
+"""Relax rewrite: a window average across channels (LRN's) as element-wise ops that fuse into one
+kernel.
 
 TVM's ONNX importer writes ``LRN`` as a square, an ``expand_dims``, an average pool over a
 ``(size, 1, 1)`` window of the new depth axis, a ``squeeze``, then the scale, power and divide. The
@@ -27,7 +28,8 @@ def _ints(values) -> list[int]:
 
 
 def _window_mean(expr, matches, squares, pool) -> relax.Expr:
-    """The channel-window mean of ``squares``, or ``expr`` unchanged when the pool is another one."""
+    """The channel-window mean of ``squares``, or ``expr`` unchanged when the pool is another
+    one."""
     call, x = matches[pool], matches[squares]
     attrs, shape = call.attrs, static_shape(x)
     spatial = len(_ints(attrs.pool_size))
@@ -50,7 +52,9 @@ def _window_mean(expr, matches, squares, pool) -> relax.Expr:
         return expr
     channels, dtype = shape[1], str(x.ty.dtype)
     padded = relax.op.nn.pad(x, [0, 0, front, back] + [0, 0] * (len(shape) - 2))
-    slices = [relax.op.strided_slice(padded, axes=[1], begin=[i], end=[i + channels]) for i in range(size)]
+    slices = [
+        relax.op.strided_slice(padded, axes=[1], begin=[i], end=[i + channels]) for i in range(size)
+    ]
     return relax.op.multiply(functools.reduce(relax.op.add, slices), relax.const(1.0 / size, dtype))
 
 
@@ -61,7 +65,11 @@ def channel_window_as_slices(func: relax.Function, _mod: IRModule, _ctx) -> rela
     of channels, into the sum of ``size`` shifted slices of ``x`` padded along its channels."""
 
     def rewrite(expr, matches, squares, expanded, pool):
-        if _ints(matches[expanded].attrs.axis) != [1] or expr.attrs.axis is None or _ints(expr.attrs.axis) != [1]:
+        if (
+            _ints(matches[expanded].attrs.axis) != [1]
+            or expr.attrs.axis is None
+            or _ints(expr.attrs.axis) != [1]
+        ):
             return expr
         return _window_mean(expr, matches, squares, pool)
 

@@ -7,8 +7,9 @@ overflow s16 (:func:`~ms_heron.hardware.dot_products.bytes_multiply_exactly`: th
 ONNX Runtime's ``reduce_range`` quantization, which its guide suggests for such CPUs, and any
 weight whose large values pair with small or opposite ones), the bytes are multiplied as they are.
 That is a constraint on data, not on shapes: the values are known only here, where the weights are
-constants, so this pass states it on the function (:data:`~ms_heron.schedule.annotations.NARROW_WEIGHTS`)
-and the Tensorize rule offers the faster intrinsic only to functions whose weights satisfy it.
+constants, so this pass states it on the function
+(:data:`~ms_heron.schedule.annotations.NARROW_WEIGHTS`) and the Tensorize rule offers the faster
+intrinsic only to functions whose weights satisfy it.
 """
 
 from __future__ import annotations
@@ -40,12 +41,18 @@ def s16_weights(func: relax.Function, _mod: IRModule, _ctx) -> relax.Function:
     dot = dot_product(target) if target is not None else None
     if dot is None or not dot.widens:
         return func
-    pattern = is_op("relax.nn.conv2d")(wildcard(), is_const()) | is_op("relax.matmul")(wildcard(), is_const())
+    pattern = is_op("relax.nn.conv2d")(wildcard(), is_const()) | is_op("relax.matmul")(
+        wildcard(), is_const()
+    )
 
     def widen(expr, _matches):
         activation, weight = expr.args
         values = constant_value(weight)
-        integer = (str(activation.ty.dtype), str(expr.ty.dtype), values.dtype) == ("uint8", "int32", np.int8)
+        integer = (str(activation.ty.dtype), str(expr.ty.dtype), values.dtype) == (
+            "uint8",
+            "int32",
+            np.int8,
+        )
         if not integer or bytes_multiply_exactly(values, _paired_axis(expr, values.ndim)):
             return expr
         return relax.Call(expr.op, [activation, relax.const(values.astype(np.int16))], expr.attrs)

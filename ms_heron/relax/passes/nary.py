@@ -53,10 +53,16 @@ def _chain(expr, matches, stacked, reduce_op: str):
 def chain_stacked_reductions(func: relax.Function, _mod: IRModule, _ctx) -> relax.Function:
     """Rewrite ``sum/mean/max/min(stack(tensors), axis=k)`` into chained ``add/maximum/minimum``."""
     tensor = wildcard()
-    identity = is_op("relax.broadcast_to")(tensor, wildcard())  # the importer adds one per input, shape unchanged
-    func = rewrite_call(identity, lambda e, m: m[tensor] if static_shape(m[tensor]) == static_shape(e) else e, func)
+    identity = is_op("relax.broadcast_to")(
+        tensor, wildcard()
+    )  # the importer adds one per input, shape unchanged
+    func = rewrite_call(
+        identity, lambda e, m: m[tensor] if static_shape(m[tensor]) == static_shape(e) else e, func
+    )
     for reduce_op in _CHAINED:
         stacked = is_op("relax.stack")(wildcard())
         pattern = is_op(reduce_op)(stacked)
-        func = rewrite_call(pattern, lambda e, m, s=stacked, op=reduce_op: _chain(e, m, s, op), func)
+        func = rewrite_call(
+            pattern, lambda e, m, s=stacked, op=reduce_op: _chain(e, m, s, op), func
+        )
     return func

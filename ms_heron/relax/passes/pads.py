@@ -1,10 +1,11 @@
-"""Relax rewrite: a zero ``Pad`` node in front of a convolution folded into the convolution's padding.
+"""Relax rewrite: a zero ``Pad`` node in front of a convolution folded into the convolution's
+padding.
 
-TensorFlow's converters (for ``SAME`` padding) and older ones write the padding as a node of its own.
-That node copies the whole tensor, one more pass over memory per layer, and in a channels-last model
-it stands between two transposes (``nn.pad`` has no layout rule): a VGG ran three kernels per
-convolution. A convolution pads with zeros itself, so a constant-zero pad of only the image's axes is
-the same convolution with wider padding, what ONNX Runtime's ``PadFusion`` does.
+TensorFlow's converters (for ``SAME`` padding) and older ones write the padding as a node of its
+own. That node copies the whole tensor, one more pass over memory per layer, and in a channels-last
+model it stands between two transposes (``nn.pad`` has no layout rule): a VGG ran three kernels per
+convolution. A convolution pads with zeros itself, so a constant-zero pad of only the image's axes
+is the same convolution with wider padding, what ONNX Runtime's ``PadFusion`` does.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from .guard import never_failing
 
 
 def _widened(expr, matches, data, padded) -> relax.Expr:
-    """The convolution reading ``data`` with the pad's widths added to its own, when that is exact."""
+    """The convolution reading ``data`` with the pad's widths added to its own, when that is
+    exact."""
     pad, conv = matches[padded], expr
     layout = str(conv.attrs.data_layout)
     widths = [int(w) for w in pad.attrs.pad_width]  # before and after of each axis
@@ -32,7 +34,12 @@ def _widened(expr, matches, data, padded) -> relax.Expr:
     if by_axis["N"] != [0, 0] or by_axis["C"] != [0, 0]:
         return expr
     top, left, bottom, right = (int(p) for p in conv.attrs.padding)
-    padding = [top + by_axis["H"][0], left + by_axis["W"][0], bottom + by_axis["H"][1], right + by_axis["W"][1]]
+    padding = [
+        top + by_axis["H"][0],
+        left + by_axis["W"][0],
+        bottom + by_axis["H"][1],
+        right + by_axis["W"][1],
+    ]
     return relax.op.nn.conv2d(
         matches[data],
         conv.args[1],
@@ -54,4 +61,8 @@ def fold_explicit_pads(func: relax.Function, _mod: IRModule, _ctx) -> relax.Func
     ``conv2d(x, w)`` with the widths added to its padding."""
     data = wildcard()
     padded = is_op("relax.nn.pad")(data)
-    return rewrite_call(is_op("relax.nn.conv2d")(padded, wildcard()), lambda e, m: _widened(e, m, data, padded), func)
+    return rewrite_call(
+        is_op("relax.nn.conv2d")(padded, wildcard()),
+        lambda e, m: _widened(e, m, data, padded),
+        func,
+    )

@@ -23,7 +23,12 @@ def _covers_input(pool) -> list[int] | None:
     and the result is the plain mean (or max) of it."""
     layout = str(pool.attrs.layout)
     shape, out = static_shape(pool.args[0]), static_shape(pool)
-    if shape is None or out is None or sorted(layout) != sorted("NCHW") or str(pool.attrs.out_layout) != layout:
+    if (
+        shape is None
+        or out is None
+        or sorted(layout) != sorted("NCHW")
+        or str(pool.attrs.out_layout) != layout
+    ):
         return None
     axes = [layout.index("H"), layout.index("W")]
     before = [int(p) for p in pool.attrs.padding[:2]]
@@ -31,7 +36,9 @@ def _covers_input(pool) -> list[int] | None:
         return None
     if any(int(k) - b < shape[a] for k, b, a in zip(pool.attrs.pool_size, before, axes)):
         return None  # the window starts too far into the padding to reach the input's end
-    if pool.op.name == "relax.nn.avg_pool2d" and any(before + [int(p) for p in pool.attrs.padding[2:]]):
+    if pool.op.name == "relax.nn.avg_pool2d" and any(
+        before + [int(p) for p in pool.attrs.padding[2:]]
+    ):
         if bool(pool.attrs.count_include_pad):
             return None  # the divisor counts padding: not the mean
     return axes

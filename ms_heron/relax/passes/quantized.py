@@ -54,25 +54,33 @@ def _int8_values(weight: np.ndarray | None, zero: np.ndarray | None = None) -> n
     """A constant weight's values less its zero point, if they are those of an s8 tensor."""
     if weight is None or (zero is not None and np.any(zero)):
         return None
-    if weight.dtype != np.int8 and (weight.dtype.kind not in "iu" or weight.min() < -128 or weight.max() > 127):
+    if weight.dtype != np.int8 and (
+        weight.dtype.kind not in "iu" or weight.min() < -128 or weight.max() > 127
+    ):
         return None
     return weight
 
 
 def _widened_matmul():
-    """(pattern, rewriter) for a matmul of a widened u8 activation (less a scalar zero point, constant
-    or computed as DynamicQuantizeLinear does) by a constant 2-D s8 weight, in any form the importer
-    or constant folding leaves it: the constant, widened, or widened less a zero point of 0."""
+    """(pattern, rewriter) for a matmul of a widened u8 activation (less a scalar zero point,
+    constant or computed as DynamicQuantizeLinear does) by a constant 2-D s8 weight, in any form the
+    importer or constant folding leaves it: the constant, widened, or widened less a zero point of
+    0."""
     act, zero_point, weight, weight_zero = wildcard(), wildcard(), is_const(), is_const()
     widened_act = is_op("relax.astype")(act)
     activation = widened_act | is_op("relax.subtract")(widened_act, zero_point)
     widened_weight = is_op("relax.astype")(weight)
-    weights = weight | widened_weight | is_op("relax.subtract")(widened_weight, is_op("relax.astype")(weight_zero))
+    weights = (
+        weight
+        | widened_weight
+        | is_op("relax.subtract")(widened_weight, is_op("relax.astype")(weight_zero))
+    )
     pattern = is_op("relax.matmul")(activation, weights)
 
     def rewrite(expr, matches):
         w = _int8_values(
-            constant_value(matches[weight]), constant_value(matches[weight_zero]) if weight_zero in matches else None
+            constant_value(matches[weight]),
+            constant_value(matches[weight_zero]) if weight_zero in matches else None,
         )
         zp = matches[zero_point] if zero_point in matches else None
         if (
@@ -113,11 +121,16 @@ def _qdq_operands(expr, act_dq: relax.Call, weight_dq: relax.Call, weight_axis: 
     if _dtype(act) != "uint8" or weight is None or act_scale.size != 1 or act_zero.size != 1:
         return None
     channels = weight.shape[weight_axis]
-    if weight_scale.size > 1 and (int(weight_dq.attrs.axis) != weight_axis or weight_scale.shape != (channels,)):
+    if weight_scale.size > 1 and (
+        int(weight_dq.attrs.axis) != weight_axis or weight_scale.shape != (channels,)
+    ):
         return None
     # one scale per output channel even when the weight has one: an argument of the kernel, not a
-    # literal in it, so that layers of one shape share a tuning task (see quantization_parameters_as_tensors)
-    scale = np.broadcast_to(act_scale.astype(np.float64) * weight_scale.reshape(-1), (channels,)).astype(np.float32)
+    # literal in it, so that layers of one shape share a tuning task (see
+    # quantization_parameters_as_tensors)
+    scale = np.broadcast_to(
+        act_scale.astype(np.float64) * weight_scale.reshape(-1), (channels,)
+    ).astype(np.float32)
     rank = len(static_shape(expr))
     scale = scale.reshape([-1 if axis == out_axis % rank else 1 for axis in range(rank)])
     return act, int(act_zero.reshape(())), weight, relax.const(scale)
@@ -131,8 +144,14 @@ def _qdq_rules() -> list:
 
     def rewrite_conv(expr, matches):
         attrs = expr.attrs
-        operands = _qdq_operands(expr, matches[act_dq], matches[weight_dq], weight_axis=0, out_axis=1)
-        if operands is None or (attrs.data_layout, attrs.kernel_layout, int(attrs.groups)) != ("NCHW", "OIHW", 1):
+        operands = _qdq_operands(
+            expr, matches[act_dq], matches[weight_dq], weight_axis=0, out_axis=1
+        )
+        if operands is None or (attrs.data_layout, attrs.kernel_layout, int(attrs.groups)) != (
+            "NCHW",
+            "OIHW",
+            1,
+        ):
             return expr
         x, zero, w, scale = operands
         acc = integer_conv2d(
@@ -146,7 +165,9 @@ def _qdq_rules() -> list:
         return relax.op.multiply(relax.op.astype(acc, _dtype(expr)), scale)
 
     def rewrite_matmul(expr, matches):
-        operands = _qdq_operands(expr, matches[act_dq], matches[weight_dq], weight_axis=1, out_axis=-1)
+        operands = _qdq_operands(
+            expr, matches[act_dq], matches[weight_dq], weight_axis=1, out_axis=-1
+        )
         if operands is None or operands[2].ndim != 2:
             return expr
         x, zero, w, scale = operands
@@ -197,7 +218,9 @@ def conv_integer(inputs, attr):
     w_zp = inputs[3] if len(inputs) > 3 else None
     x_shape, w_shape = [int(d) for d in x.ty.shape.values], [int(d) for d in w.ty.shape.values]
     if len(x_shape) != 4:
-        raise NotImplementedError(f"ConvInteger on {len(x_shape)}-D inputs: only 2-D convolutions (NCHW) are supported")
+        raise NotImplementedError(
+            f"ConvInteger on {len(x_shape)}-D inputs: only 2-D convolutions (NCHW) are supported"
+        )
     strides = list(attr.get("strides", [1, 1]))
     dilations = list(attr.get("dilations", [1, 1]))
     groups = int(attr.get("group", 1))
@@ -212,7 +235,10 @@ def conv_integer(inputs, attr):
     conv = dict(strides=strides, dilation=dilations, groups=groups, out_dtype="int32")
     why = _no_vnni_form(_dtype(x), _dtype(w), x_zero, w_zero, groups)
     if why:
-        warnings.warn(f"ConvInteger {x_shape} x {w_shape}: {why}, so it runs as an int32 convolution without VNNI")
+        warnings.warn(
+            f"ConvInteger {x_shape} x {w_shape}: {why}, so it runs as an int32 convolution without "
+            "VNNI"
+        )
         widened_x = (
             relax.op.subtract(relax.op.astype(x, "int32"), relax.op.astype(x_zp, "int32"))
             if x_zp is not None
@@ -222,7 +248,8 @@ def conv_integer(inputs, attr):
         if w_zp is not None:
             w_zp32 = relax.op.astype(w_zp, "int32")
             widened_w = relax.op.subtract(
-                widened_w, relax.op.reshape(w_zp32, [-1, 1, 1, 1]) if len(w_zp.ty.shape) == 1 else w_zp32
+                widened_w,
+                relax.op.reshape(w_zp32, [-1, 1, 1, 1]) if len(w_zp.ty.shape) == 1 else w_zp32,
             )
         return relax.op.nn.conv2d(widened_x, widened_w, padding=pads, **conv)
     return integer_conv2d(x, w, int(x_zero.reshape(())), pads, strides=strides, dilations=dilations)
@@ -233,7 +260,9 @@ def integer_conv2d(x, w, zero: int, pads, *, strides, dilations):
     channels-last u8 x s8 convolution (see the module docstring); ``pads`` is ONNX's (and Relax's)
     ``[top, left, bottom, right]``."""
     if any(pads):
-        x = relax.op.nn.pad(x, [0, 0, 0, 0, pads[0], pads[2], pads[1], pads[3]], pad_value=float(zero))
+        x = relax.op.nn.pad(
+            x, [0, 0, 0, 0, pads[0], pads[2], pads[1], pads[3]], pad_value=float(zero)
+        )
     y = relax.op.nn.conv2d(
         relax.op.permute_dims(x, [0, 2, 3, 1]),
         relax.op.permute_dims(w, [0, 2, 3, 1]),
@@ -244,7 +273,9 @@ def integer_conv2d(x, w, zero: int, pads, *, strides, dilations):
         out_dtype="int32",
     )
     if zero:
-        sums = relax.op.sum(relax.op.astype(w, "int32"), axis=[1, 2, 3])  # per output channel, NHWC's last axis
+        sums = relax.op.sum(
+            relax.op.astype(w, "int32"), axis=[1, 2, 3]
+        )  # per output channel, NHWC's last axis
         y = relax.op.subtract(y, relax.op.multiply(relax.const(zero, "int32"), sums))
     return relax.op.permute_dims(y, [0, 3, 1, 2])
 
@@ -257,7 +288,9 @@ def _as_tensor(expr):
 
 @never_failing
 @relax.transform.function_pass(opt_level=0, name="QuantizationParametersAsTensors")
-def quantization_parameters_as_tensors(func: relax.Function, _mod: IRModule, _ctx) -> relax.Function:
+def quantization_parameters_as_tensors(
+    func: relax.Function, _mod: IRModule, _ctx
+) -> relax.Function:
     """Give every quantize and dequantize its scalar constant scale and zero point as one-element
     tensors, and likewise a constant scale multiplying a run-time one. Legalized, a scalar constant
     is a literal in the kernel, so a quantized network's layers of one shape (each with its own
@@ -272,7 +305,9 @@ def quantization_parameters_as_tensors(func: relax.Function, _mod: IRModule, _ct
 
     for op in ("relax.quantize", "relax.dequantize"):
         func = rewrite_call(is_op(op)(wildcard(), scale, zero_point), as_tensors, func)
-    return rewrite_call(is_op("relax.multiply")(wildcard(), wildcard()), _runtime_scale_times_constant, func)
+    return rewrite_call(
+        is_op("relax.multiply")(wildcard(), wildcard()), _runtime_scale_times_constant, func
+    )
 
 
 def _runtime_scale_times_constant(expr: relax.Call, _matches) -> relax.Expr:
@@ -283,7 +318,12 @@ def _runtime_scale_times_constant(expr: relax.Call, _matches) -> relax.Expr:
     args = list(expr.args)
     for i, (arg, other) in enumerate(((args[0], args[1]), (args[1], args[0]))):
         value = constant_value(arg)
-        if value is not None and value.shape == () and value.dtype.kind == "f" and _runtime_scalar(other):
+        if (
+            value is not None
+            and value.shape == ()
+            and value.dtype.kind == "f"
+            and _runtime_scalar(other)
+        ):
             args[i] = relax.op.reshape(_as_tensor(arg), [])
             return relax.Call(expr.op, args, expr.attrs)
     return expr
@@ -317,7 +357,9 @@ def _unpermuted_operand(expr, permute: relax.Call):
 
 
 #: A transpose (``permute_dims``), e.g. from the channels-last convolution back to NCHW.
-_PERMUTE = LayoutChange(lambda inner: is_op("relax.permute_dims")(inner), _reapply_permute, _unpermuted_operand)
+_PERMUTE = LayoutChange(
+    lambda inner: is_op("relax.permute_dims")(inner), _reapply_permute, _unpermuted_operand
+)
 
 
 def _layout_rules() -> list:
@@ -333,16 +375,23 @@ def _layout_rules() -> list:
         for axis, source in enumerate(axes):
             moved[2 * source : 2 * source + 2] = widths[2 * axis : 2 * axis + 2]
         padded = relax.op.nn.pad(
-            matches[inner], moved, pad_mode=expr.attrs.pad_mode, pad_value=float(expr.attrs.pad_value)
+            matches[inner],
+            moved,
+            pad_mode=expr.attrs.pad_mode,
+            pad_value=float(expr.attrs.pad_value),
         )
         return relax.op.permute_dims(padded, axes)
 
     def compose(expr, matches):
         first = [int(a) for a in matches[permuted].attrs.axes]
         axes = [first[int(a)] for a in expr.attrs.axes]
-        return matches[inner] if axes == sorted(axes) else relax.op.permute_dims(matches[inner], axes)
+        return (
+            matches[inner] if axes == sorted(axes) else relax.op.permute_dims(matches[inner], axes)
+        )
 
-    def both_permuted(expr, matches):  # op(permute(a), permute(b)) = permute(op(a, b)), as a residual add
+    def both_permuted(
+        expr, matches
+    ):  # op(permute(a), permute(b)) = permute(op(a, b)), as a residual add
         first, second = matches[permuted], matches[other_permuted]
         if [int(a) for a in first.attrs.axes] != [int(a) for a in second.attrs.axes]:
             return expr
@@ -364,5 +413,6 @@ def _layout_rules() -> list:
 @never_failing
 @relax.transform.function_pass(opt_level=0, name="ChannelsLastEpilogues")
 def channels_last_epilogues(func: relax.Function, _mod: IRModule, _ctx) -> relax.Function:
-    """Move transposes past element-wise ops and pads, and cancel transposes that undo each other."""
+    """Move transposes past element-wise ops and pads, and cancel transposes that undo each
+    other."""
     return sink(func, _PERMUTE, _layout_rules())

@@ -40,7 +40,14 @@ UNARY = (
     "relax.dequantize",
 )
 #: Element-wise Relax ops on two broadcasting operands.
-BINARY = ("relax.add", "relax.subtract", "relax.multiply", "relax.divide", "relax.maximum", "relax.minimum")
+BINARY = (
+    "relax.add",
+    "relax.subtract",
+    "relax.multiply",
+    "relax.divide",
+    "relax.maximum",
+    "relax.minimum",
+)
 
 
 def constant_value(expr) -> np.ndarray | None:
@@ -108,18 +115,23 @@ def _rules(change: LayoutChange) -> list:
                 args = [matches[inner], operand] if side == 0 else [operand, matches[inner]]
                 return moved(expr, matches[changed], args)
 
-            rules.append((is_op(op)(changed, other) if side == 0 else is_op(op)(other, changed), binary))
+            rules.append(
+                (is_op(op)(changed, other) if side == 0 else is_op(op)(other, changed), binary)
+            )
     return rules
 
 
 def sink(func: relax.Function, change: LayoutChange, extra_rules: list = ()) -> relax.Function:
     """Move every ``change`` in ``func`` as far past element-wise ops as it goes (with
     ``extra_rules``, more (pattern, rewriter) pairs applied in the same rounds)."""
-    return rewrite_until_fixed(func, [*_rules(change), *extra_rules])  # each round moves the changes one op further
+    return rewrite_until_fixed(
+        func, [*_rules(change), *extra_rules]
+    )  # each round moves the changes one op further
 
 
 def rewrite_until_fixed(func: relax.Function, rules: list) -> relax.Function:
-    """Apply every (pattern, rewriter) pair of ``rules`` in turn, in rounds, until a round changes nothing."""
+    """Apply every (pattern, rewriter) pair of ``rules`` in turn, in rounds, until a round changes
+    nothing."""
     while True:
         before = func
         for pattern, rewriter in rules:

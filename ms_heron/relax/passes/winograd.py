@@ -41,7 +41,9 @@ MIN_CHANNELS = 16
 
 def winograd_weight(weight: np.ndarray) -> np.ndarray:
     """HWIO 3x3 weights as ``U = G g Gᵀ`` per channel pair, ``[16, in, out]``."""
-    u = np.einsum("ei,ijco,nj->enco", G.astype(np.float64), weight.astype(np.float64), G.astype(np.float64))
+    u = np.einsum(
+        "ei,ijco,nj->enco", G.astype(np.float64), weight.astype(np.float64), G.astype(np.float64)
+    )
     return u.reshape(-1, *weight.shape[2:]).astype(weight.dtype)
 
 
@@ -51,7 +53,8 @@ def _tiles(size: int) -> int:
 
 def _select(row, values: list, dtype: str):
     """``values[row]`` for a row that depends on the loops: a chain of selects between constants,
-    which the code generator hoists out of the channel loop (rows holding the last value fall through)."""
+    which the code generator hoists out of the channel loop (rows holding the last value fall
+    through)."""
     value = tirx.const(values[-1], dtype)
     for index in range(len(values) - 2, -1, -1):
         if values[index] != values[-1]:
@@ -60,9 +63,10 @@ def _select(row, values: list, dtype: str):
 
 
 def _row_terms(matrix: np.ndarray, row) -> list[tuple[tirx.PrimExpr, tirx.PrimExpr]]:
-    """Row ``row`` of a transform matrix applied to a vector, as its nonzero terms only: per term the
-    entry of the vector it reads and its coefficient. Every row of Winograd's ``Bᵀ`` has two nonzero
-    entries and every row of ``Aᵀ`` three, so a 2-D transform reads 4 (or 9) inputs per output, not 16.
+    """Row ``row`` of a transform matrix applied to a vector, as its nonzero terms only: per term
+    the entry of the vector it reads and its coefficient. Every row of Winograd's ``Bᵀ`` has two
+    nonzero entries and every row of ``Aᵀ`` three, so a 2-D transform reads 4 (or 9) inputs per
+    output, not 16.
 
     The coefficients are selects, not a constant table: MetaSchedule's RewriteLayout re-lays out a
     model's constant parameters after the loops that index them, and it drops the column of a table
@@ -73,7 +77,9 @@ def _row_terms(matrix: np.ndarray, row) -> list[tuple[tirx.PrimExpr, tirx.PrimEx
     return [
         (
             _select(row, [int(c[term]) for c in columns], "int32"),
-            _select(row, [float(entries[c[term]]) for entries, c in zip(matrix, columns)], "float32"),
+            _select(
+                row, [float(entries[c[term]]) for entries, c in zip(matrix, columns)], "float32"
+            ),
         )
         for term in range(len(columns[0]))
     ]
@@ -91,12 +97,14 @@ def padded_rows(rows: int, target: tvm.target.Target | None) -> int:
     """
     registers = vector_registers(target) if target is not None and is_cpu(target) else 16
     most = (registers - 3) // 2
-    return min(-(-rows // mr) * mr for mr in range(most, 3, -1))  # the first, larger tile wins a tie
+    return min(
+        -(-rows // mr) * mr for mr in range(most, 3, -1)
+    )  # the first, larger tile wins a tie
 
 
 def _input_tiles(data: te.Tensor, padded_tiles: int) -> te.Tensor:
-    """``V[4i + j, p, c] = (Bᵀ d_p B)[i, j]`` over each tile ``p``'s 4x4 zero-padded input ``d_p`` of
-    channel ``c``; rows past the last tile are zeros."""
+    """``V[4i + j, p, c] = (Bᵀ d_p B)[i, j]`` over each tile ``p``'s 4x4 zero-padded input ``d_p``
+    of channel ``c``; rows past the last tile are zeros."""
     batch, height, width, channels = (int(d) for d in data.shape)
     side, rows, cols = TILE + 2, _tiles(height), _tiles(width)
 
@@ -164,8 +172,12 @@ class _Rewriter(relax.PyExprMutator):
             return call
         data = call.args[0]
         batch, height, width, _ = static_shape(data)
-        padded = padded_rows(batch * _tiles(height) * _tiles(width), tvm.target.Target.current(allow_none=True))
-        tiles = self.builder_.emit_te(_input_tiles, data, padded, primfunc_name_hint="winograd_input")
+        padded = padded_rows(
+            batch * _tiles(height) * _tiles(width), tvm.target.Target.current(allow_none=True)
+        )
+        tiles = self.builder_.emit_te(
+            _input_tiles, data, padded, primfunc_name_hint="winograd_input"
+        )
         products = self.builder_.emit(relax.op.matmul(tiles, relax.const(winograd_weight(weight))))
         return self.builder_.emit_te(
             _output_tiles,
@@ -180,7 +192,8 @@ class _Rewriter(relax.PyExprMutator):
 @never_failing
 @tvm.transform.module_pass(opt_level=0, name="WinogradConvolutions")
 def winograd_convolutions(mod: IRModule, _ctx) -> IRModule:
-    """Rewrite every float32 NHWC 3x3 stride-1 convolution with constant weights as Winograd F(2x2, 3x3)."""
+    """Rewrite every float32 NHWC 3x3 stride-1 convolution with constant weights as Winograd F(2x2,
+    3x3)."""
     rewriter = _Rewriter(mod)
     for gv, func in mod.functions_items():
         if isinstance(func, relax.Function):
