@@ -130,9 +130,8 @@ def _time(runs: dict, args, commits: list[str], target) -> list[dict]:
             key: (lambda lib=lib, w=cases[key[0]]: time_lib(lib, w, repeat=3).seconds)
             for key, lib in libs.items()
         }
-        peak = (
-            dot_peak_gops if dtype == "int8" else fma_peak_gops
-        ).__wrapped__  # measured anew each round
+        # measured anew each round
+        peak = (dot_peak_gops if dtype == "int8" else fma_peak_gops).__wrapped__
         samplers["peak"] = lambda: 1 / peak(target)
         seconds = medians_in_turn(samplers, TIMING_ROUNDS)
         peak_gops = 1 / seconds.pop("peak")

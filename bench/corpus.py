@@ -234,9 +234,8 @@ def main() -> None:
     )
     parser.add_argument("--work-root", help="where the runs stay (default: a new temporary dir)")
     parser.add_argument("--out", default=str(results_io.DEFAULT_DIR))
-    parser.add_argument(
-        "--time-exported", metavar="DIR", help=argparse.SUPPRESS
-    )  # the fresh timing process
+    # the fresh timing process
+    parser.add_argument("--time-exported", metavar="DIR", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.export:
         export_all(pathlib.Path(args.export), args.size)

@@ -70,9 +70,8 @@ def _tune_and_export(
         )
         row[f"{arm} tuning s"] = arm_run.state().elapsed_s
         times = arm_run.task_times()
-        if (
-            arm_run is not run
-        ):  # MetaSchedule's own tuning: the kind of HeronSpace space does not apply
+        # MetaSchedule's own tuning: the kind of HeronSpace space does not apply
+        if arm_run is not run:
             times = [dataclasses.replace(t, space="") for t in times]
         row["tasks"] = len(times)
         row["per task"][arm] = [dataclasses.asdict(t) for t in times]
@@ -123,9 +122,8 @@ def time_exported(
         }
         outputs = {arm: run_model(lib, inputs) for arm, lib in libs.items()}
         row = {f"{arm} max abs diff": max_abs_diff(got, expected) for arm, got in outputs.items()}
-        if quantized(
-            model
-        ):  # ONNX Runtime is not exact on every CPU: held against the exact reference too
+        # ONNX Runtime is not exact on every CPU: held against the exact reference too
+        if quantized(model):
             reference = reference_outputs(model, inputs)
             row["output step"] = output_step(model)
             for who, got in {"ONNX Runtime": expected, **outputs}.items():
@@ -157,13 +155,11 @@ def main() -> None:
         help="where the model runs stay (default: a new temporary dir); a rerun resumes",
     )
     parser.add_argument("--out", default=str(results_io.DEFAULT_DIR))
-    parser.add_argument(
-        "--time-exported", metavar="DIR", help=argparse.SUPPRESS
-    )  # the fresh timing process
+    # the fresh timing process
+    parser.add_argument("--time-exported", metavar="DIR", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    logging.getLogger("tvm.s_tir.meta_schedule").setLevel(
-        logging.WARNING
-    )  # per-round logs stay in the work dirs
+    # per-round logs stay in the work dirs
+    logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
     if args.time_exported:
         print(json.dumps(time_exported(pathlib.Path(args.time_exported), args.models)))
         return

@@ -113,9 +113,8 @@ def _export_task_kernels(run, database, out: pathlib.Path, arm: str) -> list[dic
     for i, task in enumerate(run.tasks):
         try:
             sch = best_schedule(database, task.mod["main"], run.target)
-        except (
-            NoValidRecord
-        ):  # every candidate failed: the model runs this task untuned, the estimate is inf
+        # every candidate failed: the model runs this task untuned, the estimate is inf
+        except NoValidRecord:
             kernels.append({"file": None, "calls": task.weight, "args": []})
             continue
         path = out / f"{arm.replace(' ', '_')}_task{i}.so"
@@ -178,9 +177,8 @@ def _tune_and_export(
     kernels = {}
     for arm, arm_run in zip(ARMS, (run, run.baseline())):
         as_it_stands = retime or (baseline_from is not None and arm_run is not run)
-        if (
-            as_it_stands
-        ):  # perhaps tuned by an earlier ms_heron, which did not time its best kernels again
+        # perhaps tuned by an earlier ms_heron, which did not time its best kernels again
+        if as_it_stands:
             arm_run.confirm()
         state = (
             arm_run.progress()[-1]
@@ -402,9 +400,8 @@ def main() -> None:
         "Runtime keeps the host's",
     )
     parser.add_argument("--out", default=str(results_io.DEFAULT_DIR))
-    parser.add_argument(
-        "--time-exported", metavar="DIR", help=argparse.SUPPRESS
-    )  # the fresh timing process
+    # the fresh timing process
+    parser.add_argument("--time-exported", metavar="DIR", help=argparse.SUPPRESS)
     args = parser.parse_args()
     logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
     if args.time_exported:
@@ -464,9 +461,8 @@ def main() -> None:
     )
     path = pathlib.Path(args.out) / f"{stem}.json"
     earlier = json.loads(path.read_text()) if path.exists() else {"data": {}}
-    data = {
-        name: {"cpu": earlier["host_cpu"], **r} for name, r in earlier["data"].items()
-    }  # rows before "cpu"
+    # rows before "cpu"
+    data = {name: {"cpu": earlier["host_cpu"], **r} for name, r in earlier["data"].items()}
     commit = results_io.code_commit()
     if args.retime and key in data:  # the records are the tuned commit's; the timing is this one's
         row["timed at"], commit = commit, data[key]["commit"]
@@ -477,9 +473,8 @@ def main() -> None:
     data[key] = {**row, "commit": commit, "cpu": host_cpu_model()}
     if args.baseline_from:
         data[key]["baseline reused"] = True
-    pathlib.Path(args.out).mkdir(
-        parents=True, exist_ok=True
-    )  # the plot is written before results_io's files
+    # the plot is written before results_io's files
+    pathlib.Path(args.out).mkdir(parents=True, exist_ok=True)
     _plot(key, data[key], pathlib.Path(args.out) / f"{stem}_{_file_key(key)}_race.png")
     results_io.write(args.out, stem, _markdown(data, args.budget), data)
 

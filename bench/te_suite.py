@@ -123,9 +123,8 @@ def _peak_bound(rows, n) -> str:
     """How much faster than the default any program could be where the default is compute-bound:
     no kernel beats the measured FMA peak, so 1 / (the default's share of it) bounds the ratio."""
     shares = [r[f"default@{n}"]["peak_share"] for r in rows]
-    bound = [
-        1 / s for s in shares if 0.5 <= s <= 1.0
-    ]  # above 1: the FLOP estimate counts zeros (T2D)
+    # above 1: the FLOP estimate counts zeros (T2D)
+    bound = [1 / s for s in shares if 0.5 <= s <= 1.0]
     if not bound:
         return "No row's default kernel runs at 50% or more of the FMA peak."
     return (
@@ -201,15 +200,13 @@ def main() -> None:
         "--work-root", help="where the work dirs stay (default: a new temporary dir)"
     )
     parser.add_argument("--out", default=str(results_io.DEFAULT_DIR))
-    parser.add_argument(
-        "--time-rows", metavar="FILE", help=argparse.SUPPRESS
-    )  # the fresh timing process
+    # the fresh timing process
+    parser.add_argument("--time-rows", metavar="FILE", help=argparse.SUPPRESS)
     args = parser.parse_args()
     args.trials = sorted(args.trials)
     root = pathlib.Path(args.work_root or tempfile.mkdtemp(prefix="te_suite_"))
-    pairs = [
-        (key, config) for config in args.configs for key in args.keys
-    ]  # config 0 of every key first
+    # config 0 of every key first
+    pairs = [(key, config) for config in args.configs for key in args.keys]
     if args.time_rows:
         peak = fma_peak_gops(host_target())
         rows = [

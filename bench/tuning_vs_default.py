@@ -98,9 +98,8 @@ def _tune(workload, target, trials: int, search: Search, strategy=None) -> tuple
         total = time.perf_counter() - start
         lib = build(run.best_schedule().mod, target)
         summary = _summary(run.database(), workload)
-        search_s_per_round = run.progress()[
-            -1
-        ].search_s_per_round  # the work dir goes with the block
+        # the work dir goes with the block
+        search_s_per_round = run.progress()[-1].search_s_per_round
     run_and_check(lib, workload)
     return {**summary, "tuning_s": total, "search_s_per_round": search_s_per_round}, lib
 

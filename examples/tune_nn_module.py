@@ -32,9 +32,8 @@ class FeedForward(nn.Module):
         return self.norm(self.down(nn.gelu(self.up(x))) + x)
 
 
-logging.getLogger("tvm.s_tir.meta_schedule").setLevel(
-    logging.WARNING
-)  # per-round logs stay in the work dir
+# per-round logs stay in the work dir
+logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--trials", type=int, default=64)
 args = parser.parse_args()

@@ -23,9 +23,8 @@ from ms_heron.report.baselines import onnxruntime_model
 from ms_heron.testing import models
 from ms_heron.tuning import tune_model
 
-logging.getLogger("tvm.s_tir.meta_schedule").setLevel(
-    logging.WARNING
-)  # per-round logs stay in the work dir
+# per-round logs stay in the work dir
+logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("model", choices=list(models.ZOO))
 parser.add_argument("--trials", type=int, default=200, help="measured candidates over all kernels")
@@ -37,18 +36,18 @@ mod = from_onnx(model.proto, model.input_shapes())  # Relax module, weights as c
 work_dir = args.work_dir or tempfile.mkdtemp(prefix="ms_heron_model_")
 
 
+# the run's progress after each round; the last, once each task's best kernels were timed again
 def show(
     p,
-):  # the run's progress after each round; the last, once each task's best kernels were timed again
+):
     where = (
         f"{p.task}: best {p.task_seconds * 1e3:.4f} ms" if p.task else "best kernels timed again"
     )
     print(f"{p.trials:4d}/{args.trials} trials, {where}, model ~{p.best_seconds * 1e3:.3f} ms")
 
 
-database = tune_model(
-    mod, None, target, work_dir, args.trials, on_round=show
-)  # HeronSpace + HeronSearch
+# HeronSpace + HeronSearch
+database = tune_model(mod, None, target, work_dir, args.trials, on_round=show)
 executable = compile_model(database, mod, None, target)  # a relax.VirtualMachine executable
 
 (ours,) = run_model(executable, model.inputs)

@@ -253,9 +253,8 @@ def set_aside_corrupt_records(work_dir: Path) -> None:
     and the file is replaced atomically. A corrupt workload line cannot be set aside (records point
     to workloads by line number): it is refused, naming the line."""
     workloads_file = work_dir / DATABASE_FILES[0]
-    workloads = [
-        line for line in _lines(workloads_file) if line.strip()
-    ]  # read raw: json_lines would skip a bad one
+    # read raw: json_lines would skip a bad one
+    workloads = [line for line in _lines(workloads_file) if line.strip()]
     if not all(_is_workload(line) for line in workloads):
         raise CorruptDatabase(
             f"{workloads_file} has a corrupt workload line; its records cannot be loaded: "

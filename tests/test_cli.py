@@ -118,9 +118,8 @@ def test_tune_resume_report_show(tmp_path):
     show = ms_heron_cli("show", str(work))
     assert show.returncode == 0, show.stderr[-3000:]
     assert "sch.sample_perfect_tile" in show.stdout
-    int8_instruction = re.search(
-        r"T\.call_llvm_pure_intrin|llvm\.x86\.tdpbusd", show.stdout
-    )  # dot product or AMX
+    # dot product or AMX
+    int8_instruction = re.search(r"T\.call_llvm_pure_intrin|llvm\.x86\.tdpbusd", show.stdout)
     assert HOST_DTYPE != "int8" or int8_instruction
 
 
@@ -192,17 +191,15 @@ def test_killed_run_loses_at_most_the_round_in_flight_and_resumes(tmp_path):
 
 def test_ctrl_c_stops_after_the_round_in_flight_and_a_second_one_at_once(tmp_path):
     proc = _tune_until(tmp_path, 8)
-    os.killpg(
-        proc.pid, signal.SIGINT
-    )  # as a terminal sends it: to the builder and runner workers too
+    # as a terminal sends it: to the builder and runner workers too
+    os.killpg(proc.pid, signal.SIGINT)
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 130 and "Traceback" not in err, err[-3000:]
     assert "stopping after the round in flight (CTRL-C again to stop now)" in err
     assert "interrupted: every measured record is stored" in out
     kept = len(_trace_lines(tmp_path))
-    assert (
-        8 <= kept < 40 and kept % 4 == 0
-    )  # whole rounds: the one in flight finished and was stored
+    # whole rounds: the one in flight finished and was stored
+    assert 8 <= kept < 40 and kept % 4 == 0
     assert (tmp_path / "database_tuning_record.json").read_text().endswith("\n")
 
     proc = _tune_until(tmp_path, kept + 4)
@@ -312,9 +309,8 @@ def test_bad_input_gets_one_line_naming_the_fix(args, message, tmp_path):
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert message in proc.stderr and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
-    assert not list(
-        tmp_path.iterdir()
-    )  # refused before the default work dir (ms_heron_runs/...) is made
+    # refused before the default work dir (ms_heron_runs/...) is made
+    assert not list(tmp_path.iterdir())
 
 
 def test_a_malformed_run_file_gets_one_line(tmp_path):

@@ -371,9 +371,8 @@ def test_micro_kernel_tile_and_cache_blocks_equal_lowered_allocations(family, cp
     structure = str(block_annotations(space, space.get_sblock("C"))[TILING_STRUCTURE])
     kinds = iter_kinds(space, space.get_sblock("C"))
 
-    def outside(
-        sch, level
-    ):  # the loop just outside tile level ``level`` (outer levels may be fused)
+    # the loop just outside tile level ``level`` (outer levels may be fused)
+    def outside(sch, level):
         return sch.get_loops(sch.get_sblock("C"))[
             -sum(kinds.count(c) for c in structure[level:]) - 1
         ]

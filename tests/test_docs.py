@@ -35,9 +35,8 @@ def _tiny(code: str) -> str:
 
 
 def test_every_page_has_its_python_blocks_found():
-    assert (
-        sum(1 for _ in _blocks()) >= 6
-    )  # README: quick start, models, pipeline; docs: models, rules, constraints
+    # README: quick start, models, pipeline; docs: models, rules, constraints
+    assert sum(1 for _ in _blocks()) >= 6
 
 
 @pytest.mark.parametrize("code", list(_blocks()))
@@ -54,8 +53,7 @@ def test_python_block_runs_as_written(code, tmp_path):
 
 def test_relative_links_point_at_files():
     for page in PAGES:
-        prose = re.sub(
-            r"^```.*?^```|`[^`]*`", "", page.read_text(), flags=re.S | re.M
-        )  # code is not linked
+        # code is not linked
+        prose = re.sub(r"^```.*?^```|`[^`]*`", "", page.read_text(), flags=re.S | re.M)
         for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", prose):
             assert (page.parent / target).exists(), f"{page.relative_to(ROOT)} links {target}"

@@ -121,9 +121,8 @@ def test_a_byte_multiply_is_exact_where_no_pair_of_weights_it_sums_can_leave_s16
     assert not bytes_multiply_exactly(fits, 1)  # (127, -128) fits, (100, 100) does not
     assert not bytes_multiply_exactly(np.array([65, 64], np.int8), 0)  # 255 x 129 = 32895
     assert not bytes_multiply_exactly(np.array([-128, -1], np.int8), 0)
-    assert bytes_multiply_exactly(
-        np.array([[127], [1], [-128]], np.int8), 0
-    )  # the odd one pairs with 0
+    # the odd one pairs with 0
+    assert bytes_multiply_exactly(np.array([[127], [1], [-128]], np.int8), 0)
     assert not bytes_multiply_exactly(fits, None) and bytes_multiply_exactly(
         np.clip(fits, -64, 64), None
     )
@@ -159,9 +158,8 @@ def test_each_cpu_gets_its_best_dot_product_from_its_llvm_features():
     assert dot_product(Target({"kind": "llvm", "mcpu": "znver4", "num-cores": 2})) == VNNI
     assert dot_product(Target({"kind": "llvm", "mcpu": "znver3", "num-cores": 2})).isa == "AVX2"
     assert dot_product(Target({"kind": "llvm", "mcpu": "x86-64", "num-cores": 2})) is None
-    for (
-        dot
-    ) in DOT_PRODUCTS:  # int8 is every one's native form: 2-4 products per lane per instruction
+    # int8 is every one's native form: 2-4 products per lane per instruction
+    for dot in DOT_PRODUCTS:
         assert native_dtype(_target(dot)) == "int8"
 
 
@@ -189,9 +187,8 @@ def test_every_dot_product_tensorizes_a_gemm_and_a_conv_emits_its_instruction_an
     lib = build(sch.mod, target)
     asm = lib.mod.inspect_source("asm")
     assert dot.form in asm
-    assert (
-        "vpmaddubsw" in asm
-    ) == dot.narrow_weights  # the saturating byte multiply: narrow weights only
+    # the saturating byte multiply: narrow weights only
+    assert ("vpmaddubsw" in asm) == dot.narrow_weights
     if not dot.runs_on(host_target()):
         pytest.skip(
             f"compiled for {MCPU[dot.isa]}; the host CPU ({cpu_name(host_target())}) has no "

@@ -204,11 +204,12 @@ def test_lrn_is_one_kernel_and_computes_the_onnx_specification(size, cpu_target)
 @pytest.mark.parametrize(
     "op, attrs, rewritten",
     [
+        # EfficientNet's
         (
             "AveragePool",
             {"kernel_shape": [32, 32], "strides": [32, 32], "ceil_mode": 1},
             True,
-        ),  # EfficientNet's
+        ),
         ("MaxPool", {"kernel_shape": [32, 32], "strides": [32, 32], "ceil_mode": 1}, True),
         (
             "AveragePool",
@@ -220,11 +221,12 @@ def test_lrn_is_one_kernel_and_computes_the_onnx_specification(size, cpu_target)
             {"kernel_shape": [9, 9], "pads": [1, 1, 1, 1], "count_include_pad": 1},
             False,
         ),
+        # a true sliding window
         (
             "AveragePool",
             {"kernel_shape": [3, 3], "strides": [2, 2]},
             False,
-        ),  # a true sliding window
+        ),
     ],
 )
 def test_a_pooling_whose_window_holds_the_whole_input_is_a_mean_and_matches_onnxruntime(

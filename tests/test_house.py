@@ -159,9 +159,8 @@ def test_demo_and_both_tune_commands_take_the_one_tuning_path_and_a_model_is_low
         ]
         assert path[-1] == "records.py" and len(path) == len(set(path)) <= 10, (name, path)
         assert counts["intrinsic modules"] == ["x86"], (name, counts)  # not CUDA's WMMA, ARM's, ...
-        if (
-            name == "demo"
-        ):  # tuned, checked, and compared with ONNX Runtime and the peak in the same run
+        # tuned, checked, and compared with ONNX Runtime and the peak in the same run
+        if name == "demo":
             assert "checked against numpy" in out, out
             tuned = re.search(r"\(tuned\)\s+([\d.]+) ms\s+([\d.]+)\s+([\d.]+)%", out)
             assert tuned and float(tuned.group(1)) > 0 and float(tuned.group(2)) > 0, out
@@ -215,9 +214,8 @@ def test_python_tune_model_is_the_commands_run_locked_recorded_and_choosing_by_c
         "database reads": 1,
         "TuningRun.tune": 2,  # tune_model's, and the one refused
     }, got
-    assert got["compiled"]["lower_for_tuning"] == 2 and got["compiled"]["database reads"] == 1, (
-        got
-    )  # compile's own
+    # compile's own
+    assert got["compiled"]["lower_for_tuning"] == 2 and got["compiled"]["database reads"] == 1, got
     cli = subprocess.run(
         [
             sys.executable,

@@ -201,12 +201,10 @@ def test_a_killed_rpc_server_leaves_tuning_to_the_other_and_loses_no_record(tmp_
     )
     seconds = measured_seconds(run.work_dir)
     assert state.trials == len(seconds) == 12  # every candidate of every round is stored
-    assert all(
-        s < float("inf") for s in seconds[:4]
-    )  # the round measured before the kill, as it was
-    assert (
-        sum(s < float("inf") for s in seconds[-4:]) >= 1
-    )  # the last round ran on the other server
+    # the round measured before the kill, as it was
+    assert all(s < float("inf") for s in seconds[:4])
+    # the last round ran on the other server
+    assert sum(s < float("inf") for s in seconds[-4:]) >= 1
 
 
 def test_rpc_tracker_without_a_server_for_the_key_gets_one_line(tmp_path, fleet):
@@ -379,9 +377,8 @@ def test_merge_combines_records_of_one_target_and_skips_foreign_ones(tmp_path):
     assert len(measured_seconds(tmp_path / "all")) == distinct
     again = ms_heron_cli("merge", tmp_path / "a", tmp_path / "all")
     assert "merged 0 records" in again.stdout and "(3 already there)" in again.stdout
-    show = ms_heron_cli(
-        "show", tmp_path / "all"
-    )  # the merged dir is a run: show and report work on it
+    # the merged dir is a run: show and report work on it
+    show = ms_heron_cli("show", tmp_path / "all")
     assert show.returncode == 0 and "sch.get_sblock" in show.stdout, show.stderr[-2000:]
 
 

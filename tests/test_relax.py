@@ -293,9 +293,8 @@ def test_int8_onnx_model_through_the_cli_reaches_the_dot_product_and_is_exact(
     mod = from_onnx(model.proto, model.input_shapes())
     executable = compile_model(open_database(tmp_path / "wd"), mod, None, int8_target)
     assert HOST_DOT.form in executable.mod.imports[0].inspect_source("asm")
-    assert (
-        "layout_rewrite" not in executable.as_text()
-    )  # weights were re-laid out once, at compile time
+    # weights were re-laid out once, at compile time
+    assert "layout_rewrite" not in executable.as_text()
     _model_work_dir_reports_shows_and_resumes(tmp_path / "wd", path)
 
 
@@ -481,9 +480,8 @@ def test_a_dynamically_quantized_model_runs_u8_x_s8_matmuls_and_matches_the_exac
     model = models.quantized_dynamic(models.mlp())
     assert "DynamicQuantizeLinear" in {n.op_type for n in model.proto.graph.node}
     lowered = lower_for_tuning(from_onnx(model.proto), None, cpu_target)
-    weight = (
-        HOST_DOT.weight_dtype if HOST_DOT else "int8"
-    )  # widened where the dot product multiplies s16
+    # widened where the dot product multiplies s16
+    weight = HOST_DOT.weight_dtype if HOST_DOT else "int8"
     assert _operand_dtypes(lowered, "matmul") == [["uint8", weight]] * 2
     (got,) = run_model(untuned(model.proto, cpu_target), model.inputs)
     (expected,) = reference_outputs(model.proto, model.inputs)
@@ -544,9 +542,8 @@ def _model_work_dir_reports_shows_and_resumes(work_dir, path):
     # task, calls, bound, ms, share, trials
     row = r"^\| \w+ \| [\d.]+ \| [\d.]+ \| [\d.]+ \| \d+% \| (\d+) \|"
     trials = re.findall(row, text.split("## Tasks")[1], flags=re.M)
-    assert len(trials) == 3 and sum(map(int, trials)) == held, (
-        text
-    )  # each task's trials, all records counted
+    # each task's trials, all records counted
+    assert len(trials) == 3 and sum(map(int, trials)) == held, text
 
     unnamed = ms_heron_cli("show", work_dir)
     assert unnamed.returncode == 2 and f"name a task of model {path.name}: " in unnamed.stderr

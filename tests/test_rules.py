@@ -120,9 +120,8 @@ def _nchw_conv_bias_relu() -> Workload:
 
     def reference(xs, ws, bs):
         padded = np.pad(xs.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
-        windows = np.lib.stride_tricks.sliding_window_view(
-            padded, (3, 3), axis=(2, 3)
-        )  # n c h w ry rx
+        # n c h w ry rx
+        windows = np.lib.stride_tricks.sliding_window_view(padded, (3, 3), axis=(2, 3))
         return np.maximum(np.einsum("nchwyx,fcyx->nfhw", windows, ws) + bs[None, :, None, None], 0)
 
     from ms_heron.workloads.suite import _workload  # the same packaging the suite uses
@@ -275,14 +274,12 @@ def test_nchw_convolution_vectorizes_its_output_channels_through_a_transposed_ac
         }
         assert lane_var in tvm.tirx.analysis.undefined_vars(bindings[channel.name])
         accumulator = space.get(block).writes[0]
-        assert (
-            accumulator.source.name == "C_global" and int(accumulator.source.shape[-1]) == 16
-        )  # channels last
+        # channels last
+        assert accumulator.source.name == "C_global" and int(accumulator.source.shape[-1]) == 16
         assert CACHE_LEVEL in space.get(space.get_sblock("Relu")).annotations
         check_random_samples(space, workload, cpu_target, samples=2)
-    gemm = workloads.make(
-        "gemm", "fp32", M=16, N=24, K=16
-    )  # 24 lanes: 1.5 vectors, but A is read along k
+    # 24 lanes: 1.5 vectors, but A is read along k
+    gemm = workloads.make("gemm", "fp32", M=16, N=24, K=16)
     for space in stock_design_spaces(gemm.func, rules, cpu_target):
         block = space.get_sblock("C")
         lane_var = space.get(space.get_loops(block)[-1]).loop_var
@@ -421,9 +418,8 @@ def test_parallel_vectorize_unroll_covers_untiled_reductions_and_wide_rows(cpu_t
     )
     text = space.mod.script()
     assert text.count("T.parallel") == 2  # the row loop of the reduction and of the output
-    assert (
-        "T.vectorized(48)" in text
-    )  # 96 lanes do not fit in 64: split to the largest factor that does
+    # 96 lanes do not fit in 64: split to the largest factor that does
+    assert "T.vectorized(48)" in text
     check_random_samples(space, workload, cpu_target)
 
 
@@ -457,9 +453,8 @@ def test_lane_reduction_vectorizes_row_reductions_of_softmax_and_layer_norm(fami
             before = text[
                 text.index(f'T.sblock("{stage}")') - 200 : text.index(f'T.sblock("{stage}")')
             ]
-            assert (
-                f"T.vectorized({vector})" in before
-            )  # the lanes of the partial results, innermost
+            # the lanes of the partial results, innermost
+            assert f"T.vectorized({vector})" in before
     assert text.count("T.parallel") == 1
     check_random_samples(space, workload, cpu_target, samples=1)
 
@@ -468,9 +463,8 @@ def test_lane_reduction_leaves_short_and_tileable_reductions_alone(cpu_target):
     odd = workloads.make("softmax", "fp32", M=4, N=30)  # 30 is not a multiple of the vector lanes
     (space,) = stock_design_spaces(odd.func, [LaneReduction()], cpu_target)
     assert "_rf" not in space.mod.script()
-    gemm = workloads.make(
-        "gemm", "fp32", **SMALL_SHAPES["gemm"]
-    )  # data reuse: multi-level tiling's
+    # data reuse: multi-level tiling's
+    gemm = workloads.make("gemm", "fp32", **SMALL_SHAPES["gemm"])
     (space,) = stock_design_spaces(gemm.func, [LaneReduction()], cpu_target)
     assert "_rf" not in space.mod.script()
 
@@ -484,16 +478,14 @@ def test_compute_location_puts_a_convolutions_padding_at_a_sampled_loop(cpu_targ
     (space,) = stock_design_spaces(workload.func, rules, cpu_target)
     steps = schedule_steps(space)
     assert steps.count("SampleComputeLocation") == 1 and steps.count("ComputeAt") == 1
-    (pad,) = [
-        b for b in block_names(tvm.s_tir.Schedule(workload.func)) if "pad" in b.lower()
-    ]  # the space may inline it
+    # the space may inline it
+    (pad,) = [b for b in block_names(tvm.s_tir.Schedule(workload.func)) if "pad" in b.lower()]
     nested = 0
     for seed in range(1, 9):
         sch = finished(space, workload.func, seed=seed)
         run_and_check(build(sch.mod, cpu_target), workload, seed=seed)
-        if pad in block_names(
-            sch
-        ):  # not inlined: inside the conv's loops when it has more loops than iterators
+        # not inlined: inside the conv's loops when it has more loops than iterators
+        if pad in block_names(sch):
             block = sch.get_sblock(pad)
             nested += len(sch.get_loops(block)) > len(sch.get(block).iter_vars)
     assert nested >= 2
@@ -512,9 +504,8 @@ def test_lane_reduction_fuses_a_norms_two_reduction_axes(cpu_target):
     (space,) = stock_design_spaces(
         workload.func, [LaneReduction(), ParallelVectorizeUnroll()], cpu_target
     )
-    lanes = (
-        vector_bytes(cpu_target) // 4
-    )  # four vector accumulators of fp32 lanes (32 x 48 has room for them)
+    # four vector accumulators of fp32 lanes (32 x 48 has room for them)
+    lanes = vector_bytes(cpu_target) // 4
     assert (
         'T.sblock("C_rf")' in space.mod.script()
         and f"T.vectorized({4 * lanes})" in space.mod.script()
@@ -536,9 +527,8 @@ def test_prime_extent_is_padded_into_a_space_with_real_tiles(cpu_target):
 
     workload = workloads.make("gemm", "fp32", M=127, N=64, K=32)
     by_default = design_spaces(workload.func, cpu_target, HeronSpace(include_default_spaces=False))
-    assert not any(
-        i.kind.name == "PadEinsum" for s in by_default for i in s.trace.insts
-    )  # rows: opt-in
+    # rows: opt-in
+    assert not any(i.kind.name == "PadEinsum" for s in by_default for i in s.trace.insts)
     rules = [
         PadExtents(tile_extents=True) if isinstance(r, PadExtents) else r
         for r in default_rules(cpu_target)
@@ -569,10 +559,8 @@ def test_prime_extent_is_padded_into_a_space_with_real_tiles(cpu_target):
 @pytest.mark.parametrize(
     "shape,expected",
     [
-        (
-            dict(M=128, N=1004, K=64),
-            "lanes",
-        ),  # the lane extent padded to whole 8- or 16-lane vectors
+        # the lane extent padded to whole 8- or 16-lane vectors
+        (dict(M=128, N=1004, K=64), "lanes"),
         (dict(M=17, N=64, K=64), None),  # 17 -> 24 would add 41% work: over the bound, left alone
         (dict(M=128, N=64, K=768), None),  # nothing awkward
     ],
@@ -613,9 +601,8 @@ def test_int8_shapes_dot_product_tiles_do_not_divide_are_tensorized_through_padd
     check_random_samples(space, workload, int8_target, samples=1)
     mod = finished(space, workload.func).mod
     assert HOST_DOT.form in build(mod, int8_target).mod.inspect_source("asm")
-    padded_weight = allocations(mod)[
-        "W_pad"
-    ]  # zero-filled and packed in the dot product's layout by one pass
+    # zero-filled and packed in the dot product's layout by one pass
+    padded_weight = allocations(mod)["W_pad"]
     true_weight = workload.random_inputs()[1].size
     assert true_weight < padded_weight <= (1 + Tensorize().max_waste) * true_weight
 
@@ -630,9 +617,8 @@ def test_a_stage_left_at_the_root_runs_on_every_core(int8_target):
     (space,) = stock_design_spaces(workload.func, rules, int8_target)
     sch = finished(space, workload.func)
     kinds = tvm.tirx.ForKind
-    copies = (
-        ["W_pad", "A_global"] if HOST_DOT.widens else ["W_pad"]
-    )  # vpmaddwd reads the u8 operand's s16 copy
+    # vpmaddwd reads the u8 operand's s16 copy
+    copies = ["W_pad", "A_global"] if HOST_DOT.widens else ["W_pad"]
     assert all(sch.get(sch.get_loops(sch.get_sblock(c))[0]).kind == kinds.PARALLEL for c in copies)
     # the copies, the GEMM's outer tiles, the result copied back
     assert sch.mod.script().count("T.parallel(") == len(copies) + 2
@@ -652,9 +638,8 @@ def test_a_padded_weight_is_packed_tile_by_tile_where_the_search_places_it(int8_
     space = design_spaces(workload.func, int8_target, HeronSpace(include_default_spaces=False))[0]
     model = derive(space, int8_target)
     (location,) = [d for d in model.decisions if d.kind == "location"]
-    assert (
-        -2 not in location.candidates and len(location.candidates) > 2
-    )  # the root, and loops of the GEMM
+    # the root, and loops of the GEMM
+    assert -2 not in location.candidates and len(location.candidates) > 2
     places = set()
     for values in Solver(model, seed=0).samples(8):
         sch = replay(model, space.trace.simplified(remove_postproc=True), workload.func, values)
@@ -723,16 +708,16 @@ def test_an_init_over_many_micro_tiles_is_one_loop_and_builds_in_seconds(swept):
     in seconds and is exact; tiled so that the init zeroes one micro-tile, it is left as it is."""
     target = Target({"kind": "llvm", "mcpu": "haswell", "num-cores": 2})
     workload = workloads.c2d(N=1, H=14, W=14, CI=256, CO=1024, KH=1, KW=1, dot=dot_product(target))
+    # accumulated in a tile buffer
     rules = [
         Tensorize(),
         MultiLevelTiling(),
         AddCacheStage(levels=(0,)),
-    ]  # accumulated in a tile buffer
+    ]
     (space,) = stock_design_spaces(workload.func, rules, target)
     trace = space.trace.simplified(remove_postproc=True)
-    tiles = [
-        i for i in trace.insts if i.kind.name == "SamplePerfectTile"
-    ]  # n, h, w, co / 8, kh, kw, ci / 2
+    # n, h, w, co / 8, kh, kw, ci / 2
+    tiles = [i for i in trace.insts if i.kind.name == "SamplePerfectTile"]
     middle = (
         [[1, 1, 7, 2], [1, 1, 7, 2], [2, 1, 32, 2]]
         if swept
@@ -747,9 +732,8 @@ def test_an_init_over_many_micro_tiles_is_one_loop_and_builds_in_seconds(swept):
     # one loop over micro-tiles, each 2 x 2 x 2 vectors unrolled; or the one micro-tile's loops
     assert init[-5:] == ([7 * 7 * 32, 1, 2, 2, 2] if swept else [1, 1, 2, 2, 2])
     started = time.perf_counter()
-    default_export(
-        build_candidate(sch.mod, target, None)
-    )  # what the builder does, code generation included
+    # what the builder does, code generation included
+    default_export(build_candidate(sch.mod, target, None))
     assert time.perf_counter() - started < local_builder().timeout_sec
     if not runs_here(target):
         pytest.skip(

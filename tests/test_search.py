@@ -44,9 +44,8 @@ def test_tunes_every_family_and_best_record_is_correct(family, cpu_target, tmp_p
     )
     records = db.get_all_tuning_records()
     assert len(records) == 8
-    assert all(
-        r.run_secs and min(float(s) for s in r.run_secs) < 1e9 for r in records
-    )  # valid by construction
+    # valid by construction
+    assert all(r.run_secs and min(float(s) for s in r.run_secs) < 1e9 for r in records)
     run_and_check(build(best_schedule(db, workload, cpu_target).mod, cpu_target), workload)
     log = "".join(p.read_text() for p in (tmp_path / "logs").glob("*task_0*"))
     assert log.count("HeronSearch round") == 2 and "valid 4/4" in log
@@ -184,9 +183,8 @@ def test_survives_failed_candidates_and_stops_at_budget(cpu_target):
             for _ in batch
         ]
         strategy.notify_runner_results(batch, failed)
-    assert (
-        strategy.generate_measure_candidates() is None
-    )  # 16 trials spent, all failed: tuning ends cleanly
+    # 16 trials spent, all failed: tuning ends cleanly
+    assert strategy.generate_measure_candidates() is None
     assert [s.valid for s in strategy.stats] == [0, 0]
 
 
@@ -479,9 +477,8 @@ def test_stock_tune_tir_whose_builds_all_time_out_stops_after_the_first_round_na
     assert "pass builder=ms_heron.tuning.builder.local_builder() to ms.tune_tir" in str(
         raised.value
     )
-    assert (
-        len(ms.database.JSONDatabase(work_dir=str(tmp_path))) <= 4
-    )  # stopped after the first round
+    # stopped after the first round
+    assert len(ms.database.JSONDatabase(work_dir=str(tmp_path))) <= 4
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "int8"])

@@ -29,15 +29,13 @@ def test_stock_evolutionary_search_tunes_heron_spaces(family, dtype, cpu_target,
     db = tune_workload(
         workload, cpu_target, str(tmp_path), 8, num_trials_per_iter=8, space=HeronSpace(), seed=0
     )
-    sch = ms.tir_integration.compile_tir(
-        db, workload.func, cpu_target
-    )  # stock MetaSchedule rebuilds it
+    # stock MetaSchedule rebuilds it
+    sch = ms.tir_integration.compile_tir(db, workload.func, cpu_target)
     assert sch is not None
     lib = build(sch.mod, cpu_target)
     run_and_check(lib, workload)
-    if (
-        dtype == "int8"
-    ):  # HeronSpace's int8 spaces tensorize (on a loaded machine an untensorized one may time best)
+    # HeronSpace's int8 spaces tensorize (on a loaded machine an untensorized one may time best)
+    if dtype == "int8":
         traces = [str(record.trace) for record in db.get_all_tuning_records() if record.run_secs]
         assert HOST_DOT.form in lib.mod.inspect_source("asm") or any(
             HOST_DOT.name in t for t in traces

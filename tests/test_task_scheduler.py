@@ -21,15 +21,12 @@ from ms_heron.tuning import tune_tasks
 
 def test_next_round_goes_to_the_most_latency_above_the_bound_and_a_task_at_its_bound_stops():
     tasks = [
-        TaskProgress(
-            name="t", calls=1, bound_s=1e-3, best_s=1.05e-3, rounds=3
-        ),  # at 95% of its bound
-        TaskProgress(
-            name="t", calls=4, bound_s=1e-4, best_s=4e-4, rounds=1
-        ),  # 4 calls x 0.3 ms above its bound
-        TaskProgress(
-            name="t", calls=1, bound_s=2e-4, best_s=1e-3, rounds=2, stale=2
-        ),  # 0.8 ms above, stuck twice
+        # at 95% of its bound
+        TaskProgress(name="t", calls=1, bound_s=1e-3, best_s=1.05e-3, rounds=3),
+        # 4 calls x 0.3 ms above its bound
+        TaskProgress(name="t", calls=4, bound_s=1e-4, best_s=4e-4, rounds=1),
+        # 0.8 ms above, stuck twice
+        TaskProgress(name="t", calls=1, bound_s=2e-4, best_s=1e-3, rounds=2, stale=2),
     ]
     assert at_bound(tasks, 0.9) == [0]
     assert next_round(tasks, [1, 2], discount=0.5) == 1  # 1.2 ms vs 0.8 ms x 0.25
@@ -114,9 +111,8 @@ def test_a_task_at_its_bound_gets_no_further_round_and_tuning_ends(tmp_path, cpu
     assert [t.rounds for t in done.tasks] == [1, 1, 1, 1]
     assert all(0 < t.bound_s and t.best_s < math.inf for t in done.tasks)
     assert len(rounds) == 4 and rounds[-1].trials < 64
-    assert (
-        rounds[0].task == max(done.tasks, key=lambda t: t.calls * t.bound_s).name
-    )  # the larger task first
+    # the larger task first
+    assert rounds[0].task == max(done.tasks, key=lambda t: t.calls * t.bound_s).name
 
     going = ExpectedGain(at_bound=1.0)
     seen = rounds_of(going, 24)

@@ -31,9 +31,8 @@ def test_a_second_conv_shape_measures_the_projection_of_the_first_shapes_best_fi
     computes the right result."""
     conv = dict(N=1, CI=16, CO=32, KH=3, KW=3, stride=1, pad=1)
     first, second = (workloads.make("c2d", HOST_DTYPE, H=size, W=size, **conv) for size in (8, 14))
-    prototype = (
-        HeronSearch()._inst
-    )  # its Python clone(), the one MetaSchedule's TuneContext.clone() calls
+    # its Python clone(), the one MetaSchedule's TuneContext.clone() calls
+    prototype = HeronSearch()._inst
     donor = _task(first, prototype.clone(), "first", cpu_target)
     batch = donor.generate_measure_candidates()
     seconds = [
@@ -66,9 +65,8 @@ def test_a_second_conv_shape_measures_the_projection_of_the_first_shapes_best_fi
         elif decision.kind != "tile" and want in decision.candidates:
             kept += have == want
     assert kept >= len(model.decisions) // 2, (wanted, got)
-    run_and_check(
-        build(lead.candidate.sch.mod, cpu_target), second
-    )  # valid: it builds and computes the conv
+    # valid: it builds and computes the conv
+    run_and_check(build(lead.candidate.sch.mod, cpu_target), second)
 
 
 def test_donors_give_other_tasks_best_programs_newest_donor_first():
@@ -76,9 +74,8 @@ def test_donors_give_other_tasks_best_programs_newest_donor_first():
     donors.donate("conv", "a", 2.0, ("a-slow",))
     donors.donate("conv", "a", 1.0, ("a-fast",))
     donors.donate("conv", "b", 5.0, ("b",))
-    donors.donate(
-        "conv", "a", 3.0, ("a-slower",)
-    )  # not a's best: kept out, but a is now the newest donor
+    # not a's best: kept out, but a is now the newest donor
+    donors.donate("conv", "a", 3.0, ("a-slower",))
     donors.donate("matmul", "c", 1.0, ("c",))
     assert donors.for_task("conv", "z", 4) == [("a-fast",), ("b",)]
     assert donors.for_task("conv", "a", 4) == [("b",)]  # never its own program

@@ -62,8 +62,7 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    except (
-        WrongResult
-    ) as err:  # a tuned kernel that computes the wrong thing: a bug to report, not a usage error
+    # a tuned kernel that computes the wrong thing: a bug to report, not a usage error
+    except WrongResult as err:
         print(f"ms-heron: WRONG RESULT: {err}; please report it with the work dir", file=sys.stderr)
         return 1

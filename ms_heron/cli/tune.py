@@ -185,9 +185,8 @@ def run(args: argparse.Namespace) -> int:
     deadline = deadline_after(budget_s)
     work_dir = args.work_dir or f"ms_heron_runs/{workload.name}"
     quiet_metaschedule(args.verbose)
-    measuring = runner(
-        args, cold=False, deadline=deadline
-    )  # before the work dir: a refused --rpc leaves none
+    # before the work dir: a refused --rpc leaves none
+    measuring = runner(args, cold=False, deadline=deadline)
     run = TuningRun.create(work_dir, RunSpec.of(workload, target, args.seed))
     print(
         f"ms-heron tune: {run.spec.describe()} on {cpu_name(run.target)}; records in {run.work_dir}"

@@ -135,9 +135,8 @@ def run(args: argparse.Namespace) -> int:
     deadline = deadline_after(budget_s)  # the budget counts the model's import and lowering too
     target = parse_target(args.target)
     work_dir = Path(args.work_dir or f"ms_heron_models/{path.stem}")
-    measuring = runner(
-        args, cold=True, deadline=deadline
-    )  # before the work dir: a refused --rpc leaves none
+    # before the work dir: a refused --rpc leaves none
+    measuring = runner(args, cold=True, deadline=deadline)
     run = TuningRun.create(
         work_dir,
         RunSpec.of_model(

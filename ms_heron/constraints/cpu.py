@@ -140,9 +140,8 @@ def _add_micro_kernel(model, space, nest, target) -> list[_Latency]:
         _add_whole_reduction(
             model, block_name, [lp for n in between if n[0] == "S" for lp in levels[n]]
         )
-        around = (
-            structure.find("R") - 1
-        )  # the spatial level whose loops sweep one job's micro-tiles
+        # the spatial level whose loops sweep one job's micro-tiles
+        around = structure.find("R") - 1
         if around > 0:
             swept = [
                 levels[names[around]][-1],
@@ -167,9 +166,8 @@ def _add_registers(model, block, block_name: str, micro: list, target) -> list[_
     per_iteration = dtype_bytes(out.source.dtype) * math.prod(int(r.extent) for r in out.region)
     width, registers = vector_bytes(target), vector_registers(target)
     name = f"register_tile[{block_name}]"
-    intrinsic = per_iteration > dtype_bytes(
-        out.source.dtype
-    )  # it writes whole vectors per iteration
+    # it writes whole vectors per iteration
+    intrinsic = per_iteration > dtype_bytes(out.source.dtype)
     # A dot product writes one vector per call, like one lane of an FMA kernel: its innermost tiled
     # iterator (output channels) counts the streamed weight vectors, the others the broadcast rows.
     # A tile product (AMX) writes a whole accumulator tile: its factors count tiles.

@@ -108,9 +108,8 @@ def _add_fetch_vectors(model: ConstraintModel, fetch_vectors: dict) -> None:
         elements = (
             f"{fp.variable}{UNPADDED}" if f"{fp.variable}{UNPADDED}" in model.vars else fp.variable
         )
-        count = model.cp.NewIntVar(
-            1, 1 << 40, f"{fp.variable}.vectors"
-        )  # bounded through ``elements``
+        # bounded through ``elements``
+        count = model.cp.NewIntVar(1, 1 << 40, f"{fp.variable}.vectors")
         model.cp.AddMultiplicationEquality(model.vars[elements], [width, count])
         model.add(
             Constraint(

@@ -78,14 +78,12 @@ class Walk:
     model: ConstraintModel = field(default_factory=ConstraintModel)
     loops: dict = field(default_factory=dict)  # LoopRV -> Loop
     blocks: dict = field(default_factory=dict)  # SBlockRV -> block name
-    nest: dict = field(
-        default_factory=dict
-    )  # block name -> its tiled loops in order, once reordered
+    # block name -> its tiled loops in order, once reordered
+    nest: dict = field(default_factory=dict)
     sampled: dict = field(default_factory=dict)  # ExprRV -> variable name
     kernels: dict = field(default_factory=dict)  # tiled block name -> Kernel (GPU)
-    fetch_vectors: dict = field(
-        default_factory=dict
-    )  # cooperative-fetch stage -> its vector-width choice
+    # cooperative-fetch stage -> its vector-width choice
+    fetch_vectors: dict = field(default_factory=dict)
     counter: int = 0
 
     def fresh(self, prefix: str) -> str:

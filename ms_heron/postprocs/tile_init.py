@@ -75,9 +75,8 @@ def _blocks(sch: Schedule, parent: SBlockRV) -> list[SBlockRV]:
 
 
 def _fuse_init(sch: Schedule, init: SBlockRV, update: SBlockRV) -> None:
-    own = [
-        lp for lp in sch.get_loops(init) if len(sch.get_child_blocks(lp)) == 1
-    ]  # the init's alone
+    # the init's alone
+    own = [lp for lp in sch.get_loops(init) if len(sch.get_child_blocks(lp)) == 1]
     loops = sch.get_loops(update)
     reductions = {sch.get(lp).loop_var.name for lp in reduction_loops(sch, update)}
     last = max(

@@ -20,9 +20,8 @@ class UnrollTiles(HeronPostproc):
     """
 
     def apply(self, sch: Schedule) -> bool:
-        for block in sch.get_child_blocks(
-            sch.get_sblock("root")
-        ):  # compute_at keeps the root's scope
+        # compute_at keeps the root's scope
+        for block in sch.get_child_blocks(sch.get_sblock("root")):
             count = sch.get(block).annotations.get(UNROLL_TILE)
             if count is None:
                 continue

@@ -128,9 +128,8 @@ def onnx_converters() -> dict:
 
         @staticmethod
         def _relax_pad(x, before, after, value):
-            widths = [
-                int(w) for pair in zip(before, after) for w in pair
-            ]  # before and after of each axis
+            # before and after of each axis
+            widths = [int(w) for pair in zip(before, after) for w in pair]
             return relax.op.nn.pad(x, widths, pad_value=float(value))
 
         @classmethod
@@ -155,9 +154,8 @@ def onnx_converters() -> dict:
         @classmethod
         def _impl_v1(cls, _bb, inputs, attr, _params):
             x, size = inputs[0], int(attr["size"])
-            spatial = (
-                len(x.ty.shape) - 1
-            )  # the pool's axes: the channels, as depth, and the image's
+            # the pool's axes: the channels, as depth, and the image's
+            spatial = len(x.ty.shape) - 1
             if spatial not in (2, 3):
                 raise ValueError(f"LRN needs a 3-D or 4-D input, got {spatial + 1}-D")
             before, after = (size - 1) // 2, size // 2

@@ -129,9 +129,8 @@ def lower_for_tuning(
         *map(never_failing, relax_pipeline.library_dispatch_passes(target)),
         integer_qdq,  # both before constant folding widens the s8 weights
         keep_int8_matmuls,
-        never_failing(
-            relax.transform.FoldConstant()
-        ),  # a bias reshaped by the importer becomes a constant
+        # a bias reshaped by the importer becomes a constant
+        never_failing(relax.transform.FoldConstant()),
         s16_weights,
         drop_inference_noops,
         clamped_gathers,

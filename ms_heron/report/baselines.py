@@ -232,10 +232,11 @@ def onnxruntime_operator(workload, threads: int) -> Callable[[], object]:
             strides=[s["stride"]] * 2,
             dilations=[s["dilation"]] * 2,
         )
+        # NHWC -> NCHW, [KH,KW,CI,CO] -> OIHW
         to_ort = (
             x.transpose(0, 3, 1, 2).copy(),
             w.transpose(3, 2, 0, 1).copy(),
-        )  # NHWC -> NCHW, [KH,KW,CI,CO] -> OIHW
+        )
         from_ort = lambda y: y.transpose(0, 2, 3, 1)  # noqa: E731
     graph = helper.make_graph(
         [node],

@@ -117,9 +117,8 @@ def plot(found: list[Arm], ops: float | None, path: Path, title: str) -> Path:
 
     fig, (by_trial, by_time) = plt.subplots(1, 2, figsize=(10, 4), constrained_layout=True)
     for arm in found:
-        if (
-            ops is None
-        ):  # a model: the estimate exists per round only (a record alone has no model latency)
+        # a model: the estimate exists per round only (a record alone has no model latency)
+        if ops is None:
             latency_ms = [
                 r.best_seconds * 1e3 if r.best_seconds < math.inf else math.nan for r in arm.rounds
             ]

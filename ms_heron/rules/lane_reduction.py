@@ -77,9 +77,8 @@ class LaneReduction(HeronRule):
         fused = len(kinds) - rows == 1 and _compute_at_consumer_rows(sch, block, row_count)
         row_loops = sch.get_loops(block)[:-1]  # the block now reduces one vector's lanes
         for partial in partials:
-            sch.compute_at(
-                partial, row_loops[-1]
-            )  # regenerates the partials' loops in iterator order
+            # regenerates the partials' loops in iterator order
+            sch.compute_at(partial, row_loops[-1])
             spatial, reduced = _lanes_and_reduction(sch, partial, len(row_loops))
             sch.reorder(*reduced, *spatial)
             sch.vectorize(sch.fuse(*spatial) if len(spatial) > 1 else spatial[0])

@@ -70,6 +70,7 @@ class PadExtents(HeronRule):
         self.tile_extents = tile_extents
 
     def apply(self, sch: Schedule, block: SBlockRV) -> list[Schedule]:
+        # Tensorize pads those to its tiles
         if (
             self.target is None
             or not is_cpu(self.target)
@@ -78,7 +79,7 @@ class PadExtents(HeronRule):
             or not has_data_reuse(sch, block)
             or not _is_einsum(sch.get(block))
             or matching_intrinsics(sch, block, self.target)
-        ):  # Tensorize pads those to its tiles
+        ):
             return [sch]
         padding = self.padding(sch, block)
         if padding is None:

@@ -84,9 +84,8 @@ class RoundStats:
     ranked_by: str = ""
     rank_correlation: dict = field(default_factory=dict)  # cost model name -> rho on this batch
     best_seconds: float = math.inf  # best seconds so far
-    seconds: dict = field(
-        default_factory=lambda: defaultdict(float)
-    )  # solver / replay / cost model / measure
+    # solver / replay / cost model / measure
+    seconds: dict = field(default_factory=lambda: defaultdict(float))
 
     def line(self) -> str:
         rho = (
@@ -507,17 +506,15 @@ class HeronSearch(PySearchStrategy):
             sch = replay(model, self.traces[program.space], self.mod, program.values)
         except RepairedDecision:
             return False
-        program.values = decided_values(
-            model, sch.trace
-        )  # compute locations as TVM normalized them
+        # compute locations as TVM normalized them
+        program.values = decided_values(model, sch.trace)
         # as MetaSchedule does: records' traces then split into space and postprocs
         sch.enter_postproc()
         try:
             if not all(p.apply(sch) for p in self.postprocs):
                 return False
-        except (
-            RuntimeError
-        ) as err:  # TVM's errors: a postproc that cannot finish this program, as in
+        # TVM's errors: a postproc that cannot finish this program, as in
+        except RuntimeError as err:
             # MetaSchedule's own search, rejects the program and never stops the tuning
             logger.debug(
                 "a postproc failed on a program of space %d: %s",

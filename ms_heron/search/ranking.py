@@ -45,9 +45,8 @@ class Ranking:
         recent = {name: np.mean(q[-QUALITY_WINDOW:]) for name, q in self.quality.items() if q}
         if len(recent) == 2:
             return max(recent, key=recent.get)
-        if (
-            recent.get(FEATURES, 0.0) > 0
-        ):  # it ordered this task better than chance; the other is unjudged
+        # it ordered this task better than chance; the other is unjudged
+        if recent.get(FEATURES, 0.0) > 0:
             return FEATURES
         return DECISIONS
 

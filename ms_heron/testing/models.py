@@ -236,12 +236,13 @@ def _conv_bn(
         strides=[stride] * 2,
         group=groups,
     )
+    # scale, bias, mean, variance
     stats = [
         g.rng.uniform(0.5, 1.5, co),
         0.1 * g.rng.standard_normal(co),
         0.1 * g.rng.standard_normal(co),
         g.rng.uniform(0.5, 1.5, co),
-    ]  # scale, bias, mean, variance
+    ]
     y = g.op(
         "BatchNormalization", y, *[g.const(v.astype(np.float32), "bn") for v in stats], epsilon=1e-5
     )

@@ -228,18 +228,16 @@ class Tracker:
         from tvm import rpc  # pylint: disable=import-outside-toplevel
 
         try:
-            socket.create_connection(
-                (self.host, self.port), timeout=5
-            ).close()  # TVM's own connect retries for a minute
+            # TVM's own connect retries for a minute
+            socket.create_connection((self.host, self.port), timeout=5).close()
             summary = rpc.connect_tracker(self.host, self.port).summary()
         except (OSError, RuntimeError) as err:
             raise MeasureError(
                 f"no RPC tracker answers at {self.host}:{self.port} ({err}); start one with "
                 f"python -m tvm.exec.rpc_tracker --host {self.host} --port {self.port}"
             ) from None
-        keys = [
-            info["key"].split(":")[-1] for info in summary.get("server_info", [])
-        ]  # "server:KEY" per server
+        # "server:KEY" per server
+        keys = [info["key"].split(":")[-1] for info in summary.get("server_info", [])]
         count = keys.count(self.key)
         if not count:
             held = (

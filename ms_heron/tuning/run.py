@@ -102,9 +102,8 @@ class TuningRun:
 
     def baseline(self) -> TuningRun:
         """MetaSchedule's default search on the same workload, in ``baseline/``."""
-        model = (
-            str(self.work_dir / self.spec.model) if self.spec.model else ""
-        )  # a Relax module stays here
+        # a Relax module stays here
+        model = str(self.work_dir / self.spec.model) if self.spec.model else ""
         return TuningRun(self.work_dir / BASELINE_DIR, dataclasses.replace(self.spec, model=model))
 
     # -- reading ------------------------------------------------------------------------------
@@ -314,9 +313,8 @@ class TuningRun:
                 if on_round is not None:
                     on_round(dataclasses.replace(current))  # a snapshot: the caller may keep it
 
-            tasks = (
-                self.tasks
-            )  # a model's lowering counts in the budget, as the rest of set-up does
+            # a model's lowering counts in the budget, as the rest of set-up does
+            tasks = self.tasks
             # built here, so that a model's confirmation measures with the same ones
             builder = builder_for(deadline)
             runner = runner or runner_for(self.target, cold=self.is_model, deadline=deadline)

@@ -160,9 +160,8 @@ def int8_padding(workload: Workload, tile: tuple[int, int] = VNNI.tile) -> tuple
         value = int(workload.shape[name])
         if value % mult:
             lower = value // mult * mult
-            nearest = (
-                lower + mult if lower == 0 or value - lower >= mult / 2 else lower
-            )  # ties round up
+            # ties round up
+            nearest = lower + mult if lower == 0 or value - lower >= mult / 2 else lower
             ratio *= -(-value // mult) * mult / value
             parts.append(
                 f"{name}={value} is not a multiple of {mult} ({what}; nearest that is: "

@@ -155,6 +155,5 @@ def _shifted(expr) -> tuple[relax.Expr, np.ndarray] | None:
 def fold_scale_shift(func: relax.Function, _mod: IRModule, _ctx) -> relax.Function:
     """Fold inference BatchNorms and constant per-channel scales into the preceding convolution's or
     matmul's constant weight, and constant shifts into one bias (weights must be bound first)."""
-    return rewrite_until_fixed(
-        func, _rules()
-    )  # each round moves a scale one op closer to its weight
+    # each round moves a scale one op closer to its weight
+    return rewrite_until_fixed(func, _rules())

@@ -53,9 +53,8 @@ def _chain(expr, matches, stacked, reduce_op: str):
 def chain_stacked_reductions(func: relax.Function, _mod: IRModule, _ctx) -> relax.Function:
     """Rewrite ``sum/mean/max/min(stack(tensors), axis=k)`` into chained ``add/maximum/minimum``."""
     tensor = wildcard()
-    identity = is_op("relax.broadcast_to")(
-        tensor, wildcard()
-    )  # the importer adds one per input, shape unchanged
+    # the importer adds one per input, shape unchanged
+    identity = is_op("relax.broadcast_to")(tensor, wildcard())
     func = rewrite_call(
         identity, lambda e, m: m[tensor] if static_shape(m[tensor]) == static_shape(e) else e, func
     )

@@ -273,9 +273,8 @@ def integer_conv2d(x, w, zero: int, pads, *, strides, dilations):
         out_dtype="int32",
     )
     if zero:
-        sums = relax.op.sum(
-            relax.op.astype(w, "int32"), axis=[1, 2, 3]
-        )  # per output channel, NHWC's last axis
+        # per output channel, NHWC's last axis
+        sums = relax.op.sum(relax.op.astype(w, "int32"), axis=[1, 2, 3])
         y = relax.op.subtract(y, relax.op.multiply(relax.const(zero, "int32"), sums))
     return relax.op.permute_dims(y, [0, 3, 1, 2])
 
@@ -389,9 +388,8 @@ def _layout_rules() -> list:
             matches[inner] if axes == sorted(axes) else relax.op.permute_dims(matches[inner], axes)
         )
 
-    def both_permuted(
-        expr, matches
-    ):  # op(permute(a), permute(b)) = permute(op(a, b)), as a residual add
+    # op(permute(a), permute(b)) = permute(op(a, b)), as a residual add
+    def both_permuted(expr, matches):
         first, second = matches[permuted], matches[other_permuted]
         if [int(a) for a in first.attrs.axes] != [int(a) for a in second.attrs.axes]:
             return expr

@@ -124,9 +124,8 @@ def _rules(change: LayoutChange) -> list:
 def sink(func: relax.Function, change: LayoutChange, extra_rules: list = ()) -> relax.Function:
     """Move every ``change`` in ``func`` as far past element-wise ops as it goes (with
     ``extra_rules``, more (pattern, rewriter) pairs applied in the same rounds)."""
-    return rewrite_until_fixed(
-        func, [*_rules(change), *extra_rules]
-    )  # each round moves the changes one op further
+    # each round moves the changes one op further
+    return rewrite_until_fixed(func, [*_rules(change), *extra_rules])
 
 
 def rewrite_until_fixed(func: relax.Function, rules: list) -> relax.Function:

@@ -97,9 +97,8 @@ def padded_rows(rows: int, target: tvm.target.Target | None) -> int:
     """
     registers = vector_registers(target) if target is not None and is_cpu(target) else 16
     most = (registers - 3) // 2
-    return min(
-        -(-rows // mr) * mr for mr in range(most, 3, -1)
-    )  # the first, larger tile wins a tie
+    # the first, larger tile wins a tie
+    return min(-(-rows // mr) * mr for mr in range(most, 3, -1))
 
 
 def _input_tiles(data: te.Tensor, padded_tiles: int) -> te.Tensor:
