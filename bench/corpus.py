@@ -141,7 +141,7 @@ def tune_one(
     run = TuningRun.create(
         work_root / name, RunSpec.of_model(path, model.input_shapes(), host_target(), seed=0)
     )
-    state = run.tune(TRIALS, deadline=deadline_after(budget_s), per_round=PER_ROUND)
+    state = run.tune(TRIALS, deadline=deadline_after(budget_s), num_trials_per_iter=PER_ROUND)
     executable = run.compile()
     executable.export_library(str(out / f"{name}_ms_heron.so"))
     got = run_model(executable, model.inputs)

@@ -66,7 +66,9 @@ def _tune_and_export(
     row = {"per task": {}}
     for arm, arm_run in zip(ARMS, (run, run.baseline())):
         arm_run.tune(
-            trials, search="heron" if arm_run is run else "metaschedule", per_round=PER_ROUND
+            trials,
+            search="heron" if arm_run is run else "metaschedule",
+            num_trials_per_iter=PER_ROUND,
         )
         row[f"{arm} tuning s"] = arm_run.state().elapsed_s
         times = arm_run.task_times()

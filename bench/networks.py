@@ -187,7 +187,7 @@ def _tune_and_export(
                 TRIALS,
                 search="heron" if arm_run is run else "metaschedule",
                 deadline=deadline_after(budgets[arm]),
-                per_round=PER_ROUND,
+                num_trials_per_iter=PER_ROUND,
             )
         )
         times = arm_run.task_times()

@@ -71,7 +71,9 @@ def _tune(run: TuningRun, arm: str, trials: list[int]) -> None:
     for name in (*DATABASE_FILES, PROGRESS_FILE):
         (arm_run.work_dir / name).unlink(missing_ok=True)
     arm_run.tune(
-        max(trials), search="heron" if arm == "ms_heron" else "metaschedule", per_round=ROUND
+        max(trials),
+        search="heron" if arm == "ms_heron" else "metaschedule",
+        num_trials_per_iter=ROUND,
     )
 
 

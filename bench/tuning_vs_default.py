@@ -94,7 +94,7 @@ def _tune(workload, target, trials: int, search: Search, strategy=None) -> tuple
     with tempfile.TemporaryDirectory() as work_dir:
         run = TuningRun.create(work_dir, RunSpec.of(workload, target, seed=0))
         start = time.perf_counter()
-        run.tune(trials, search=search, strategy=strategy, per_round=32)
+        run.tune(trials, search=search, strategy=strategy, num_trials_per_iter=32)
         total = time.perf_counter() - start
         lib = build(run.best_schedule().mod, target)
         summary = _summary(run.database(), workload)

@@ -128,7 +128,7 @@ def test_a_graph_with_inference_dropout_tunes_and_matches_onnxruntime(tmp_path, 
     onnx.save(model.proto, path)
     run = TuningRun.create(tmp_path / "wd", RunSpec.of_model(path, {}, cpu_target, seed=0))
     assert not [t.name for t in run.task_times() if "dropout" in t.name]
-    run.tune(len(run.task_times()) * 2, per_round=4)
+    run.tune(len(run.task_times()) * 2, num_trials_per_iter=4)
     (got,) = run_model(run.compile(), model.inputs)
     (expected,), _ = onnxruntime_model(model.proto, model.inputs, threads=1)
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
@@ -152,7 +152,7 @@ def test_an_embedding_lookup_tunes_on_the_tuners_random_indices_and_matches_onnx
     path = tmp_path / "embedding.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
     run = TuningRun.create(tmp_path / "wd", RunSpec.of_model(path, {}, cpu_target, seed=0))
-    run.tune(len(run.task_times()) * 2, per_round=2)
+    run.tune(len(run.task_times()) * 2, num_trials_per_iter=2)
     take = [t for t in run.task_times() if t.name.startswith("take")]
     assert len(take) == 1 and take[0].seconds < math.inf, run.task_times()
     assert all(
@@ -281,7 +281,7 @@ def test_a_rewrite_that_meets_an_unknown_form_is_skipped_and_the_report_says_so(
     assert re.fullmatch(
         r"ChannelsLastConvolutions left 1 of 1 .*: Check failed: .*nested to match tuple", line
     )
-    run.tune(4, per_round=4)
+    run.tune(4, num_trials_per_iter=4)
     text = report.write(run)[0].read_text()
     assert f"- {line}" in text.split("## Rewrites skipped")[1]
     x = np.random.default_rng(1).standard_normal((1, 4, 6, 6)).astype("float32")

@@ -180,10 +180,10 @@ def test_rpc_servers_measure_like_the_local_runner(tmp_path, fleet):
     )
     started = time.monotonic()
     remote = _run(tmp_path, "rpc").tune(
-        8, per_round=4, runner=fleet.address.runner(timeout_s=session_timeout_s)
+        8, num_trials_per_iter=4, runner=fleet.address.runner(timeout_s=session_timeout_s)
     )
     remote_s = time.monotonic() - started
-    local = _run(tmp_path, "local").tune(8, per_round=4)
+    local = _run(tmp_path, "local").tune(8, num_trials_per_iter=4)
     assert (remote.trials, remote.valid) == (local.trials, local.valid) == (8, 8)
     assert remote_s < session_timeout_s / 2, f"8 candidates on 2 servers took {remote_s:.0f} s"
 
@@ -197,7 +197,7 @@ def test_a_killed_rpc_server_leaves_tuning_to_the_other_and_loses_no_record(tmp_
             fleet.kill(fleet.servers[0])
 
     state = run.tune(
-        12, per_round=4, runner=fleet.address.runner(), on_round=kill_after_first_round
+        12, num_trials_per_iter=4, runner=fleet.address.runner(), on_round=kill_after_first_round
     )
     seconds = measured_seconds(run.work_dir)
     assert state.trials == len(seconds) == 12  # every candidate of every round is stored
@@ -313,14 +313,14 @@ def test_a_model_under_a_tiny_budget_gives_every_task_a_round_and_chooses_by_tim
     path = tmp_path / "mlp.onnx"
     path.write_bytes(model.proto.SerializeToString())
     run = TuningRun.create(tmp_path / "run", RunSpec.of_model(path, {}, host_target(), seed=0))
-    run.tune(400, deadline=deadline_after(1), per_round=4)
+    run.tune(400, deadline=deadline_after(1), num_trials_per_iter=4)
     times = run.task_times()
     assert len(times) == 2 and all(t.seconds < float("inf") and t.confirmed for t in times), times
     assert run.state().trials < 400
 
     # more records; each task's fastest were all timed again, and the model runs the fastest by
     # those times
-    run.tune(16, per_round=4)
+    run.tune(16, num_trials_per_iter=4)
     database, confirmed = run.database(), confirmed_seconds(run.work_dir)
     times = run.task_times()
     for task, t in zip(extract_tasks(run.lowered, run.target), times):

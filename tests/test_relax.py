@@ -697,11 +697,11 @@ def test_a_relax_module_is_a_run_with_resume_report_and_show(tmp_path, cpu_targe
 
     work = tmp_path / "run"
     TuningRun.create(work, RunSpec.of_relax(*exported(32), work, cpu_target, 0, label="tiny")).tune(
-        3, per_round=3
+        3, num_trials_per_iter=3
     )
     run = TuningRun.open(work)
     assert run.spec.describe() == "model tiny" and run.state().trials == 3
-    assert run.tune(5, per_round=2).trials == 5
+    assert run.tune(5, num_trials_per_iter=2).trials == 5
     task = max(run.task_times(), key=lambda t: t.seconds).name
     assert run.best_schedule(task).trace is not None
     report = ms_heron_cli("report", work)

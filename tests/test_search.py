@@ -553,7 +553,7 @@ def test_every_entry_point_tunes_with_heron_unless_told_metaschedule(cpu_target,
         ),
     ]
     run = TuningRun.create(tmp_path / "run", RunSpec.of(workload, cpu_target, 0))
-    run.tune(4, per_round=4)
+    run.tune(4, num_trials_per_iter=4)
     heron.append(run.database())
     for db in heron:
         records = db.get_all_tuning_records()

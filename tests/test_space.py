@@ -101,7 +101,9 @@ def test_a_wrong_kernel_is_reported_as_wrong(int8_target, tmp_path):
     workload = suite("gemm", "int8", M=16, N=16, K=64)
     run = TuningRun.create(tmp_path, RunSpec.of(workload, int8_target, seed=0))
     state = run.tune(
-        2, per_round=2, space=HeronSpace(rules=[AccumulateInInt8()], include_default_spaces=False)
+        2,
+        num_trials_per_iter=2,
+        space=HeronSpace(rules=[AccumulateInInt8()], include_default_spaces=False),
     )
     assert state.valid >= 1  # it built and ran: only the check can tell
     with pytest.raises(WrongResult, match=r"gemm.*int outputs differ from numpy"):

@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
                 args.trials,
                 label="ms_heron",
                 interrupts=interrupts,
-                per_round=min(TRIALS_PER_ROUND, args.trials),
+                num_trials_per_iter=min(TRIALS_PER_ROUND, args.trials),
             ):
                 return 130
         tuning_s = time.perf_counter() - start

@@ -57,7 +57,8 @@ def add_parser(sub, shared: argparse.ArgumentParser) -> None:
         "--trials",
         type=int,
         default=200,
-        help="records the work dir should hold in the end (default 200)",
+        help="records the work dir should hold in the end (default 200; max_trials_global in "
+        "Python)",
     )
     tune.add_argument(
         "--time-budget",
@@ -72,7 +73,8 @@ def add_parser(sub, shared: argparse.ArgumentParser) -> None:
         "--round-size",
         type=int,
         default=TRIALS_PER_ROUND,
-        help=f"candidates measured per round (default {TRIALS_PER_ROUND})",
+        help=f"candidates measured per round (default {TRIALS_PER_ROUND}; num_trials_per_iter "
+        "in Python)",
     )
     tune.add_argument(
         "--baseline",
@@ -167,7 +169,7 @@ def _tune(
             search=search,
             deadline=deadline,
             on_round=show,
-            per_round=args.round_size,
+            num_trials_per_iter=args.round_size,
             runner=measuring,
         )
     finally:

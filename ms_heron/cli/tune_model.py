@@ -42,7 +42,8 @@ def add_parser(sub, shared: argparse.ArgumentParser) -> None:
         "--trials",
         type=int,
         default=200,
-        help="records over all tasks the work dir should hold in the end (default 200)",
+        help="records over all tasks the work dir should hold in the end (default 200; "
+        "max_trials_global in Python)",
     )
     model.add_argument(
         "--time-budget",
@@ -66,7 +67,8 @@ def add_parser(sub, shared: argparse.ArgumentParser) -> None:
         "--round-size",
         type=int,
         default=TRIALS_PER_ROUND,
-        help=f"candidates measured per task round (default {TRIALS_PER_ROUND})",
+        help=f"candidates measured per task round (default {TRIALS_PER_ROUND}; "
+        "num_trials_per_iter in Python)",
     )
     add_measure_options(model)
     model.set_defaults(run=run)
@@ -160,7 +162,7 @@ def run(args: argparse.Namespace) -> int:
             interrupts=interrupts,
             deadline=deadline,
             on_round=_ModelProgressLine(tasks, args.trials, budget_s),
-            per_round=args.round_size,
+            num_trials_per_iter=args.round_size,
             runner=measuring,
         ):
             return 130

@@ -48,7 +48,7 @@ def tune_workload(
     workload: Workload,
     target: Target,
     work_dir: str,
-    max_trials: int,
+    max_trials_global: int,
     **tune_kwargs: Any,
 ) -> ms.Database:
     """:func:`tune_func` on a suite workload, refusing first one the target cannot run
@@ -57,7 +57,7 @@ def tune_workload(
         [workload_task(workload, target)],
         target,
         work_dir,
-        max_trials,
+        max_trials_global,
         **_kernel_options(tune_kwargs),
     )
 
@@ -73,13 +73,15 @@ def tune_func(
     func: tvm.tirx.PrimFunc,
     target: Target,
     work_dir: str,
-    max_trials: int,
+    max_trials_global: int,
     **options: Any,
 ) -> ms.Database:
     """``ms.tune_tir`` on any PrimFunc into a JSONDatabase under ``work_dir``: :func:`tune_tasks` on
     the one task. ``options`` are its own, with ``time_budget_s`` (wall-clock seconds from this
     call) in place of its ``deadline``."""
-    return tune_tasks([kernel_task(func)], target, work_dir, max_trials, **_kernel_options(options))
+    return tune_tasks(
+        [kernel_task(func)], target, work_dir, max_trials_global, **_kernel_options(options)
+    )
 
 
 def tune_model(
@@ -87,7 +89,7 @@ def tune_model(
     params: Mapping[str, Any] | None,
     target: Target,
     work_dir: str,
-    max_trials: int,
+    max_trials_global: int,
     *,
     search: Search = "heron",
     space: Any = None,
@@ -102,8 +104,8 @@ def tune_model(
 ) -> ms.Database:
     """Tune every fused kernel of a Relax model as ``ms-heron tune-model`` does: a
     :class:`~ms_heron.tuning.run.TuningRun` in ``work_dir`` (its lock, run file and progress log),
-    until it holds ``max_trials`` records (a second call on the same work dir resumes), each task's
-    best kernels timed again at the end. Returns the kernel each task runs, for
+    until it holds ``max_trials_global`` records (a second call on the same work dir resumes), each
+    task's best kernels timed again at the end. Returns the kernel each task runs, for
     :func:`~ms_heron.relax.compile_model`.
 
     Parameters
@@ -127,11 +129,11 @@ def tune_model(
         work_dir, RunSpec.of_relax(mod, params, work_dir, target, seed, exact_math=exact_math)
     )
     run.tune(
-        max_trials,
+        max_trials_global,
         search=search,
         deadline=deadline,
         on_round=on_round,
-        per_round=num_trials_per_iter,
+        num_trials_per_iter=num_trials_per_iter,
         runner=runner,
         space=space,
         strategy=strategy,

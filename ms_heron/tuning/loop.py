@@ -57,7 +57,7 @@ def tune_tasks(
     tasks: Sequence[Task],
     target: Target,
     work_dir: str,
-    max_trials: int,
+    max_trials_global: int,
     *,
     cold: bool,
     search: Search = "heron",
@@ -73,9 +73,9 @@ def tune_tasks(
     **tune_kwargs: Any,
 ) -> ms.Database:
     """The one call into MetaSchedule's task loop (``tune_tasks``, under ``ms.tune_tir`` and
-    ``tune_relax`` alike), for a kernel and for a model: ``max_trials`` in total over ``tasks``,
-    records to a JSONDatabase in ``work_dir`` (running again adds trials; HeronSearch starts from
-    the records there), with the set-up of :mod:`.setup`.
+    ``tune_relax`` alike), for a kernel and for a model: ``max_trials_global`` in total over
+    ``tasks``, records to a JSONDatabase in ``work_dir`` (running again adds trials; HeronSearch
+    starts from the records there), with the set-up of :mod:`.setup`.
 
     Parameters
     ----------
@@ -111,7 +111,7 @@ def tune_tasks(
         strategy,
         deadline=deadline,
         cold=cold,
-        callbacks=_reporter(on_round, max_trials),
+        callbacks=_reporter(on_round, max_trials_global),
         reserve_s=reserve_s,
     )
     names = [t.name for t in tasks]
@@ -135,7 +135,7 @@ def tune_tasks(
             tasks=contexts,
             task_weights=[t.weight for t in tasks],
             work_dir=work_dir,
-            max_trials_global=max_trials,
+            max_trials_global=max_trials_global,
             max_trials_per_task=max_trials_per_task,
             num_trials_per_iter=num_trials_per_iter,
             task_scheduler=task_scheduler,
@@ -165,7 +165,7 @@ class TuningRound:
 
     task: str
     trials: int  # measured by this call so far, all tasks
-    max_trials: int
+    max_trials_global: int
     measured: int  # candidates in this round
     valid: int  # of them, the ones that built and ran
     best_seconds: dict[str, float]  # per task, from the database's records too; inf until one ran
@@ -189,9 +189,9 @@ class _ReportRounds(PyMeasureCallback):
     """
 
     def __init__(
-        self, on_round: Callable[[TuningRound], None], max_trials: int, database: ms.Database
+        self, on_round: Callable[[TuningRound], None], max_trials_global: int, database: ms.Database
     ):
-        self.on_round, self.max_trials, self.database = on_round, max_trials, database
+        self.on_round, self.max_trials_global, self.database = on_round, max_trials_global, database
         self.started, self.trials = time.monotonic(), 0
         self.best: dict[str, float] = {}
         self.weights: dict[str, float] = {}
@@ -213,7 +213,7 @@ class _ReportRounds(PyMeasureCallback):
             TuningRound(
                 task=name,
                 trials=self.trials,
-                max_trials=self.max_trials,
+                max_trials_global=self.max_trials_global,
                 measured=len(seconds),
                 valid=sum(s < math.inf for s in seconds),
                 best_seconds=dict(self.best),
@@ -224,13 +224,13 @@ class _ReportRounds(PyMeasureCallback):
 
 
 def _reporter(
-    on_round: Callable[[TuningRound], None] | None, max_trials: int
+    on_round: Callable[[TuningRound], None] | None, max_trials_global: int
 ) -> Callable[[ms.Database], list] | None:
     """The measure callbacks (given the database) that report rounds to ``on_round``."""
     return (
         None
         if on_round is None
-        else (lambda database: [_ReportRounds(on_round, max_trials, database)])
+        else (lambda database: [_ReportRounds(on_round, max_trials_global, database)])
     )
 
 

@@ -237,12 +237,12 @@ class TuningRun:
 
     def tune(
         self,
-        trials: int,
+        max_trials_global: int,
         *,
         search: Search = "heron",
         deadline: float | None = None,
         on_round: Callable[[Progress], None] | None = None,
-        per_round: int = TRIALS_PER_ROUND,
+        num_trials_per_iter: int = TRIALS_PER_ROUND,
         stop: Callable[[], bool] | None = None,
         runner: ms.runner.Runner | None = None,
         space: HeronSpace | None = None,
@@ -250,10 +250,10 @@ class TuningRun:
         task_scheduler: Any = None,
         say: Callable[[str], None] | None = None,
     ) -> Progress:
-        """Tune until the work dir holds ``trials`` records or the time budget is spent (no
-        candidate is measured past it; each task gets its first round), or resume a run that holds
-        fewer. The one tuning path: the CLI commands, the demo and the bench scripts all come here.
-        One process at a time: the work dir's lock refuses a second one (:class:`RunError`).
+        """Tune until the work dir holds ``max_trials_global`` records or the time budget is spent
+        (no candidate is measured past it; each task gets its first round), or resume a run that
+        holds fewer. The one tuning path: the CLI commands, the demo and the bench scripts all come
+        here. One process at a time: the work dir's lock refuses a second one (:class:`RunError`).
 
         Parameters
         ----------
@@ -265,7 +265,7 @@ class TuningRun:
             where the caller's work began: a model's import counts in the budget, as set-up does).
         on_round
             Called with the run's progress after every measured round.
-        per_round
+        num_trials_per_iter
             Candidates measured per round.
         stop
             Asked before every round (the CLI's CTRL-C).
@@ -286,7 +286,7 @@ class TuningRun:
             # question of this object (its state, task times, kernel choice) asks
             self._database = open_database(self.work_dir, self.target)
             before = self.state()
-            todo = trials - before.trials
+            todo = max_trials_global - before.trials
             if todo <= 0:
                 say(
                     f"{before.trials} records already in {self.work_dir}; nothing to tune (raise "
@@ -343,7 +343,7 @@ class TuningRun:
                 strategy=watched,
                 task_scheduler=task_scheduler,
                 seed=self.spec.seed,
-                num_trials_per_iter=min(per_round, todo),
+                num_trials_per_iter=min(num_trials_per_iter, todo),
                 on_round=round_measured,
                 deadline=deadline,
                 reserve_s=confirm_reserve_s,
