@@ -122,20 +122,11 @@ def plot(found: list[Arm], ops: float | None, path: Path, title: str) -> Path:
             latency_ms = [
                 r.best_seconds * 1e3 if r.best_seconds < math.inf else math.nan for r in arm.rounds
             ]
-            by_trial.step(
-                [r.trials for r in arm.rounds],
-                latency_ms,
-                where="post",
-                marker="o",
-                label=arm.label,
-            )
-            by_time.step(
-                [r.elapsed_s for r in arm.rounds],
-                latency_ms,
-                where="post",
-                marker="o",
-                label=arm.label,
-            )
+            for axis, xs in (
+                (by_trial, [r.trials for r in arm.rounds]),
+                (by_time, [r.elapsed_s for r in arm.rounds]),
+            ):
+                axis.step(xs, latency_ms, where="post", marker="o", label=arm.label)
             continue
         gops = arm.best_so_far_gops(ops)
         by_trial.plot(range(1, len(gops) + 1), gops, label=arm.label)

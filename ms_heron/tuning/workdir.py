@@ -109,12 +109,9 @@ class RunSpec:
     ) -> RunSpec:
         path = Path(path).resolve()
         shapes = {name: [int(d) for d in dims] for name, dims in input_shapes.items()}
-        return RunSpec(
-            family=MODEL,
-            shape={},
-            dtype="",
-            target=target_json(target),
-            seed=seed,
+        return RunSpec._of_a_model(
+            target,
+            seed,
             label=path.stem,
             model=str(path),
             model_sha256=file_sha256(path),
@@ -142,16 +139,15 @@ class RunSpec:
         Path(work_dir).mkdir(parents=True, exist_ok=True)
         if not (Path(work_dir) / name).exists():
             (Path(work_dir) / name).write_text(text)
+        return RunSpec._of_a_model(
+            target, seed, label=label, model=name, model_sha256=digest, exact_math=exact_math
+        )
+
+    @staticmethod
+    def _of_a_model(target: Target, seed: int, **fields: Any) -> RunSpec:
+        """A model run: its tasks are the model's, no kernel family, shape or dtype of its own."""
         return RunSpec(
-            family=MODEL,
-            shape={},
-            dtype="",
-            target=target_json(target),
-            seed=seed,
-            label=label,
-            model=name,
-            model_sha256=digest,
-            exact_math=exact_math,
+            family=MODEL, shape={}, dtype="", target=target_json(target), seed=seed, **fields
         )
 
     def workload(self) -> Workload:
