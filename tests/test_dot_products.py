@@ -24,7 +24,6 @@ from tvm.target import Target
 from ms_heron import HeronSearch, HeronSpace, workloads
 from ms_heron.hardware.dot_products import (
     DOT_PRODUCTS,
-    NARROW_WEIGHT,
     VNNI,
     bytes_multiply_exactly,
     dot_product,
@@ -49,6 +48,7 @@ from ms_heron.rules import MultiLevelTiling, Tensorize
 from ms_heron.schedule.annotations import NARROW_WEIGHTS
 from ms_heron.schedule.operand_layout import widen_activation
 from ms_heron.testing import models
+from ms_heron.testing.int8 import adversarial_inputs
 from ms_heron.tuning import tune_model
 from ms_heron.workloads.evaluate import build, run_and_check
 
@@ -90,26 +90,6 @@ def _tensorized_conv(dot):
     spaces = stock_design_spaces(func, [Tensorize(), MultiLevelTiling()], _target(dot))
     space = next(s for s in spaces if dot.name in str(s.trace))
     return workload, finished(space, func)
-
-
-def _adversarial(workload, seed, dot):
-    """Seed 0: u8 255 against the extreme weights in alternate rows of the reduction -- s8 127 and
-    -128, every pair of products 64770 or -65280, past s16 (what ``vpmaddubsw`` would saturate); for
-    a form exact on narrow weights only, the widest pairs it still sums exactly (127 with 1, -128
-    with 0, -128 with 127, 64 with 64: 32640 or -32640). Other seeds: random (narrow: in +-64)."""
-    a, w = workload.random_inputs(seed)
-    row = np.arange(w.shape[-2])[:, None] % 4
-    if seed == 0:
-        a[...] = 255
-        if dot.narrow_weights:
-            even, odd = np.array([127, 1, -128, 0])[row], np.array([-128, 127, 64, 64])[row]
-            w[...] = np.where(np.arange(w.shape[-1]) % 2 == 0, even, odd).astype(w.dtype)
-            assert bytes_multiply_exactly(w.astype(np.int8), w.ndim - 2)
-        else:
-            w[...] = np.where(row % 2 == 0, 127, -128).astype(w.dtype)
-    elif dot.narrow_weights:
-        w[...] = np.clip(w, -NARROW_WEIGHT, NARROW_WEIGHT)
-    return [a, w]
 
 
 def test_a_byte_multiply_is_exact_where_no_pair_of_weights_it_sums_can_leave_s16():
@@ -195,7 +175,7 @@ def test_every_dot_product_tensorizes_a_gemm_and_a_conv_emits_its_instruction_an
             f"{dot.isa} to run it"
         )
     for seed in range(3):
-        run_and_check(lib, workload, inputs=_adversarial(workload, seed, dot))
+        run_and_check(lib, workload, inputs=adversarial_inputs(workload, seed, dot))
 
 
 def test_tvm_vnni_name_builds_and_is_bit_exact_where_the_host_has_vnni(vnni_target):

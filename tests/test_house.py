@@ -85,6 +85,32 @@ def test_at_most_four_modules_sit_at_the_package_top_besides_init():
     assert len(top) <= 4, top
 
 
+def _dataclass_keywords(node: ast.ClassDef) -> dict[str, bool] | None:
+    """A class's ``@dataclass(...)`` keywords that are literally True, or None if it is no
+    dataclass."""
+    for deco in node.decorator_list:
+        call = deco if isinstance(deco, ast.Call) else None
+        name = call.func if call else deco
+        if isinstance(name, ast.Name) and name.id == "dataclass":
+            return {
+                k.arg: getattr(k.value, "value", None) is True
+                for k in (call.keywords if call else [])
+            }
+    return None
+
+
+def test_every_dataclass_of_more_than_three_fields_is_built_by_keyword():
+    """Seven positional fields are how a value lands in the wrong one unnoticed."""
+    positional = []
+    for path, tree in _modules():
+        for node in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+            keywords = _dataclass_keywords(node)
+            fields = [s for s in node.body if isinstance(s, ast.AnnAssign)]
+            if keywords is not None and len(fields) > 3 and not keywords.get("kw_only"):
+                positional.append(f"{path}: {node.name} ({len(fields)} fields)")
+    assert positional == []
+
+
 def test_demo_and_both_tune_commands_take_the_one_tuning_path_and_a_model_is_lowered_once(tmp_path):
     """Each command enters ``TuningRun.tune`` once and reads each work dir's records once;
     tune-model lowers its model and extracts its tasks once (tuning, the task table, compiling and
