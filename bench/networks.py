@@ -28,6 +28,7 @@ import json
 import logging
 import math
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -44,6 +45,7 @@ from ms_heron.hardware.dot_products import dot_product
 from ms_heron.hardware.targets import (
     ISA_MCPU,
     TargetError,
+    cpu_name,
     host_cpu_model,
     host_target,
     narrowed,
@@ -70,8 +72,9 @@ RETIMED = "estimate retimed"
 
 
 def _file_key(key: str) -> str:
-    """A result row's key in a file name: ``resnet50-int8 (avx2)`` -> ``resnet50-int8_avx2``."""
-    return key.replace(" (", "_").rstrip(")")
+    """A result row's key in a file name: ``resnet50-int8 (avx2, znver3)`` ->
+    ``resnet50-int8_avx2_znver3``."""
+    return re.sub(r"[ (),]+", "_", key).strip("_")
 
 
 def _label(arm: str, share: float) -> str:
@@ -429,7 +432,8 @@ def main() -> None:
         target = narrowed(host_target(), args.isa) if args.isa else host_target()
     except TargetError as err:
         parser.error(str(err))
-    key = f"{args.network} ({args.isa})" if args.isa else args.network
+    # a narrower ISA's row is kept per host: an AVX2-only CPU's beside a wider one's
+    key = f"{args.network} ({args.isa}, {cpu_name(host_target())})" if args.isa else args.network
     work_root = pathlib.Path(args.work_root or tempfile.mkdtemp(prefix="ms_heron_networks_"))
     print(f"runs under {work_root}", flush=True)
     with tempfile.TemporaryDirectory(prefix="ms_heron_networks_") as tmp:
