@@ -6,7 +6,7 @@ JSON); every fused kernel of a model is a task. The work dir's files are :mod:`.
 
 Everything is appended line by line, so a run killed at any point loses at most the round in
 flight: on resume the records are loaded, HeronSearch warms its cost models from them and never
-measures them again, and ``trials`` counts the records already there.
+measures them again, and ``max_trials_global`` counts the records already there.
 """
 
 from __future__ import annotations
