@@ -175,9 +175,8 @@ def test_a_candidates_float32_arguments_hold_no_undefined_value():
 
 def test_rpc_servers_measure_like_the_local_runner(tmp_path, fleet):
     fleet.add_servers(2)
-    session_timeout_s = (
-        120  # a server kept busy by a finished candidate's session frees at this timeout
-    )
+    # a server kept busy by a finished candidate's session frees at this timeout
+    session_timeout_s = 120
     started = time.monotonic()
     remote = _run(tmp_path, "rpc").tune(
         8, num_trials_per_iter=4, runner=fleet.address.runner(timeout_s=session_timeout_s)

@@ -70,9 +70,8 @@ class CandidateCost:
     """
 
     def __init__(self):
-        self.first: tuple[float, int] | None = (
-            None  # (elapsed s, trials) when the first round ended
-        )
+        # (elapsed s, trials) when the first round ended
+        self.first: tuple[float, int] | None = None
         self.last: tuple[float, int] | None = None
 
     def add_round(self, elapsed_s: float, trials: int) -> None:
