@@ -5,6 +5,8 @@ import sys
 import warnings
 
 import pytest
+import tvm
+from tvm import relax
 from tvm.s_tir import meta_schedule as ms
 
 from ms_heron import workloads
@@ -76,6 +78,17 @@ def untuned(model, target):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # every task runs untuned here
         return compile_model(ms.database.MemoryDatabase(), from_onnx(model), None, target)
+
+
+def kernel_calls(lowered) -> list[str]:
+    """The kernels ``main`` calls, in order, one entry per call."""
+    call_tir = tvm.ir.Op.get("relax.call_tir")
+    return [
+        binding.value.args[0].name_hint
+        for block in lowered["main"].body.blocks
+        for binding in block.bindings
+        if isinstance(binding.value, relax.Call) and binding.value.op.same_as(call_tir)
+    ]
 
 
 def timing_out_runner():

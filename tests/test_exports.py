@@ -12,7 +12,7 @@ import onnx
 import pytest
 import tvm
 import tvm_ffi
-from conftest import untuned
+from conftest import kernel_calls, untuned
 from onnx import TensorProto, helper
 from tvm import relax
 
@@ -85,6 +85,55 @@ def test_torch_exports_of_transformers_models_match_onnxruntime(name, cpu_target
     expected, _ = onnxruntime_model(model.proto, model.inputs, threads=1)
     for g, e in zip(got, expected):
         np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(e).max())))
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_onnx_gelu_runs_fast_math_in_the_matmul_kernel_and_matches_onnxruntime(
+    approximate, cpu_target
+):
+    """Opset 20's ``Gelu`` (torch.onnx's for ViT and BERT) after a MatMul: written out, its ``erf``
+    or ``tanh`` becomes fast math in the matmul's kernel (no libm call, whose time depends on the
+    data), unless exact math is asked; both match ONNX Runtime."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, 8, 16)).astype("float32")
+    graph = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["x", "w"], ["m"]),
+            helper.make_node("Gelu", ["m"], ["y"], approximate=approximate),
+        ],
+        "gelu",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, (1, 8, 32))],
+        [onnx.numpy_helper.from_array(rng.standard_normal((16, 32)).astype("float32"), "w")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+    exact = {"none": "erf", "tanh": "tanh"}[approximate]
+    for exact_math in (False, True):
+        lowered = lower_for_tuning(from_onnx(model), None, cpu_target, exact_math=exact_math)
+        (kernel,) = kernel_calls(lowered)
+        assert kernel.startswith("fused_matmul") and "gelu" not in kernel, kernel
+        assert (f"fast_{exact}" in kernel) != exact_math and exact in kernel, kernel
+    (got,) = run_model(untuned(model, cpu_target), {"x": x})
+    (expected,), _ = onnxruntime_model(model, {"x": x}, threads=1)
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4 * float(np.abs(expected).max()))
+
+
+def test_gpt2s_gelu_and_residual_adds_run_in_its_matmul_kernels(cpu_target):
+    """GPT-2's ``Conv1D`` exports as a flattening Reshape, a 2-D MatMul and a Reshape back, and its
+    tanh GELU cubes with ``Pow``: the GELU (as products, no ``pow``) and every residual add run in
+    the kernel of the matmul before them, each matmul runs once, and no kernel is only
+    element-wise."""
+    model = _export("gpt2")
+    lowered = lower_for_tuning(from_onnx(model.proto), None, cpu_target)
+    kernels = [
+        gv.name_hint for gv, f in lowered.functions_items() if isinstance(f, tvm.tirx.PrimFunc)
+    ]
+    assert not [k for k in kernels if "power" in k], kernels
+    (gelu,) = [k for k in kernels if "tanh" in k]
+    assert gelu.startswith("fused_matmul"), kernels
+    assert not [k for k in kernels if re.fullmatch(r"fused_(reshape\d*_)?add\d*", k)], kernels
+    matmuls = sum(n.op_type in ("MatMul", "Gemm") for n in model.proto.graph.node)
+    assert sum(re.match("(fused_)?matmul", k) is not None for k in kernel_calls(lowered)) == matmuls
 
 
 @pytest.mark.parametrize("name", ["alexnet", "vgg", "googlenet", "squeezenet"])

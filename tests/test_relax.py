@@ -10,7 +10,7 @@ import numpy as np
 import onnx
 import pytest
 import tvm
-from conftest import HOST_DOT, ms_heron_cli, timing_out_runner, untuned
+from conftest import HOST_DOT, kernel_calls, ms_heron_cli, timing_out_runner, untuned
 from onnx import TensorProto, helper
 from rule_helpers import finished, schedule_steps
 from tvm.relax.frontend import nn
@@ -757,6 +757,78 @@ def test_a_resnet_lowers_to_one_kernel_per_convolution_with_batch_norm_folded_an
         n.op_type == "Relu" for n in graph.node
     )
     _untuned_against_onnxruntime(model, cpu_target)
+
+
+def _flattened_linears() -> onnx.ModelProto:
+    """Two ``torch.nn.Linear`` on a 3-D input as exporters write them (a flattening ``Reshape``, a
+    2-D ``MatMul``, a ``Reshape`` back): the first with a bias and a per-channel scale after it, the
+    second with GPT-2's tanh GELU (``Pow(y, 3)``, ``y`` read three times) and a residual add."""
+    rng = np.random.default_rng(0)
+    consts = {
+        "w1": rng.standard_normal((8, 16)),
+        "w2": rng.standard_normal((16, 16)) / 4,
+        "bias": rng.standard_normal(16),
+        "scale": rng.uniform(0.5, 2, 16),
+        "flat": np.array([-1, 16]),
+        "batched": np.array([1, 4, 16]),
+        "rows": np.array([-1, 8]),
+        "three": np.array(3.0),
+        "cube": np.array(0.044715),
+        "root": np.array(0.7978845608),
+        "half": np.array(0.5),
+        "one": np.array(1.0),
+    }
+    nodes = [
+        ("Reshape", ["x", "rows"], "x2"),
+        ("MatMul", ["x2", "w1"], "m1"),
+        ("Reshape", ["m1", "batched"], "m1b"),
+        ("Add", ["m1b", "bias"], "biased"),
+        ("Mul", ["biased", "scale"], "h"),
+        ("Reshape", ["h", "flat"], "h2"),
+        ("MatMul", ["h2", "w2"], "m2"),
+        ("Reshape", ["m2", "batched"], "g"),
+        ("Pow", ["g", "three"], "g3"),
+        ("Mul", ["g3", "cube"], "g3c"),
+        ("Add", ["g", "g3c"], "inner"),
+        ("Mul", ["inner", "root"], "scaled"),
+        ("Tanh", ["scaled"], "t"),
+        ("Add", ["t", "one"], "t1"),
+        ("Mul", ["g", "half"], "gh"),
+        ("Mul", ["gh", "t1"], "gelu"),
+        ("Add", ["gelu", "h"], "y"),
+    ]
+    graph = helper.make_graph(
+        [helper.make_node(op, inputs, [out]) for op, inputs, out in nodes],
+        "flattened_linears",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 4, 8))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, (1, 4, 16))],
+        [
+            onnx.numpy_helper.from_array(
+                v.astype(np.int64 if v.dtype.kind == "i" else np.float32), k
+            )
+            for k, v in consts.items()
+        ],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_flattened_linears_bias_scale_gelu_and_residual_run_in_its_matmul_kernel(cpu_target):
+    """The reshape back after a flattened matmul moves past the element-wise ops after it, which
+    then fuse into the matmul's kernel: the bias, and the scale folded through it into the weight
+    (no multiply left in that kernel); GELU's cube as products (no ``pow``) and the residual add.
+    The second matmul's result, read three times, is computed once (its 0.5 not folded into a
+    copy of its weight). Two kernels in all (besides the reshapes of the model's input and
+    output), and the model matches ONNX Runtime."""
+    model = _flattened_linears()
+    calls = kernel_calls(lower_for_tuning(from_onnx(model), None, cpu_target))
+    calls = [c for c in calls if not re.fullmatch(r"reshape\d*", c)]  # the input's and output's
+    assert len(calls) == 2 and all(c.startswith("fused_matmul") for c in calls), calls
+    assert "multiply" not in calls[0] and "power" not in calls[1], calls
+    assert all(op in calls[1] for op in ("tanh", "multiply", "add")), calls
+    x = np.random.default_rng(1).standard_normal((1, 4, 8)).astype("float32")
+    (got,) = run_model(untuned(model, cpu_target), {"x": x})
+    (expected,), _ = onnxruntime_model(model, {"x": x}, threads=1)
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4 * float(np.abs(expected).max()))
 
 
 def test_relu6_as_clip_fuses_into_the_depthwise_and_pointwise_convolutions(cpu_target):

@@ -32,12 +32,15 @@ from .passes import (
     failure_reason,
     fold_explicit_pads,
     fold_scale_shift,
+    gelu_as_formula,
     integer_qdq,
     keep_int8_matmuls,
     never_failing,
     quantization_parameters_as_tensors,
     record_narrow_weights,
     s16_weights,
+    small_powers_as_products,
+    views_after_epilogues,
     whole_window_pools_as_reductions,
     winograd_convolutions,
 )
@@ -102,7 +105,10 @@ def lower_for_tuning(
     become means,
     BatchNorms and constant per-channel scales are folded into the weights and bias of the
     convolution or matmul before them, and n-ary sums are chained adds, so that a ResNet's
-    residual add and ReLU fuse into the convolution's kernel.
+    residual add and ReLU fuse into the convolution's kernel. Small whole powers become products,
+    and the reshape back after a flattened matmul moves past the ops after it
+    (:mod:`.passes.views`), so that a transformer's bias, GELU and residual add run in the matmul's
+    kernel.
     Weights that reach a TIR function as constants are marked layout-free, so schedules may store
     them in whatever layout their kernels read best. On a CPU without VNNI, s8 ones within +-64 are
     marked narrow (:func:`.passes.record_narrow_weights`), so that it may multiply them as bytes,
@@ -111,7 +117,8 @@ def lower_for_tuning(
     vector lanes run along contiguous channels;
     transposes (the int8 convolutions' channels-last layout, :mod:`.passes.quantized`) move past the
     element-wise epilogues, which then fuse into the kernels before them.
-    Unless ``exact_math``, ``exp``, ``erf``, ``tanh`` and softmax become TVM's polynomial
+    Unless ``exact_math``, ``exp``, ``erf``, ``tanh`` (GELU's too, written out first) and softmax
+    become TVM's polynomial
     approximations (``FastMathTransform``), as ONNX Runtime's
     kernels use: on the CPU the exact ones are scalar libm calls whose time depends on the data
     (GELU's erf made BERT's FFN kernel 2-3x slower on real activations than on the tuner's inputs),
@@ -138,9 +145,12 @@ def lower_for_tuning(
         fold_explicit_pads,
         whole_window_pools_as_reductions,
         chain_stacked_reductions,
+        small_powers_as_products,
+        views_after_epilogues,
         fold_scale_shift,
         never_failing(relax.transform.DeadCodeElimination()),
         never_failing(relax.transform.DecomposeOpsForInference()),
+        gelu_as_formula,
         *([] if exact_math else [never_failing(relax.transform.FastMathTransform())]),
         never_failing(relax.transform.CanonicalizeBindings()),
         channels_last_convolutions,

@@ -7,6 +7,12 @@ says so (:mod:`.guard`).
 * :func:`clamped_gathers`: ``Gather``'s indices clamped, so that no input (the tuner's random ones)
   makes an embedding lookup read out of bounds;
 * :func:`channel_window_as_slices`: LRN's window over channels as slices that fuse into one kernel;
+* :func:`gelu_as_formula`: ONNX's ``Gelu`` written out with ``erf`` or ``tanh``, which the
+  lowering's fast math then approximates (Relax legalizes ``nn.gelu`` to libm's ``erf`` too late);
+* :func:`small_powers_as_products`: ``Pow(x, 3)`` (GPT-2's GELU) as ``x * x * x``, which
+  vectorizes, instead of a libm call per element;
+* :func:`views_after_epilogues`: the reshape after a flattened matmul (``torch.nn.Linear`` on 3-D
+  input) moved past its bias, activation and residual add, which then fuse into its kernel;
 * :func:`fold_explicit_pads`: a zero ``Pad`` node in front of a convolution into its padding;
 * :func:`whole_window_pools_as_reductions`: a pooling whose one window holds its whole input (an
   exporter's global pooling) as a mean or max over the image's axes;
@@ -28,6 +34,7 @@ says so (:mod:`.guard`).
   multiply of CPUs without VNNI.
 """
 
+from .activations import gelu_as_formula
 from .channels_last import channels_last_convolutions
 from .fold_scale_shift import fold_scale_shift
 from .gathers import clamped_gathers
@@ -38,12 +45,14 @@ from .narrow_weights import record_narrow_weights, s16_weights
 from .nary import chain_stacked_reductions
 from .pads import fold_explicit_pads
 from .pooling import whole_window_pools_as_reductions
+from .powers import small_powers_as_products
 from .quantized import (
     channels_last_epilogues,
     integer_qdq,
     keep_int8_matmuls,
     quantization_parameters_as_tensors,
 )
+from .views import views_after_epilogues
 from .winograd import winograd_convolutions
 
 __all__ = [
@@ -57,6 +66,7 @@ __all__ = [
     "failure_reason",
     "fold_explicit_pads",
     "fold_scale_shift",
+    "gelu_as_formula",
     "integer_qdq",
     "keep_int8_matmuls",
     "never_failing",
@@ -64,6 +74,8 @@ __all__ = [
     "record_narrow_weights",
     "s16_weights",
     "skipped_passes",
+    "small_powers_as_products",
+    "views_after_epilogues",
     "whole_window_pools_as_reductions",
     "winograd_convolutions",
 ]

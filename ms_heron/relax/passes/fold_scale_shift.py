@@ -18,7 +18,7 @@ from tvm import IRModule, relax
 from tvm.relax.dpl import TupleGetItemPattern, is_const, is_op, wildcard
 
 from .guard import never_failing
-from .sinking import constant_value, rewrite_until_fixed, static_shape
+from .sinking import constant_value, rewrite_until_fixed, static_shape, values_used_once
 
 
 def _floating(expr) -> bool:
@@ -75,8 +75,12 @@ def _scaled(producer, scale: np.ndarray):
     return relax.Call(producer.op, [producer.args[0], relax.const(folded)], producer.attrs)
 
 
-def _rules() -> list:
-    """(pattern, rewriter) pairs; each step moves a scale into a weight or merges shifts."""
+def _rules(func: relax.Function) -> list:
+    """(pattern, rewriter) pairs for one round over ``func``; each step moves a scale into a weight
+    or merges shifts. A convolution or matmul whose result other ops read too (GPT-2's GELU
+    halves the matmul's result and cubes it) keeps its weight: a scaled copy would compute it
+    twice."""
+    once, bound = values_used_once(func), relax.analysis.get_var2val(func)
     rules = []
     y, gamma, beta, mean, var = wildcard(), is_const(), is_const(), is_const(), is_const()
     norm = is_op("relax.nn.batch_norm")(y, gamma, beta, mean, var)
@@ -117,12 +121,13 @@ def _rules() -> list:
     rules += [(is_op("relax.divide")(x, c), as_multiply), (is_op("relax.subtract")(x, c), as_add)]
 
     def into_weight(expr, m):  # conv(x, W) * c = conv(x, W * c)
-        folded = _scaled(m[x], constant_value(m[c]))
+        folded = _scaled(m[x], constant_value(m[c])) if m[x] in once else None
         return expr if folded is None else folded
 
     def through_shift(expr, m):  # (y + b) * c = y * c + b * c, when y * c folds into y's weight
-        shifted, scale = _shifted(m[x]), constant_value(m[c])
-        folded = None if shifted is None else _scaled(shifted[0], scale)
+        shifted, scale = _shifted(m[x]) if m[x] in once else None, constant_value(m[c])
+        producer = None if shifted is None else bound.get(shifted[0])
+        folded = _scaled(producer, scale) if producer in once else None
         if folded is None:
             return expr
         return relax.op.add(folded, relax.const((shifted[1] * scale).astype(scale.dtype)))
@@ -156,4 +161,4 @@ def fold_scale_shift(func: relax.Function, _mod: IRModule, _ctx) -> relax.Functi
     """Fold inference BatchNorms and constant per-channel scales into the preceding convolution's or
     matmul's constant weight, and constant shifts into one bias (weights must be bound first)."""
     # each round moves a scale one op closer to its weight
-    return rewrite_until_fixed(func, _rules())
+    return rewrite_until_fixed(func, _rules)

@@ -12,6 +12,7 @@ view, one pass for a transpose, which a following layout change may then cancel)
 
 from __future__ import annotations
 
+import collections
 import math
 from dataclasses import dataclass
 from typing import Callable
@@ -128,12 +129,24 @@ def sink(func: relax.Function, change: LayoutChange, extra_rules: list = ()) -> 
     return rewrite_until_fixed(func, [*_rules(change), *extra_rules])
 
 
-def rewrite_until_fixed(func: relax.Function, rules: list) -> relax.Function:
+def rewrite_until_fixed(
+    func: relax.Function, rules: list | Callable[[relax.Function], list]
+) -> relax.Function:
     """Apply every (pattern, rewriter) pair of ``rules`` in turn, in rounds, until a round changes
-    nothing."""
+    nothing; ``rules`` may be made anew for each round from the function the round starts with."""
     while True:
         before = func
-        for pattern, rewriter in rules:
+        for pattern, rewriter in rules(func) if callable(rules) else rules:
             func = rewrite_call(pattern, rewriter, func)
         if tvm_ffi.structural_equal(before, func):
             return func
+
+
+def values_used_once(func: relax.Function) -> set:
+    """The bound values (as a rewriter's matches hold them) that one binding, or the return, reads:
+    a rewrite may change those in place, where changing a shared one would compute it twice."""
+    uses = collections.Counter(relax.analysis.free_vars(func.body.body))
+    for block in func.body.blocks:
+        for binding in block.bindings:
+            uses.update(relax.analysis.free_vars(binding.value))
+    return {value for var, value in relax.analysis.get_var2val(func).items() if uses[var] == 1}
