@@ -87,31 +87,35 @@ def test_torch_exports_of_transformers_models_match_onnxruntime(name, cpu_target
         np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(e).max())))
 
 
-@pytest.mark.parametrize("approximate", ["none", "tanh"])
-def test_onnx_gelu_runs_fast_math_in_the_matmul_kernel_and_matches_onnxruntime(
-    approximate, cpu_target
+@pytest.mark.parametrize(
+    ("op", "attrs", "exact"),
+    [("Gelu", {"approximate": "none"}, "erf"), ("Gelu", {"approximate": "tanh"}, "tanh")]
+    + [("Sigmoid", {}, "exp")],
+)
+def test_onnx_gelu_and_sigmoid_run_fast_math_in_the_matmul_kernel_and_match_onnxruntime(
+    op, attrs, exact, cpu_target
 ):
-    """Opset 20's ``Gelu`` (torch.onnx's for ViT and BERT) after a MatMul: written out, its ``erf``
-    or ``tanh`` becomes fast math in the matmul's kernel (no libm call, whose time depends on the
-    data), unless exact math is asked; both match ONNX Runtime."""
+    """Opset 20's ``Gelu`` (torch.onnx's for ViT and BERT) and ``Sigmoid`` (SiLU's) after a MatMul:
+    written out, their ``erf``, ``tanh`` or ``exp`` becomes fast math in the matmul's kernel (no
+    libm call, whose time depends on the data), unless exact math is asked; both match ONNX
+    Runtime."""
     rng = np.random.default_rng(0)
     x = rng.standard_normal((1, 8, 16)).astype("float32")
     graph = helper.make_graph(
         [
             helper.make_node("MatMul", ["x", "w"], ["m"]),
-            helper.make_node("Gelu", ["m"], ["y"], approximate=approximate),
+            helper.make_node(op, ["m"], ["y"], **attrs),
         ],
-        "gelu",
+        op.lower(),
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, (1, 8, 32))],
         [onnx.numpy_helper.from_array(rng.standard_normal((16, 32)).astype("float32"), "w")],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
-    exact = {"none": "erf", "tanh": "tanh"}[approximate]
     for exact_math in (False, True):
         lowered = lower_for_tuning(from_onnx(model), None, cpu_target, exact_math=exact_math)
         (kernel,) = kernel_calls(lowered)
-        assert kernel.startswith("fused_matmul") and "gelu" not in kernel, kernel
+        assert kernel.startswith("fused_matmul") and op.lower() not in kernel, kernel
         assert (f"fast_{exact}" in kernel) != exact_math and exact in kernel, kernel
     (got,) = run_model(untuned(model, cpu_target), {"x": x})
     (expected,), _ = onnxruntime_model(model, {"x": x}, threads=1)

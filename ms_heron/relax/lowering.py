@@ -23,6 +23,7 @@ from tvm.target import Target
 from ..errors import HeronError
 from ..intrinsics import ensure_registered
 from .passes import (
+    activations_as_formulas,
     chain_stacked_reductions,
     channel_window_as_slices,
     channels_last_convolutions,
@@ -32,7 +33,6 @@ from .passes import (
     failure_reason,
     fold_explicit_pads,
     fold_scale_shift,
-    gelu_as_formula,
     integer_qdq,
     keep_int8_matmuls,
     never_failing,
@@ -117,12 +117,11 @@ def lower_for_tuning(
     vector lanes run along contiguous channels;
     transposes (the int8 convolutions' channels-last layout, :mod:`.passes.quantized`) move past the
     element-wise epilogues, which then fuse into the kernels before them.
-    Unless ``exact_math``, ``exp``, ``erf``, ``tanh`` (GELU's too, written out first) and softmax
-    become TVM's polynomial
-    approximations (``FastMathTransform``), as ONNX Runtime's
-    kernels use: on the CPU the exact ones are scalar libm calls whose time depends on the data
-    (GELU's erf made BERT's FFN kernel 2-3x slower on real activations than on the tuner's inputs),
-    while the approximations vectorize and cost the same on any input.
+    Unless ``exact_math``, ``exp``, ``erf``, ``tanh`` (GELU's and sigmoid's too, written out
+    first) and softmax become TVM's polynomial approximations (``FastMathTransform``), as ONNX
+    Runtime's kernels use: on the CPU the exact ones are scalar libm calls whose time depends on the
+    data (GELU's erf made BERT's FFN kernel 2-3x slower on real activations than on the tuner's
+    inputs), while the approximations vectorize and cost the same on any input.
 
     Every rewrite above is an optimization: one that fails on a graph it does not know (TVM's
     ``ConvertLayout`` raises InternalErrors on some ops) is skipped for that model, with a warning,
@@ -150,7 +149,7 @@ def lower_for_tuning(
         fold_scale_shift,
         never_failing(relax.transform.DeadCodeElimination()),
         never_failing(relax.transform.DecomposeOpsForInference()),
-        gelu_as_formula,
+        activations_as_formulas,
         *([] if exact_math else [never_failing(relax.transform.FastMathTransform())]),
         never_failing(relax.transform.CanonicalizeBindings()),
         channels_last_convolutions,

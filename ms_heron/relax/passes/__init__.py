@@ -7,8 +7,9 @@ says so (:mod:`.guard`).
 * :func:`clamped_gathers`: ``Gather``'s indices clamped, so that no input (the tuner's random ones)
   makes an embedding lookup read out of bounds;
 * :func:`channel_window_as_slices`: LRN's window over channels as slices that fuse into one kernel;
-* :func:`gelu_as_formula`: ONNX's ``Gelu`` written out with ``erf`` or ``tanh``, which the
-  lowering's fast math then approximates (Relax legalizes ``nn.gelu`` to libm's ``erf`` too late);
+* :func:`activations_as_formulas`: GELU and sigmoid (SiLU) written out with ``erf``, ``tanh`` and
+  ``exp``, which the lowering's fast math then approximates (Relax and LLVM lower them to libm
+  calls after it);
 * :func:`small_powers_as_products`: ``Pow(x, 3)`` (GPT-2's GELU) as ``x * x * x``, which
   vectorizes, instead of a libm call per element;
 * :func:`views_after_epilogues`: the reshape after a flattened matmul (``torch.nn.Linear`` on 3-D
@@ -34,7 +35,7 @@ says so (:mod:`.guard`).
   multiply of CPUs without VNNI.
 """
 
-from .activations import gelu_as_formula
+from .activations import activations_as_formulas
 from .channels_last import channels_last_convolutions
 from .fold_scale_shift import fold_scale_shift
 from .gathers import clamped_gathers
@@ -56,6 +57,7 @@ from .views import views_after_epilogues
 from .winograd import winograd_convolutions
 
 __all__ = [
+    "activations_as_formulas",
     "SKIPPED_PASSES_ATTR",
     "chain_stacked_reductions",
     "clamped_gathers",
@@ -66,7 +68,6 @@ __all__ = [
     "failure_reason",
     "fold_explicit_pads",
     "fold_scale_shift",
-    "gelu_as_formula",
     "integer_qdq",
     "keep_int8_matmuls",
     "never_failing",
