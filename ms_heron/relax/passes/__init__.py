@@ -57,8 +57,8 @@ from .views import views_after_epilogues
 from .winograd import winograd_convolutions
 
 __all__ = [
-    "activations_as_formulas",
     "SKIPPED_PASSES_ATTR",
+    "activations_as_formulas",
     "chain_stacked_reductions",
     "clamped_gathers",
     "channel_window_as_slices",

@@ -26,10 +26,9 @@ def _formula(op: str, x: relax.Expr) -> relax.Expr:
     def c(value: float) -> relax.Expr:
         return relax.const(value, dtype)
 
-    if op == "relax.sigmoid":  # 1 / (1 + exp(-x))
-        return relax.op.divide(c(1.0), relax.op.add(c(1.0), relax.op.exp(relax.op.negative(x))))
-    if op == "relax.nn.silu":  # x / (1 + exp(-x))
-        return relax.op.divide(x, relax.op.add(c(1.0), relax.op.exp(relax.op.negative(x))))
+    if op in ("relax.sigmoid", "relax.nn.silu"):  # 1 / (1 + exp(-x)), and x times that
+        one_plus = relax.op.add(c(1.0), relax.op.exp(relax.op.negative(x)))
+        return relax.op.divide(c(1.0) if op == "relax.sigmoid" else x, one_plus)
     if op == "relax.nn.gelu":  # x * (1/2 + erf(x / sqrt(2)) / 2)
         erf = relax.op.erf(relax.op.multiply(x, c(math.sqrt(0.5))))
         return relax.op.multiply(x, relax.op.add(c(0.5), relax.op.multiply(erf, c(0.5))))
