@@ -25,6 +25,7 @@ from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 from tvm.target import Target
 
 from .errors import HeronError
+from .hardware.targets import target_json
 from .intrinsics import ensure_registered
 
 #: MetaSchedule stores a candidate that failed to build or run with a run time of 1e10 s.
@@ -351,6 +352,69 @@ def first_records(
     for index, record in json_lines(work_dir / DATABASE_FILES[1])[:count]:
         database.commit_tuning_record(ms.database.TuningRecord.from_json(record, workloads[index]))
     return database
+
+
+@dataclass
+class TargetRecords:
+    """A database directory's records of one target (:func:`read_records`)."""
+
+    database: ms.database.MemoryDatabase
+    #: Records left out because another target measured them, by that target's description.
+    foreign: dict[str, int] = field(default_factory=dict)
+
+
+def read_records(directory: Path, target: Target) -> TargetRecords:
+    """The records of ``directory`` (a work dir, a store's, any JSONDatabase's) measured for
+    ``target``, read without writing a file. A line that is not a workload or a record is skipped
+    with a warning naming it, the rest kept; a missing directory holds none."""
+    ensure_registered(target)
+    workloads: list = []  # by line: records point at workloads by line number
+    for number, line in _numbered_lines(directory / DATABASE_FILES[0]):
+        try:
+            workloads.append(ms.database.Workload.from_json(json.loads(line)))
+        except Exception:  # pylint: disable=broad-except  # TVM raises its own error kinds
+            _skipped(directory / DATABASE_FILES[0], number, "a workload")
+            workloads.append(None)
+    found = TargetRecords(ms.database.MemoryDatabase())
+    wanted = target_key(target_json(target))
+    for number, line in _numbered_lines(directory / DATABASE_FILES[1]):
+        # A record line is [workload index, [trace, run_secs, target, arg info]].
+        try:
+            index, record = json.loads(line)
+            workload = workloads[index] if isinstance(index, int) and index >= 0 else None
+            if workload is not None and target_key(record[2]) != wanted:
+                other = describe_target(record[2])
+                found.foreign[other] = found.foreign.get(other, 0) + 1
+                continue
+            parsed = ms.database.TuningRecord.from_json(record, workload)
+        except Exception:  # pylint: disable=broad-except
+            _skipped(directory / DATABASE_FILES[1], number, "a tuning record")
+            continue
+        found.database.commit_tuning_record(
+            ms.database.TuningRecord(
+                parsed.trace,
+                found.database.commit_workload(workload.mod),
+                parsed.run_secs,
+                parsed.target,
+                parsed.args_info,
+            )
+        )
+    return found
+
+
+def _numbered_lines(path: Path) -> list[tuple[int, str]]:
+    """The complete lines of ``path`` with their numbers, blank ones left out: a torn last line (a
+    killed writer) is not complete."""
+    lines = _lines(path)
+    if lines and not lines[-1].endswith("\n"):
+        lines = lines[:-1]
+    return [(number, line) for number, line in enumerate(lines, 1) if line.strip()]
+
+
+def _skipped(path: Path, number: int, what: str) -> None:
+    warnings.warn(
+        f"{path}:{number} is not {what} and is skipped; the other records are kept", stacklevel=3
+    )
 
 
 @dataclass

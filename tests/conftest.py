@@ -13,6 +13,7 @@ from ms_heron import workloads
 from ms_heron.hardware.dot_products import dot_product, native_dtype
 from ms_heron.hardware.targets import cpu_name, has_amx, has_vnni, host_target
 from ms_heron.relax import compile_model, from_onnx
+from ms_heron.tuning.store import STORE_ENV
 
 #: Small shapes of every family that still exercise their index arithmetic (stride, pad, dilation).
 SMALL_SHAPES = {
@@ -38,6 +39,13 @@ HOST_DOT = dot_product(host_target())
 def suite(family: str, dtype: str = HOST_DTYPE, **shape):
     """A suite workload as this machine tunes it: an int8 weight packed for its dot product."""
     return workloads.make(family, dtype, target=host_target(), **shape)
+
+
+@pytest.fixture(autouse=True)
+def _own_records_store(tmp_path_factory, monkeypatch):
+    """Each test its own default records store (and the commands it runs): a task one test tuned
+    is not taken from the store in another."""
+    monkeypatch.setenv(STORE_ENV, str(tmp_path_factory.mktemp("records_store")))
 
 
 @pytest.fixture(scope="session")

@@ -12,6 +12,7 @@ from ..hardware.targets import cpu_name, num_cores, parse_target
 from ..tuning.budget import deadline_after
 from ..tuning.loop import TRIALS_PER_ROUND
 from ..tuning.run import TuningRun
+from ..tuning.store import STORE_ENV, RecordStore
 from ..tuning.workdir import RunSpec
 from .common import (
     Interrupts,
@@ -69,6 +70,27 @@ def add_parser(sub, shared: argparse.ArgumentParser) -> None:
         default=TRIALS_PER_ROUND,
         help=f"candidates measured per task round (default {TRIALS_PER_ROUND}; "
         "num_trials_per_iter in Python)",
+    )
+    model.add_argument(
+        "--store",
+        help="the records store to seed from and keep the best programs in (default: "
+        f"${STORE_ENV}, else ms_heron/records in the user's cache directory)",
+    )
+    model.add_argument(
+        "--no-store", action="store_true", help="neither seed from nor write the records store"
+    )
+    model.add_argument(
+        "--records-from",
+        nargs="+",
+        default=[],
+        metavar="DIR",
+        help="more work dirs or stores to seed from (a colleague's, say); records of another "
+        "target are skipped",
+    )
+    model.add_argument(
+        "--retune",
+        action="store_true",
+        help="tune the tasks the store or --records-from hold too (else only timed again)",
     )
     add_measure_options(model)
     model.set_defaults(run=run)
@@ -164,6 +186,9 @@ def run(args: argparse.Namespace) -> int:
             on_round=_ModelProgressLine(tasks, args.trials, budget_s),
             num_trials_per_iter=args.round_size,
             runner=measuring,
+            store=None if args.no_store else RecordStore(args.store),
+            records_from=args.records_from,
+            retune=args.retune,
         ):
             return 130
     print(

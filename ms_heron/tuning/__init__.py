@@ -2,7 +2,8 @@
 (:mod:`.builder`, :mod:`.measure`) under a wall-clock budget (:mod:`.budget`), the one loop every
 tuning call ends in (:mod:`.loop`), a resumable run in a work dir (:mod:`.run`: the path the
 command, the demo, the bench scripts and ``tune_model`` take) and the work dir's own files
-(:mod:`.workdir`: run file, lock, progress log, merge), the Python entry points
+(:mod:`.workdir`: run file, lock, progress log, merge), the records store that outlives a run
+(:mod:`.store`), the Python entry points
 (:mod:`.api`), and a model run's best kernels timed again at its end (:mod:`.confirm`)."""
 
 from ..lazy import lazy_attributes
@@ -21,6 +22,7 @@ _MODULES = {
     ),
     **dict.fromkeys(["NoValidRecord", "TuningRound", "best_schedule", "tune_tasks"], ".loop"),
     **dict.fromkeys(["TuningRun"], ".run"),
+    **dict.fromkeys(["RecordStore"], ".store"),
     **dict.fromkeys(["Progress", "RunError", "RunSpec", "merge_runs"], ".workdir"),
     **dict.fromkeys(["Search", "reset_metaschedule_logger", "search_parts"], ".setup"),
 }

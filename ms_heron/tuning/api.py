@@ -8,8 +8,8 @@ pipeline.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal
 
 import tvm
 from tvm import IRModule, relax
@@ -30,6 +30,7 @@ from .loop import (
 )
 from .run import TuningRun
 from .setup import Search
+from .store import RecordStore
 from .workdir import Progress, RunSpec
 
 __all__ = [
@@ -101,6 +102,9 @@ def tune_model(
     time_budget_s: float | None = None,
     runner: ms.runner.Runner | None = None,
     exact_math: bool = False,
+    store: RecordStore | Literal["default"] | None = "default",
+    records_from: Sequence[str] = (),
+    retune: bool = False,
 ) -> ms.Database:
     """Tune every fused kernel of a Relax model as ``ms-heron tune-model`` does: a
     :class:`~ms_heron.tuning.run.TuningRun` in ``work_dir`` (its lock, run file and progress log),
@@ -123,6 +127,11 @@ def tune_model(
     exact_math
         Keep exact exp/erf/tanh (see :func:`ms_heron.relax.lower_for_tuning`); compile with the same
         value.
+    store, records_from, retune
+        Tasks tuned before for this target, found in the records store (``"default"``: the
+        user's, :func:`.store.default_store_dir`; None: none) or in ``records_from``, are timed
+        again instead of tuned, unless ``retune``; the run's best programs are kept in the store
+        (:meth:`.run.TuningRun.tune`).
     """
     deadline = deadline_after(time_budget_s)
     run = TuningRun.create(
@@ -138,6 +147,9 @@ def tune_model(
         space=space,
         strategy=strategy,
         task_scheduler=task_scheduler,
+        store=RecordStore() if store == "default" else store,
+        records_from=records_from,
+        retune=retune,
     )
     return run.chosen_database()
 

@@ -15,7 +15,7 @@ import dataclasses
 import functools
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,8 @@ from tvm.target import Target
 
 from ..records import (
     CHOICE_TOP_K,
+    CorruptDatabase,
+    best_seconds,
     confirmed_seconds,
     first_records,
     measured_seconds,
@@ -54,6 +56,7 @@ from .loop import (
     workload_task,
 )
 from .setup import Search, builder_for, runner_for, search_parts
+from .store import RecordStore, seed_from
 from .workdir import (
     BASELINE_DIR,
     RELAX_FILE_PREFIX,
@@ -249,6 +252,9 @@ class TuningRun:
         strategy: Any = None,
         task_scheduler: Any = None,
         say: Callable[[str], None] | None = None,
+        store: RecordStore | None = None,
+        records_from: Sequence[str | Path] = (),
+        retune: bool = False,
     ) -> Progress:
         """Tune until the work dir holds ``max_trials_global`` records or the time budget is spent
         (no candidate is measured past it; each task gets its first round), or resume a run that
@@ -278,13 +284,35 @@ class TuningRun:
         task_scheduler
             Replaces the search's own sharing of a model's trials (:func:`.loop.tune_tasks`).
         say
-            Told, in one line, that the run resumes or has nothing left to tune (the CLI prints it).
+            Told, in one line each, that the run resumes or has nothing left to tune, and what the
+            store and ``records_from`` held (the CLI prints it).
+        store
+            Seeds the work dir with the best programs it holds of the run's tasks, and keeps the
+            run's own when tuning ends (:mod:`.store`); None: neither.
+        records_from
+            More work dirs or stores to seed from; records of another target are skipped, and
+            counted in one line.
+        retune
+            Tune the tasks the store or ``records_from`` held too (else their seeded programs are
+            only timed again, with the run's other best kernels).
         """
         say = say or (lambda _: None)
         with work_dir_lock(self.work_dir):
             # the one read of the records: the database this run tunes into, which every later
             # question of this object (its state, task times, kernel choice) asks
             self._database = open_database(self.work_dir, self.target)
+            # a model's lowering counts in the budget, as the rest of set-up does
+            tasks = self.tasks
+            sources = [*([store.dir_for(self.target)] if store else []), *records_from]
+            seeded = seed_from(self._database, tasks, self.target, sources)
+            for line in seeded.lines(len(tasks)):
+                say(line)
+            kept = set() if retune else seeded.tasks
+            tuned = [t for t in tasks if t.name not in kept]
+            # the estimate of the tasks not tuned, added to every round's
+            untuned_s = sum(
+                t.weight * best_seconds(self._database, t.mod) for t in tasks if t.name in kept
+            )
             before = self.state()
             todo = max_trials_global - before.trials
             if todo <= 0:
@@ -313,8 +341,6 @@ class TuningRun:
                 if on_round is not None:
                     on_round(dataclasses.replace(current))  # a snapshot: the caller may keep it
 
-            # a model's lowering counts in the budget, as the rest of set-up does
-            tasks = self.tasks
             # built here, so that a model's confirmation measures with the same ones
             builder = builder_for(deadline)
             runner = runner or runner_for(self.target, cold=self.is_model, deadline=deadline)
@@ -327,35 +353,39 @@ class TuningRun:
                 cost.add_round(r.elapsed_s, r.trials)
                 current.trials += r.measured
                 current.valid += r.valid
-                current.best_seconds = r.model_seconds()
+                current.best_seconds = r.model_seconds() + untuned_s
                 if self.is_model:
                     current.task, current.task_seconds = r.task, r.best_seconds[r.task]
                 round_ended()
 
-            database = tune_tasks(
-                tasks,
-                self.target,
-                str(self.work_dir),
-                todo,
-                cold=self.is_model,
-                search=search,
-                space=space,
-                strategy=watched,
-                task_scheduler=task_scheduler,
-                seed=self.spec.seed,
-                num_trials_per_iter=min(num_trials_per_iter, todo),
-                on_round=round_measured,
-                deadline=deadline,
-                reserve_s=confirm_reserve_s,
-                builder=builder,
-                runner=runner,
-                database=self._database,
-            )
+            database = self._database
+            if tuned:
+                database = tune_tasks(
+                    tuned,
+                    self.target,
+                    str(self.work_dir),
+                    todo,
+                    cold=self.is_model,
+                    search=search,
+                    space=space,
+                    strategy=watched,
+                    task_scheduler=task_scheduler,
+                    seed=self.spec.seed,
+                    num_trials_per_iter=min(num_trials_per_iter, todo),
+                    on_round=round_measured,
+                    deadline=deadline,
+                    reserve_s=confirm_reserve_s,
+                    builder=builder,
+                    runner=runner,
+                    database=self._database,
+                )
             if self.is_model and (stop is None or not stop()):
                 self._confirm(database, builder, runner, say)
                 current.best_seconds, current.confirmed = self.state().best_seconds, True
                 current.task, current.task_seconds = "", math.inf
                 round_ended()
+            if store is not None:
+                _keep(store, database, tasks, self.target, say)
             return self.state()
 
     def confirm(self) -> None:
@@ -382,3 +412,15 @@ class TuningRun:
         confirm_best(
             str(self.work_dir), database, self.tasks, self.target, builder=builder, runner=runner
         )
+
+
+def _keep(store: RecordStore, database, tasks, target: Target, say) -> None:
+    """Add the run's best programs to ``store``; a store that cannot be written is told in one
+    line, since the work dir holds them all."""
+    try:
+        added = store.keep(database, tasks, target)
+    except (CorruptDatabase, OSError) as err:
+        say(f"the records store was not updated ({err}); the work dir holds every record")
+        return
+    if added:
+        say(f"kept {added} programs in the records store {store.dir_for(target)}")

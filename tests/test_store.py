@@ -1,0 +1,134 @@
+"""The records store: a task tuned once for a target is not tuned again, in another work dir or
+network; its programs are timed again once on this host; records of another target and corrupt
+lines are skipped, said in one line."""
+
+import json
+import re
+import shutil
+
+import onnx
+import pytest
+from conftest import ms_heron_cli
+from tvm.s_tir import meta_schedule as ms
+
+from ms_heron.hardware.targets import target_json
+from ms_heron.records import DATABASE_FILES, confirmed_seconds, describe_target
+from ms_heron.testing import models
+from ms_heron.tuning import RunSpec, TuningRun
+from ms_heron.tuning.store import RecordStore, seed_from
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory, cpu_target):
+    """A small conv + dense model tuned once into a store: (store, the run)."""
+    root = tmp_path_factory.mktemp("tuned")
+    model = models.cnn()
+    onnx.save(model.proto, root / "cnn.onnx")
+    store = RecordStore(root / "store")
+    run = TuningRun.create(
+        root / "first", RunSpec.of_model(root / "cnn.onnx", model.input_shapes(), cpu_target, 0)
+    )
+    run.tune(16, num_trials_per_iter=4, store=store)
+    return store, run
+
+
+def test_a_task_in_the_store_is_not_tuned_again_and_its_kernels_are_timed_again_once(
+    tmp_path, tuned
+):
+    store, first = tuned
+    names = [t.name for t in first.tasks]
+    directory = store.dir_for(first.target)
+    assert (directory / DATABASE_FILES[1]).read_text().count("\n") >= len(names)
+    # A new work dir of the same model: every task comes from the store, none is tuned.
+    run = TuningRun.create(tmp_path / "second", first.spec)
+    said, rounds = [], []
+    run.tune(64, num_trials_per_iter=4, store=store, say=said.append, on_round=rounds.append)
+    assert (
+        f"{len(names)} of {len(names)} tasks were tuned before for this target: their best "
+        "programs are timed again here, not tuned (--retune tunes them)"
+    ) in said
+    assert [r.confirmed for r in rounds] == [True]  # no measured round, only the timing again
+    timed = confirmed_seconds(run.work_dir)
+    assert len(timed) == run.state().trials  # every seeded program, each once
+    assert all(t.seconds < float("inf") for t in run.task_times())
+    # Run again: nothing new to seed, and nothing is timed a second time.
+    run = TuningRun.create(tmp_path / "second", first.spec)
+    run.tune(64, num_trials_per_iter=4, store=store)
+    lines = (run.work_dir / "confirmed.jsonl").read_text().splitlines()
+    assert len(lines) == len(timed)
+    # retune: the tasks are tuned although the store holds them
+    retuned = []
+    run.tune(
+        run.state().trials + 4,
+        num_trials_per_iter=4,
+        store=store,
+        retune=True,
+        on_round=retuned.append,
+    )
+    assert any(not r.confirmed for r in retuned)
+
+
+def test_records_of_another_target_are_skipped_in_one_line(tmp_path, tuned, cpu_target):
+    store, first = tuned
+    foreign = tmp_path / "haswell"
+    shutil.copytree(store.dir_for(first.target), foreign)
+    records = foreign / DATABASE_FILES[1]
+    lines = records.read_text().splitlines()
+    other = {**target_json(first.target), "mcpu": "haswell"}
+    rewritten = []
+    for line in lines:
+        index, (trace, secs, _target, args) = json.loads(line)
+        rewritten.append(json.dumps([index, [trace, secs, other, args]]))
+    records.write_text("\n".join(rewritten) + "\n")
+    seeded = seed_from(ms.database.MemoryDatabase(), first.tasks, cpu_target, [foreign])
+    assert seeded.tasks == set() and seeded.added == 0
+    assert seeded.lines(len(first.tasks)) == [
+        f"skipped {len(lines)} records of {foreign} measured for another target "
+        f"({describe_target(other)})"
+    ]
+
+
+def test_a_corrupt_store_line_is_skipped_with_a_warning_and_the_rest_seed(
+    tmp_path, tuned, cpu_target
+):
+    store, first = tuned
+    copy = RecordStore(tmp_path / "store")
+    shutil.copytree(store.root, copy.root)
+    records = copy.dir_for(cpu_target) / DATABASE_FILES[1]
+    good = records.read_text().splitlines(keepends=True)
+    records.write_text("".join([good[0], "not a record\n", "[99, [1, 2]]\n", *good[1:]]))
+    with pytest.warns(UserWarning) as caught:
+        seeded = seed_from(
+            ms.database.MemoryDatabase(), first.tasks, cpu_target, [copy.dir_for(cpu_target)]
+        )
+    skipped = [str(w.message) for w in caught]
+    assert f"{records}:2 is not a tuning record and is skipped; the other records are kept" in (
+        skipped
+    )
+    assert any(re.match(rf"{re.escape(str(records))}:3 is not a tuning record", m) for m in skipped)
+    intact = seed_from(
+        ms.database.MemoryDatabase(), first.tasks, cpu_target, [store.dir_for(cpu_target)]
+    )
+    assert seeded.tasks == {t.name for t in first.tasks} and seeded.added == intact.added > 0
+    # the store is still written to: its corrupt lines are set aside, its good ones kept
+    with pytest.warns(UserWarning, match="set aside"):
+        assert copy.keep(first.database(), first.tasks, cpu_target) == 0
+
+
+def test_the_warm_path_through_the_command(tmp_path):
+    """Two networks of one model file, as the README shows: the second run tunes nothing."""
+    model = models.mlp()
+    path = tmp_path / "mlp.onnx"
+    onnx.save(model.proto, path)
+    store = tmp_path / "store"
+    common = ("--trials", 8, "--round-size", 4, "--store", store)
+    first = ms_heron_cli("tune-model", path, "--work-dir", tmp_path / "a", *common)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert re.search(r"kept \d+ programs in the records store", first.stdout), first.stdout
+    second = ms_heron_cli("tune-model", path, "--work-dir", tmp_path / "b", *common)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert re.search(r"ms_heron: (\d+) of \1 tasks were tuned before", second.stdout)
+    assert " trials | task " not in second.stdout
+    assert "outputs checked against" in second.stdout
+    cold = ms_heron_cli("tune-model", path, "--work-dir", tmp_path / "c", *common, "--no-store")
+    assert cold.returncode == 0 and " trials | task " in cold.stdout, cold.stderr[-3000:]
