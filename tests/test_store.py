@@ -66,6 +66,19 @@ def test_a_task_in_the_store_is_not_tuned_again_and_its_kernels_are_timed_again_
         on_round=retuned.append,
     )
     assert any(not r.confirmed for r in retuned)
+    # More seeded programs than --trials asks for: none is tuned, all are still timed again.
+    few = TuningRun.create(tmp_path / "few", first.spec)
+    few.tune(1, store=store)
+    assert few.progress()[-1].confirmed and len(confirmed_seconds(few.work_dir)) > 1
+    # A work dir that tuned its tasks itself goes on tuning them when it resumes, though the store
+    # holds them since (its own programs).
+    shutil.copytree(first.work_dir, tmp_path / "resumed")
+    resumed = TuningRun.create(tmp_path / "resumed", first.spec)
+    more = []
+    resumed.tune(
+        resumed.state().trials + 4, num_trials_per_iter=4, store=store, on_round=more.append
+    )
+    assert any(not r.confirmed for r in more)
 
 
 def test_records_of_another_target_are_skipped_in_one_line(tmp_path, tuned, cpu_target):

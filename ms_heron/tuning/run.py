@@ -34,6 +34,7 @@ from ..records import (
     measured_seconds,
     open_database,
     record_seconds,
+    top_records,
 )
 from ..relax import (
     Task,
@@ -66,8 +67,10 @@ from .workdir import (
     claim,
     file_sha256,
     log_progress,
+    note_seeded,
     read_progress,
     read_spec,
+    seeded_tasks,
     work_dir_lock,
 )
 
@@ -304,7 +307,15 @@ class TuningRun:
             # a model's lowering counts in the budget, as the rest of set-up does
             tasks = self.tasks
             sources = [*([store.dir_for(self.target)] if store else []), *records_from]
+            # a task this work dir tuned itself is tuned on when it resumes, though the store
+            # holds it since (its own programs, kept when it ended)
+            tuned_here = {
+                t.name for t in tasks if top_records(self._database, t.mod, 1)
+            } - seeded_tasks(self.work_dir)
             seeded = seed_from(self._database, tasks, self.target, sources)
+            seeded.tasks -= tuned_here
+            if sources:
+                note_seeded(self.work_dir, seeded.tasks)
             for line in seeded.lines(len(tasks)):
                 say(line)
             kept = set() if retune else seeded.tasks
@@ -315,7 +326,7 @@ class TuningRun:
             )
             before = self.state()
             todo = max_trials_global - before.trials
-            if todo <= 0:
+            if todo <= 0 and not seeded.added:  # programs just seeded are still timed again
                 say(
                     f"{before.trials} records already in {self.work_dir}; nothing to tune (raise "
                     "--trials to go on)"
@@ -359,7 +370,7 @@ class TuningRun:
                 round_ended()
 
             database = self._database
-            if tuned:
+            if tuned and todo > 0:
                 database = tune_tasks(
                     tuned,
                     self.target,

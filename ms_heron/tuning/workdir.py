@@ -13,6 +13,8 @@ Layout of a work dir (MetaSchedule's own files plus ours)::
                                      named), and a model run's last line, once its best kernels were
                                      timed again
     confirmed.jsonl                a model's best kernels timed again after tuning (:mod:`.confirm`)
+    seeded.json                    the tasks whose programs came from the records store
+                                     (:mod:`.store`), not tuned here
     logs/                          MetaSchedule's per-task logs (HeronSearch's round statistics)
     ms_heron.lock                  held by the tuning process (its pid inside); a second one is
     refused baseline/                      the same layout for MetaSchedule's default search, if
@@ -52,6 +54,7 @@ RUN_FILE = "ms_heron_run.json"
 #: Held by the process that tunes the work dir.
 LOCK_FILE = "ms_heron.lock"
 PROGRESS_FILE = "progress.jsonl"
+SEEDED_FILE = "seeded.json"
 #: A Relax model run keeps its module in the work dir, as ``relax_model_<sha256 prefix>.json``.
 RELAX_FILE_PREFIX = "relax_model_"
 BASELINE_DIR = "baseline"
@@ -270,6 +273,19 @@ def log_progress(work_dir: Path, progress: Progress) -> None:
     """Append one round's line to the progress log."""
     with open(work_dir / PROGRESS_FILE, "a") as log:
         log.write(json.dumps(asdict(progress)) + "\n")
+
+
+def seeded_tasks(work_dir: Path) -> set[str]:
+    """The work dir's tasks whose programs came from the records store (:data:`SEEDED_FILE`)."""
+    path = work_dir / SEEDED_FILE
+    return set(json.loads(path.read_text())) if path.is_file() else set()
+
+
+def note_seeded(work_dir: Path, tasks: set[str]) -> None:
+    """Write :data:`SEEDED_FILE` whole (a new file moved over the old one)."""
+    fresh = work_dir / (SEEDED_FILE + ".tmp")
+    fresh.write_text(json.dumps(sorted(tasks)))
+    os.replace(fresh, work_dir / SEEDED_FILE)
 
 
 @contextlib.contextmanager
