@@ -161,6 +161,19 @@ def top_records(database: ms.database.Database, mod, k: int) -> list[ms.database
     )
 
 
+def commit_copy(database: ms.database.Database, mod, record: ms.database.TuningRecord) -> None:
+    """Commit ``record`` (from another database) to ``database`` as a record of the task ``mod``."""
+    database.commit_tuning_record(
+        ms.database.TuningRecord(
+            record.trace,
+            database.commit_workload(mod),
+            record.run_secs,
+            record.target,
+            record.args_info,
+        )
+    )
+
+
 def best_seconds(database: ms.database.Database, mod) -> float:
     """The seconds of ``database``'s fastest record of the task ``mod``; inf without one."""
     top = top_records(database, mod, 1)
@@ -390,15 +403,7 @@ def read_records(directory: Path, target: Target) -> TargetRecords:
         except Exception:  # pylint: disable=broad-except
             _skipped(directory / DATABASE_FILES[1], number, "a tuning record")
             continue
-        found.database.commit_tuning_record(
-            ms.database.TuningRecord(
-                parsed.trace,
-                found.database.commit_workload(workload.mod),
-                parsed.run_secs,
-                parsed.target,
-                parsed.args_info,
-            )
-        )
+        commit_copy(found.database, workload.mod, parsed)
     return found
 
 

@@ -29,6 +29,7 @@ from ..records import (
     CHOICE_TOP_K,
     add_confirmed,
     chosen_record,
+    commit_copy,
     confirmed_seconds,
     record_key,
     record_seconds,
@@ -86,13 +87,5 @@ def chosen_database(
         mod = task.mod
         record, _ = chosen_record(database, mod, confirmed)
         if record is not None:
-            chosen.commit_tuning_record(
-                ms.database.TuningRecord(
-                    record.trace,
-                    chosen.commit_workload(mod),
-                    record.run_secs,
-                    record.target,
-                    record.args_info,
-                )
-            )
+            commit_copy(chosen, mod, record)
     return chosen

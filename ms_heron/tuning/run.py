@@ -57,7 +57,7 @@ from .loop import (
     workload_task,
 )
 from .setup import Search, builder_for, runner_for, search_parts
-from .store import RecordStore, seed_from
+from .store import RecordStore, Seeded, seed_from
 from .workdir import (
     BASELINE_DIR,
     RELAX_FILE_PREFIX,
@@ -307,14 +307,15 @@ class TuningRun:
             # a model's lowering counts in the budget, as the rest of set-up does
             tasks = self.tasks
             sources = [*([store.dir_for(self.target)] if store else []), *records_from]
-            # a task this work dir tuned itself is tuned on when it resumes, though the store
-            # holds it since (its own programs, kept when it ended)
-            tuned_here = {
-                t.name for t in tasks if top_records(self._database, t.mod, 1)
-            } - seeded_tasks(self.work_dir)
-            seeded = seed_from(self._database, tasks, self.target, sources)
-            seeded.tasks -= tuned_here
+            seeded = Seeded()
             if sources:
+                # a task this work dir tuned itself is tuned on when it resumes, though the store
+                # holds it since (its own programs, kept when it ended)
+                tuned_here = {
+                    t.name for t in tasks if top_records(self._database, t.mod, 1)
+                } - seeded_tasks(self.work_dir)
+                seeded = seed_from(self._database, tasks, self.target, sources)
+                seeded.tasks -= tuned_here
                 note_seeded(self.work_dir, seeded.tasks)
             for line in seeded.lines(len(tasks)):
                 say(line)

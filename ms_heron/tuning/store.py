@@ -28,6 +28,7 @@ from .. import __version__
 from ..hardware.targets import target_json
 from ..records import (
     CHOICE_TOP_K,
+    commit_copy,
     describe_target,
     open_database,
     read_records,
@@ -149,15 +150,7 @@ def _copy(records: Sequence[ms.database.TuningRecord], into: ms.Database, mod) -
     held = {record_key(r) for r in top_records(into, mod, _ALL)}
     new = [r for r in records if record_key(r) not in held]
     for record in new:
-        into.commit_tuning_record(
-            ms.database.TuningRecord(
-                record.trace,
-                into.commit_workload(mod),
-                record.run_secs,
-                record.target,
-                record.args_info,
-            )
-        )
+        commit_copy(into, mod, record)
     return len(new)
 
 
