@@ -517,7 +517,7 @@ def test_lane_reduction_fuses_a_norms_two_reduction_axes(cpu_target):
 
 
 def test_prime_extent_is_padded_into_a_space_with_real_tiles(cpu_target):
-    """A GEMM with M = 127 (prime): with ``tile_extents`` on (off by default), besides the space as
+    """A GEMM with M = 127 (prime): with ``tile_extents`` (on by default), besides the space as
     it is, HeronSpace yields one padded by ``pad_einsum`` to 128, whose tiles of M are neither 1 nor
     the whole extent; its random samples
     compute the right answer, and the padded work stays within the waste bound in the lowered
@@ -526,16 +526,15 @@ def test_prime_extent_is_padded_into_a_space_with_real_tiles(cpu_target):
     from ms_heron.space import HeronSpace, design_spaces  # pylint: disable=import-outside-toplevel
 
     workload = workloads.make("gemm", "fp32", M=127, N=64, K=32)
-    by_default = design_spaces(workload.func, cpu_target, HeronSpace(include_default_spaces=False))
-    # rows: opt-in
-    assert not any(i.kind.name == "PadEinsum" for s in by_default for i in s.trace.insts)
-    rules = [
-        PadExtents(tile_extents=True) if isinstance(r, PadExtents) else r
+    rules_off = [
+        PadExtents(tile_extents=False) if isinstance(r, PadExtents) else r
         for r in default_rules(cpu_target)
     ]
-    spaces = design_spaces(
-        workload.func, cpu_target, HeronSpace(rules=rules, include_default_spaces=False)
+    without = design_spaces(
+        workload.func, cpu_target, HeronSpace(rules=rules_off, include_default_spaces=False)
     )
+    assert not any(i.kind.name == "PadEinsum" for s in without for i in s.trace.insts)
+    spaces = design_spaces(workload.func, cpu_target, HeronSpace(include_default_spaces=False))
     padded = [s for s in spaces if any(i.kind.name == "PadEinsum" for i in s.trace.insts)]
     assert padded and len(padded) < len(spaces)  # padding is a choice: the unpadded spaces stay
     space = padded[0]
