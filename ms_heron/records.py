@@ -161,6 +161,16 @@ def top_records(database: ms.database.Database, mod, k: int) -> list[ms.database
     )
 
 
+def fastest_per_workload(database: ms.database.Database) -> list[ms.database.TuningRecord]:
+    """The fastest record of each workload ``database`` holds, of those that built and ran."""
+    best: dict[str, tuple[float, ms.database.TuningRecord]] = {}
+    for record in database.get_all_tuning_records():
+        seconds, workload = record_seconds(record.run_secs), record.workload.as_json()[0]
+        if seconds < best.get(workload, (math.inf,))[0]:
+            best[workload] = (seconds, record)
+    return [record for _, record in best.values()]
+
+
 def commit_copy(database: ms.database.Database, mod, record: ms.database.TuningRecord) -> None:
     """Commit ``record`` (from another database) to ``database`` as a record of the task ``mod``."""
     database.commit_tuning_record(

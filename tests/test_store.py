@@ -8,14 +8,25 @@ import shutil
 
 import onnx
 import pytest
+import tvm
 from conftest import ms_heron_cli
 from tvm.s_tir import meta_schedule as ms
 
+from ms_heron import workloads
 from ms_heron.hardware.targets import target_json
-from ms_heron.records import DATABASE_FILES, confirmed_seconds, describe_target
+from ms_heron.records import (
+    DATABASE_FILES,
+    confirmed_seconds,
+    describe_target,
+    fastest_per_workload,
+    read_records,
+    record_seconds,
+)
+from ms_heron.search.transfer import stored_donation
 from ms_heron.testing import models
 from ms_heron.tuning import RunSpec, TuningRun
 from ms_heron.tuning.store import RecordStore, seed_from
+from ms_heron.workloads.evaluate import build, run_and_check
 
 
 @pytest.fixture(scope="module")
@@ -126,6 +137,43 @@ def test_a_corrupt_store_line_is_skipped_with_a_warning_and_the_rest_seed(
     # the store is still written to: its corrupt lines are set aside, its good ones kept
     with pytest.warns(UserWarning, match="set aside"):
         assert copy.keep(first.database(), first.tasks, cpu_target) == 0
+
+
+def test_a_second_conv_shape_starts_from_the_stored_first_shapes_best_projected(
+    tmp_path, cpu_target
+):
+    """A convolution tuned into the store; another run tunes a larger one of the same stage's
+    kind: its first round holds the stored program projected (every inner tile factor and choice
+    kept, as the larger extents allow), and that program computes the convolution."""
+    store = RecordStore(tmp_path / "store")
+    conv = dict(N=1, KH=3, KW=3, stride=1, pad=1)
+    small = workloads.make("c2d", "fp32", H=8, W=8, CI=16, CO=32, **conv)
+    large = workloads.make("c2d", "fp32", H=16, W=16, CI=32, CO=64, **conv)
+    TuningRun.create(tmp_path / "small", RunSpec.of(small, cpu_target, 0)).tune(
+        8, num_trials_per_iter=8, store=store
+    )
+    (stored,) = fastest_per_workload(read_records(store.dir_for(cpu_target), cpu_target).database)
+    signature, wanted = stored_donation(stored.trace)
+
+    run = TuningRun.create(tmp_path / "large", RunSpec.of(large, cpu_target, 0))
+    run.tune(4, num_trials_per_iter=4, store=store)
+    first_round = run.database().get_all_tuning_records()
+    projected = [
+        r
+        for r in first_round
+        if stored_donation(r.trace)[0] == signature
+        and all(
+            have == want if not isinstance(want, tuple) else have[1:] == want[1:]
+            for have, want in zip(stored_donation(r.trace)[1], wanted)
+        )
+    ]
+    assert projected, "no program of the first round is the stored one projected"
+    assert record_seconds(projected[0].run_secs) < float("inf")
+    sch = tvm.s_tir.Schedule(large.func)
+    projected[0].trace.apply_to_schedule(sch, remove_postproc=False)
+    run_and_check(build(sch.mod, cpu_target), large)
+    logs = "".join(p.read_text() for p in (run.work_dir / "logs").iterdir())
+    assert "round 0 starts with" in logs and "projected from tasks tuned before" in logs
 
 
 def test_the_warm_path_through_the_command(tmp_path):

@@ -81,3 +81,13 @@ def test_donors_give_other_tasks_best_programs_newest_donor_first():
     assert donors.for_task("conv", "a", 4) == [("b",)]  # never its own program
     assert donors.for_task("conv", "z", 1) == [("a-fast",)]
     assert donors.for_task("depthwise", "z", 4) == []
+
+
+def test_donors_nearest_in_extents_come_first_the_newest_among_equals():
+    donors = Donors()
+    # (tile of 2 factors, a choice): extents 64 and 8
+    donors.donate("conv", "wide", 1.0, ((16, 4), 2))
+    donors.donate("conv", "narrow", 1.0, ((2, 4), 2))
+    assert donors.for_task("conv", "z", 2, extents=(8, 0)) == [((2, 4), 2), ((16, 4), 2)]
+    assert donors.for_task("conv", "z", 2, extents=(56, 0)) == [((16, 4), 2), ((2, 4), 2)]
+    assert donors.for_task("conv", "z", 2) == [((2, 4), 2), ((16, 4), 2)]  # newest

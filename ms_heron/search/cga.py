@@ -123,8 +123,9 @@ class HeronSearch(PySearchStrategy):
         Best measured programs carried into every population.
     transfer
         Programs that other tasks of the same design-space structure found best (tuned earlier in
-        this process: a model's convolutions, say) projected onto this task and measured first in
-        its first round (:mod:`.transfer`); 0 turns transfer off.
+        this process: a model's convolutions, say; or stored by an earlier run,
+        ``donors.take_stored``) projected onto this task and measured first in its first round
+        (:mod:`.transfer`); 0 turns transfer off.
     search_share
         The most of a round's time its search may take (sampling, replaying, ranking; the rest is
         building and measuring): population and generations shrink toward it (:mod:`.effort`); 1
@@ -342,14 +343,18 @@ class HeronSearch(PySearchStrategy):
         out = []
         with self._timed("solver"):
             for space, (sig, solver) in enumerate(zip(self.signatures, self.solvers)):
-                for donated in self.donors.for_task(sig, self.context.task_name, self.transfer):
+                extents = [d.extent if d.kind == "tile" else 0 for d in solver.model.decisions]
+                for donated in self.donors.for_task(
+                    sig, self.context.task_name, self.transfer, extents
+                ):
                     values = project(solver, donated)
                     if values is not None:
                         out.append(Program(space=space, values=values))
         out = unique(out)[: self.transfer]
         if out:
             self.logger.info(
-                "HeronSearch: round 0 starts with %d programs projected from tasks tuned before",
+                "HeronSearch: round 0 starts with %d programs projected from tasks tuned before "
+                "(in this run, or stored by an earlier one)",
                 len(out),
             )
         return out

@@ -1,19 +1,26 @@
-"""Transfer between a model's tasks: a tuned task's best programs seed the first round of the tasks
-with the same design-space structure.
+"""Transfer between tasks: a tuned task's best programs seed the first round of the tasks with the
+same design-space structure, in this run or (from a records store) in a later one.
 
 A network's convolutions and matmuls share their structure across stages; what blocked one well
 (register tile, vector axis, unroll depth, where the caches sit) is a strong first guess for the
 next. Decisions are carried over in a shape-free form: a tiling's inner factors (the outer one
 absorbs the new extent) and the chosen candidate of a categorical or compute-location decision.
 CP-SAT completes them under the new task's constraints, so a projection is as valid as any sample.
+A stored record's trace carries the same decisions, so another network's best programs (ResNet-50's
+convolutions for ResNet-101's) project the same way.
 """
 
 from __future__ import annotations
 
 import math
 from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+
+from tvm.s_tir import Trace
+from tvm.s_tir.meta_schedule.database import TuningRecord
 
 from ..constraints import ConstraintModel, Infeasible, Solver
+from ..records import record_seconds
 
 #: A design space's structure: its instructions' kinds, and each decision's kind and arity.
 Signature = tuple
@@ -37,6 +44,30 @@ def donation(model: ConstraintModel, values: dict) -> Donation:
         else d.candidates[values[d.variables[0]]]
         for d in model.decisions
     )
+
+
+def stored_donation(trace: Trace) -> tuple[Signature, Donation] | None:
+    """A record's program in the form of :func:`signature` and :func:`donation`, read from its trace
+    alone (the design space it replays is not at hand); None when the trace holds a decision kind
+    no constraint model takes."""
+    trace = trace.simplified(remove_postproc=True)
+    kinds, donated = [], []
+    for inst in trace.insts:
+        if inst not in trace.decisions:
+            continue
+        decided, kind = trace.decisions[inst], inst.kind.name
+        if kind == "SamplePerfectTile":
+            donated.append(tuple(int(x) for x in decided))
+            kinds.append(("tile", len(donated[-1])))
+        elif kind == "SampleCategorical":  # the trace holds an index into the candidates
+            donated.append(int(inst.attrs[0][int(decided)]))
+            kinds.append(("categorical", 1))
+        elif kind == "SampleComputeLocation":  # the trace holds the position itself
+            donated.append(int(decided))
+            kinds.append(("location", 1))
+        else:
+            return None
+    return (tuple(inst.kind.name for inst in trace.insts), tuple(kinds)), tuple(donated)
 
 
 def project(solver: Solver, donated: Donation) -> dict | None:
@@ -65,8 +96,8 @@ def project(solver: Solver, donated: Donation) -> dict | None:
 
 class Donors:
     """The best program of every tuned task, per design-space signature; shared by a HeronSearch and
-    its clones (one per task). Newest donors first: a model's tasks are tuned largest first, so the
-    task tuned last before this one is the nearest in size."""
+    its clones (one per task), and given the stored records of other runs (:meth:`take_stored`).
+    A task takes the donors nearest to its own extents first, the newest of equally near ones."""
 
     def __init__(self):
         self._best: dict[Signature, OrderedDict[str, tuple[float, Donation]]] = {}
@@ -78,7 +109,36 @@ class Donors:
             held[task] = (seconds, donated)
         held.move_to_end(task)
 
-    def for_task(self, sig: Signature, task: str, limit: int) -> list[Donation]:
-        """Up to ``limit`` other tasks' best programs for a space of ``sig``, newest donor first."""
+    def take_stored(self, records: Iterable[TuningRecord]) -> int:
+        """Donate each record as its workload's program (another run's: one record per workload,
+        its fastest); returns how many fit a constraint model's form."""
+        taken = 0
+        for record in records:
+            stored = stored_donation(record.trace)
+            if stored is not None:
+                sig, donated = stored
+                key = f"stored {record.workload.as_json()[0]}"
+                self.donate(sig, key, record_seconds(record.run_secs), donated)
+                taken += 1
+        return taken
+
+    def for_task(
+        self, sig: Signature, task: str, limit: int, extents: Sequence[int] = ()
+    ) -> list[Donation]:
+        """Up to ``limit`` other tasks' best programs for a space of ``sig``: nearest first when
+        ``extents`` gives the space's tile extents (0 for a decision that is no tiling), by the
+        summed log ratio of the extents; newest donor first among equally near ones."""
         held = self._best.get(sig, {})
-        return [donated for name, (_, donated) in reversed(held.items()) if name != task][:limit]
+        newest_first = [donated for name, (_, donated) in reversed(held.items()) if name != task]
+        if extents:
+            newest_first.sort(key=lambda donated: _distance(donated, extents))
+        return newest_first[:limit]
+
+
+def _distance(donated: Donation, extents: Sequence[int]) -> float:
+    """How far a donor's tile extents are from ``extents``: summed absolute log ratios."""
+    return sum(
+        abs(math.log(math.prod(value) / extent))
+        for value, extent in zip(donated, extents)
+        if extent
+    )

@@ -291,7 +291,8 @@ class TuningRun:
             store and ``records_from`` held (the CLI prints it).
         store
             Seeds the work dir with the best programs it holds of the run's tasks, and keeps the
-            run's own when tuning ends (:mod:`.store`); None: neither.
+            run's own when tuning ends (:mod:`.store`); None: neither. The tasks tuned start from
+            the stored programs of other shapes, projected (:mod:`ms_heron.search.transfer`).
         records_from
             More work dirs or stores to seed from; records of another target are skipped, and
             counted in one line.
@@ -344,6 +345,9 @@ class TuningRun:
             )
 
             space, strategy = search_parts(search, space, strategy)
+            donors = getattr(strategy, "donors", None)  # HeronSearch's; MetaSchedule's has none
+            if donors is not None:
+                donors.take_stored(seeded.donors)
             watched = WatchedSearch(strategy, stop=stop)
 
             def round_ended() -> None:  # the one round event: progress file, caller's hook

@@ -30,6 +30,7 @@ from ..records import (
     CHOICE_TOP_K,
     commit_copy,
     describe_target,
+    fastest_per_workload,
     open_database,
     read_records,
     record_key,
@@ -65,6 +66,9 @@ class Seeded:
     added: int = 0
     #: Records left out because another target measured them, by source and that target.
     foreign: dict[tuple[str, str], int] = field(default_factory=dict)
+    #: The fastest program of every workload the sources hold, of the run's tasks or not: the
+    #: tasks tuned start from them, projected onto their shapes (``HeronSearch.donors``).
+    donors: list[ms.database.TuningRecord] = field(default_factory=list)
 
     def lines(self, total_tasks: int) -> list[str]:
         """What a user is told, one line each."""
@@ -119,14 +123,16 @@ def seed_from(
 ) -> Seeded:
     """Add to ``database`` (a run's) the :data:`KEPT_PER_TASK` fastest valid programs of each task
     that ``sources`` (stores' target directories, work dirs, MetaSchedule database directories)
-    hold for ``target``. A source's corrupt line is skipped with a warning naming it; a record of
-    another target is counted, never used."""
+    hold for ``target``, and collect every workload's fastest program as a donor for the tasks
+    tuned. A source's corrupt line is skipped with a warning naming it; a record of another target
+    is counted, never used."""
     seeded = Seeded()
     for source in sources:
         found = read_records(Path(source), target)
         for other, count in found.foreign.items():
             key = (str(source), other)
             seeded.foreign[key] = seeded.foreign.get(key, 0) + count
+        seeded.donors.extend(fastest_per_workload(found.database))
         for task in tasks:
             offered = _best_valid(found.database, task.mod)
             if offered:
