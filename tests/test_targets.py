@@ -20,6 +20,7 @@ from ms_heron.hardware.targets import (
     num_cores,
     parse_target,
     runs_here,
+    target_json,
     usable_cores,
     vector_bytes,
     vector_registers,
@@ -71,6 +72,14 @@ def test_fma_peak_kernel_issues_full_width_fmas(cpu_target):
     register = {16: "zmm", 8: "ymm"}[lanes]
     assert re.search(rf"vfmadd\w+\s+%{register}", asm)
     assert fma_peak_gops(cpu_target, iters=100_000) > 0
+
+
+def test_a_peak_is_measured_once_per_target_whatever_object_holds_it(cpu_target):
+    """A run reopened holds an equal Target of its own: one report's shares of bound must hold one
+    peak, not two measured at different moments of the host's load."""
+    rebuilt = Target(target_json(cpu_target))
+    assert rebuilt is not cpu_target
+    assert fma_peak_gops(rebuilt, iters=100_000) == fma_peak_gops(cpu_target, iters=100_000)
 
 
 def test_fma_chains_are_measured_on_the_host_and_assumed_elsewhere(cpu_target):

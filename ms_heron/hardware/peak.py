@@ -5,13 +5,17 @@ They give "% of peak" figures and each model task's bound (what the budget split
 kernel against). The numbers come from the probe kernels of :mod:`ms_heron.hardware.probes`
 (independent accumulator chains of AMX tile products, dot products or vector FMAs on every core; a
 load stream larger than the caches), so they need no C compiler, follow the Target's vector width
-and reflect the clock the machine runs at right now. Each is measured once per process.
+and reflect the clock the machine runs at right now. Each is measured once per process and target
+(:func:`once_per_target`).
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import math
+from collections.abc import Callable
+from typing import TypeVar
 
 import numpy as np
 from tvm import DataType, IRModule
@@ -29,15 +33,41 @@ from .probes import (
     fma_kernel,
     read_kernel,
 )
-from .targets import TargetError, has_amx, largest_cache_bytes, num_cores, runs_here, vector_bytes
+from .targets import (
+    TargetError,
+    has_amx,
+    largest_cache_bytes,
+    num_cores,
+    runs_here,
+    target_json,
+    vector_bytes,
+)
 
 _OPS_PER_TILE_PRODUCT = 2 * 16 * 16 * 64  # one tdpbusd: a 16 x 16 int32 tile over 64 steps
 _AMX_TILE_PRODUCTS = 4  # per iteration of the AMX probe
 #: What :func:`fma_chains` answers for a CPU that is not this host (a 4-cycle FMA on 2 ports).
 _DEFAULT_FMA_CHAINS = 8
 
+Probe = TypeVar("Probe", bound=Callable)
 
-@functools.cache
+
+def once_per_target(probe: Probe) -> Probe:
+    """Measure ``probe`` once per process for each target, by its content: Target objects compare
+    by identity, and a target rebuilt (a run reopened, a baseline arm's) would be measured again at
+    another moment of the host's load, so that one report's shares of bound held two peaks."""
+
+    @functools.cache
+    def by_text(text: str, *args, **kwargs):
+        return probe(Target(json.loads(text)), *args, **kwargs)
+
+    @functools.wraps(probe)
+    def measured(target: Target, *args, **kwargs):
+        return by_text(json.dumps(target_json(target), sort_keys=True), *args, **kwargs)
+
+    return measured  # type: ignore[return-value]
+
+
+@once_per_target
 def dot_peak_gops(target: Target, dot: DotProduct | None = None, iters: int = 2_000_000) -> float:
     """Peak u8 x s8 -> s32 GOPS of the dot product ``dot`` (None: the target's best) over all of
     the target's cores, measured now (about 0.1 s)."""
@@ -53,7 +83,7 @@ def dot_peak_gops(target: Target, dot: DotProduct | None = None, iters: int = 2_
     return cores * iters * PEAK_CHAINS * dot.ops_per_step / best / 1e9
 
 
-@functools.cache
+@once_per_target
 def amx_peak_gops(target: Target, iters: int = 200_000) -> float:
     """Peak u8 x s8 -> s32 GOPS of AMX tile products over all of the target's cores, measured
     now."""
@@ -74,7 +104,7 @@ def int8_peak(target: Target) -> tuple[str, float]:
     return require_dot_product(target).isa, dot_peak_gops(target)
 
 
-@functools.cache
+@once_per_target
 def fma_peak_gops(target: Target, iters: int = 2_000_000) -> float:
     """Peak fp32 GOPS (2 per fused multiply-add lane) over all of the target's cores, measured
     now."""
@@ -94,7 +124,7 @@ def _require_runs_here(target: Target, what: str) -> None:
 _MIN_STREAM_BYTES = 256 << 20
 
 
-@functools.cache
+@once_per_target
 def memory_bandwidth_gbps(target: Target) -> float:
     """Read bandwidth from memory over all of the target's cores in GB/s, measured now (a few s):
     every core sums its share of an array twice the size of the host's largest cache."""
@@ -133,7 +163,7 @@ def share_of_bound(bound_s: float, best_s: float) -> float:
     return bound_s / best_s if best_s < math.inf else 0.0
 
 
-@functools.cache
+@once_per_target
 def fma_chains(target: Target, iters: int = 200_000) -> int:
     """Independent vector-FMA accumulators one core needs to issue an FMA on every port every cycle:
     FMA latency x FMA ports (BLIS's ``N_vfma x L_vfma``), measured on the host as the time of one
