@@ -30,6 +30,11 @@ def shared_options() -> argparse.ArgumentParser:
     shared.add_argument(
         "-v", "--verbose", action="store_true", help="show MetaSchedule's per-round logs"
     )
+    shared.add_argument(
+        "--pretrained-model",
+        action="store_true",
+        help="start ms_heron's cost model from the pretrained one it ships instead of untrained",
+    )
     return shared
 
 

@@ -70,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
                 label="ms_heron",
                 interrupts=interrupts,
                 num_trials_per_iter=min(TRIALS_PER_ROUND, args.trials),
+                pretrained_model=args.pretrained_model,
             ):
                 return 130
         tuning_s = time.perf_counter() - start

@@ -171,6 +171,7 @@ def _tune(
             on_round=show,
             num_trials_per_iter=args.round_size,
             runner=measuring,
+            pretrained_model=args.pretrained_model,
         )
     finally:
         show.close()

@@ -189,6 +189,7 @@ def run(args: argparse.Namespace) -> int:
             store=None if args.no_store else RecordStore(args.store),
             records_from=args.records_from,
             retune=args.retune,
+            pretrained_model=args.pretrained_model,
         ):
             return 130
     print(

@@ -105,6 +105,7 @@ def tune_model(
     store: RecordStore | Literal["default"] | None = "default",
     records_from: Sequence[str] = (),
     retune: bool = False,
+    pretrained_model: bool = False,
 ) -> ms.Database:
     """Tune every fused kernel of a Relax model as ``ms-heron tune-model`` does: a
     :class:`~ms_heron.tuning.run.TuningRun` in ``work_dir`` (its lock, run file and progress log),
@@ -132,6 +133,9 @@ def tune_model(
         user's, :func:`.store.default_store_dir`; None: none) or in ``records_from``, are timed
         again instead of tuned, unless ``retune``; the run's best programs are kept in the store
         (:meth:`.run.TuningRun.tune`).
+    pretrained_model
+        Start the cost model from the shipped pretrained one (:mod:`ms_heron.search.pretrained`)
+        instead of untrained.
     """
     deadline = deadline_after(time_budget_s)
     run = TuningRun.create(
@@ -150,6 +154,7 @@ def tune_model(
         store=RecordStore() if store == "default" else store,
         records_from=records_from,
         retune=retune,
+        pretrained_model=pretrained_model,
     )
     return run.chosen_database()
 

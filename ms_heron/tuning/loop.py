@@ -31,6 +31,7 @@ from ..hardware.targets import cpu_name
 from ..intrinsics import ensure_registered
 from ..records import best_seconds, disk_errors_surface, result_seconds, was_run
 from ..relax import Task
+from ..search.pretrained import pretrained_cost_model
 from ..search.task_scheduler import ExpectedGain
 from ..workloads import Workload, WorkloadError
 from .setup import Search, prepare, search_parts
@@ -70,6 +71,7 @@ def tune_tasks(
     on_round: Callable[[TuningRound], None] | None = None,
     deadline: float | None = None,
     reserve_s: Callable[[], float] | None = None,
+    pretrained_model: bool = False,
     **tune_kwargs: Any,
 ) -> ms.Database:
     """The one call into MetaSchedule's task loop (``tune_tasks``, under ``ms.tune_tir`` and
@@ -97,11 +99,17 @@ def tune_tasks(
         (:func:`.budget.deadline_after`); each task's first round always runs.
     reserve_s
         Keeps that many seconds of the budget free for what follows (asked as tuning goes).
+    pretrained_model
+        Start the heron search's program-feature cost model from the shipped pretrained one
+        (:mod:`ms_heron.search.pretrained`) instead of untrained, as MetaSchedule's starts. A
+        ``cost_model`` in ``tune_kwargs`` replaces either.
     tune_kwargs
         Passed to MetaSchedule's ``tune_tasks``; a ``runner`` (e.g.
         :meth:`ms_heron.tuning.measure.Tracker.runner`) measures elsewhere.
     """
     space, strategy = search_parts(search, space, strategy)
+    if search == "heron" and pretrained_model and "cost_model" not in tune_kwargs:
+        tune_kwargs["cost_model"] = pretrained_cost_model()
     if task_scheduler is None:
         task_scheduler = ExpectedGain() if search == "heron" and len(tasks) > 1 else "gradient"
     strategy = prepare(

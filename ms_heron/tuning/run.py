@@ -258,6 +258,7 @@ class TuningRun:
         store: RecordStore | None = None,
         records_from: Sequence[str | Path] = (),
         retune: bool = False,
+        pretrained_model: bool = False,
     ) -> Progress:
         """Tune until the work dir holds ``max_trials_global`` records or the time budget is spent
         (no candidate is measured past it; each task gets its first round), or resume a run that
@@ -299,6 +300,9 @@ class TuningRun:
         retune
             Tune the tasks the store or ``records_from`` held too (else their seeded programs are
             only timed again, with the run's other best kernels).
+        pretrained_model
+            Start the heron search's cost model from the shipped pretrained one
+            (:mod:`ms_heron.search.pretrained`) instead of untrained.
         """
         say = say or (lambda _: None)
         with work_dir_lock(self.work_dir):
@@ -394,6 +398,7 @@ class TuningRun:
                     builder=builder,
                     runner=runner,
                     database=self._database,
+                    pretrained_model=pretrained_model,
                 )
             if self.is_model and (stop is None or not stop()):
                 self._confirm(database, builder, runner, say)

@@ -1,0 +1,117 @@
+"""The pretrained cost model shipped in the package: it loads, ranks the programs of tasks it never
+saw better than chance, ranks a new task's first round, and keeps training on a run's
+measurements."""
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tvm.s_tir import Schedule
+from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.meta_schedule.runner import RunnerResult
+from tvm.target import Target
+
+from ms_heron import HeronSearch, HeronSpace, workloads
+from ms_heron.records import DATABASE_FILES, read_records
+from ms_heron.search.decision_model import rank_correlation
+from ms_heron.search.pretrained import (
+    FIRST_REFIT,
+    PretrainedModelMissing,
+    pretrained_cost_model,
+    pretrained_info,
+)
+
+#: Records of tasks the shipped model was not fitted on (``bench/train_cost_model.py`` writes them).
+HELD_OUT = Path(__file__).parent / "data" / "cost_model_held_out"
+#: The least mean rank correlation (Spearman) of predicted with measured speed the shipped model
+#: reaches on the held-out tasks; chance is 0.
+LEAST_RANK_CORRELATION = 0.3
+
+
+def _held_out_tasks() -> list[tuple[ms.TuneContext, list, list]]:
+    """(context, candidates, records) of each held-out task, as measured (a Zen 4's target)."""
+    first = (HELD_OUT / DATABASE_FILES[1]).read_text().splitlines()[0]
+    target = Target(json.loads(first)[1][2])
+    database = read_records(HELD_OUT, target).database
+    by_task: dict[str, list] = {}
+    for record in database.get_all_tuning_records():
+        by_task.setdefault(record.workload.as_json()[0], []).append(record)
+    out = []
+    for records in by_task.values():
+        mod = records[0].workload.mod
+        args = ms.arg_info.ArgInfo.from_prim_func(mod["main"])
+        candidates = []
+        for record in records:
+            sch = Schedule(mod, debug_mask="none")
+            record.trace.apply_to_schedule(sch, remove_postproc=False)
+            candidates.append(ms.MeasureCandidate(sch, args))
+        out.append((ms.TuneContext(mod=mod, target=target), candidates, records))
+    return out
+
+
+@pytest.fixture(scope="module")
+def held_out():
+    return _held_out_tasks()
+
+
+def test_the_shipped_model_ranks_held_out_tasks_better_than_chance(held_out):
+    info = pretrained_info()
+    assert info.programs > 1000 and info.tasks > 10 and info.cpus
+    model = pretrained_cost_model()
+    assert model.inner.data_size == info.programs
+    rhos = []
+    for context, candidates, records in held_out:
+        predicted = model.predict(context, candidates)
+        speed = [1 / np.mean([float(s) for s in r.run_secs]) for r in records]
+        rhos.append(rank_correlation(list(predicted), speed))
+    assert len(held_out) >= 4 and not any(math.isnan(r) for r in rhos)
+    assert np.mean(rhos) >= LEAST_RANK_CORRELATION, rhos
+
+
+def test_the_model_keeps_training_once_a_run_measured_enough(held_out):
+    """It waits for :data:`FIRST_REFIT` of the run's own programs, then refits on all its data,
+    the pretrained records and the new ones."""
+    model = pretrained_cost_model()
+    context, candidates, records = held_out[0]
+    results = [RunnerResult(run_secs=r.run_secs, error_msg=None) for r in records]
+    before, pretrained = model.inner.booster, model.inner.data_size
+    fed = 0
+    while fed + len(candidates) < FIRST_REFIT:
+        model.update(context, candidates, results)
+        fed += len(candidates)
+        assert model.inner.booster is before  # not yet: a refit costs seconds
+    model.update(context, candidates, results)
+    fed += len(candidates)
+    assert model.inner.data_size == pretrained + fed
+    assert model.inner.booster is not before
+
+
+def test_a_new_tasks_first_round_is_ranked_by_the_pretrained_model(cpu_target):
+    """With the pretrained model, HeronSearch ranks round 0 by program features (no measurement
+    of the task yet); with an untrained one it cannot."""
+    workload = workloads.make("gemm", "fp32", M=64, N=64, K=64)
+    for model, ranked in ((pretrained_cost_model(), True), (ms.cost_model.XGBModel(), False)):
+        strategy = HeronSearch()
+        context = ms.TuneContext(
+            mod=workload.func,
+            target=cpu_target,
+            space_generator=HeronSpace(),
+            search_strategy=strategy,
+            task_name="gemm",
+            rand_state=1,
+        )
+        strategy.pre_tuning(16, 8, context.generate_design_space(), None, model)
+        assert strategy.generate_measure_candidates()
+        assert strategy.transferred is ranked
+
+
+def test_a_missing_model_file_names_the_fix(tmp_path):
+    with pytest.raises(PretrainedModelMissing) as caught:
+        pretrained_cost_model(tmp_path / "nowhere.npz")
+    assert str(caught.value) == (
+        f"no pretrained cost model at {tmp_path / 'nowhere.npz'}: rebuild it with "
+        "bench/train_cost_model.py, or tune with the cost model untrained (without "
+        "--pretrained-model)"
+    )
