@@ -22,7 +22,6 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from tvm.s_tir import Schedule
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.runner import RunnerResult
 from tvm.target import Target
@@ -36,7 +35,12 @@ from ms_heron.records import (
 )
 from ms_heron.search.decision_model import rank_correlation
 from ms_heron.search.features import xgb_cost_model
-from ms_heron.search.pretrained import PretrainedInfo, save_pretrained, shipped_path
+from ms_heron.search.pretrained import (
+    PretrainedInfo,
+    record_candidates,
+    save_pretrained,
+    shipped_path,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 HELD_OUT_DIR = ROOT / "tests" / "data" / "cost_model_held_out"
@@ -82,16 +86,6 @@ def sample(records: list, best: int, others: int, rng: random.Random) -> list:
     ranked = sorted(records, key=lambda r: record_seconds(r.run_secs))
     rest = ranked[best:]
     return ranked[:best] + rng.sample(rest, min(others, len(rest)))
-
-
-def candidates(mod, records: list) -> list[ms.MeasureCandidate]:
-    args = ms.arg_info.ArgInfo.from_prim_func(mod["main"])
-    out = []
-    for record in records:
-        sch = Schedule(mod, debug_mask="none")
-        record.trace.apply_to_schedule(sch, remove_postproc=False)
-        out.append(ms.MeasureCandidate(sch, args))
-    return out
 
 
 def context(mod, target: Target) -> ms.TuneContext:
@@ -144,7 +138,7 @@ def main() -> int:
         model.adaptive_training = number < len(train)
         model.update(
             context(mod, target),
-            candidates(mod, chosen),
+            record_candidates(mod, chosen),
             [RunnerResult(run_secs=r.run_secs, error_msg=None) for r in chosen],
         )
         print(f"[{number}/{len(train)}] {len(chosen)} programs of a task", flush=True)
@@ -154,7 +148,7 @@ def main() -> int:
     for key in test:
         mod, target, records = tasks[key]
         chosen = pick.sample(records, min(args.held_out_programs, len(records)))
-        predicted = model.predict(context(mod, target), candidates(mod, chosen))
+        predicted = model.predict(context(mod, target), record_candidates(mod, chosen))
         rho = rank_correlation(list(predicted), [1 / record_seconds(r.run_secs) for r in chosen])
         print(f"held out: {len(chosen)} programs of a task: rank correlation {rho:.3f}")
         if math.isnan(rho):  # too few programs, or their features (or times) all alike

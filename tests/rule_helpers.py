@@ -1,5 +1,5 @@
-"""Helpers the tests share: design spaces through stock PostOrderApply, schedule inspection,
-allocations in lowered TIR."""
+"""Helpers the tests share: design spaces through stock PostOrderApply, a HeronSearch set up on a
+task, schedule inspection, allocations in lowered TIR."""
 
 import math
 import re
@@ -9,6 +9,7 @@ import tvm.s_tir.transform as s_tir_transform
 from tvm.s_tir import Schedule, Trace
 from tvm.s_tir import meta_schedule as ms
 
+from ms_heron import HeronSearch, HeronSpace
 from ms_heron.space import default_postprocs, design_spaces
 from ms_heron.workloads.evaluate import build, run_and_check
 
@@ -17,6 +18,32 @@ def stock_design_spaces(func, rules, target):
     """Design spaces of ``rules`` in MetaSchedule's own PostOrderApply (drop-in check)."""
     space = ms.space_generator.PostOrderApply(sch_rules=rules, postprocs=[], mutator_probs={})
     return design_spaces(func, target, space)
+
+
+def started_search(
+    func,
+    target,
+    *,
+    trials: int,
+    per_round: int,
+    strategy=None,
+    cost_model=None,
+    task_name: str = "task",
+    rand_state: int = 0,
+):
+    """``strategy`` (a new HeronSearch when None) set up on the task ``func`` over HeronSpace's
+    design spaces, as MetaSchedule's task loop sets it up, ready for its first round."""
+    strategy = HeronSearch() if strategy is None else strategy
+    context = ms.TuneContext(
+        mod=func,
+        target=target,
+        space_generator=HeronSpace(),
+        search_strategy=strategy,
+        task_name=task_name,
+        rand_state=rand_state,
+    )
+    strategy.pre_tuning(trials, per_round, context.generate_design_space(), None, cost_model)
+    return strategy
 
 
 def block_names(sch):

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tvm.s_tir import Schedule
+from rule_helpers import started_search
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.runner import RunnerResult
 from tvm.target import Target
 
-from ms_heron import HeronSearch, HeronSpace, workloads
+from ms_heron import workloads
 from ms_heron.records import DATABASE_FILES, read_records
 from ms_heron.search.decision_model import rank_correlation
 from ms_heron.search.pretrained import (
@@ -21,6 +21,7 @@ from ms_heron.search.pretrained import (
     PretrainedModelMissing,
     pretrained_cost_model,
     pretrained_info,
+    record_candidates,
 )
 
 #: Records of tasks the shipped model was not fitted on (``bench/train_cost_model.py`` writes them).
@@ -38,17 +39,14 @@ def _held_out_tasks() -> list[tuple[ms.TuneContext, list, list]]:
     by_task: dict[str, list] = {}
     for record in database.get_all_tuning_records():
         by_task.setdefault(record.workload.as_json()[0], []).append(record)
-    out = []
-    for records in by_task.values():
-        mod = records[0].workload.mod
-        args = ms.arg_info.ArgInfo.from_prim_func(mod["main"])
-        candidates = []
-        for record in records:
-            sch = Schedule(mod, debug_mask="none")
-            record.trace.apply_to_schedule(sch, remove_postproc=False)
-            candidates.append(ms.MeasureCandidate(sch, args))
-        out.append((ms.TuneContext(mod=mod, target=target), candidates, records))
-    return out
+    return [
+        (
+            ms.TuneContext(mod=records[0].workload.mod, target=target),
+            record_candidates(records[0].workload.mod, records),
+            records,
+        )
+        for records in by_task.values()
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -93,16 +91,9 @@ def test_a_new_tasks_first_round_is_ranked_by_the_pretrained_model(cpu_target):
     of the task yet); with an untrained one it cannot."""
     workload = workloads.make("gemm", "fp32", M=64, N=64, K=64)
     for model, ranked in ((pretrained_cost_model(), True), (ms.cost_model.XGBModel(), False)):
-        strategy = HeronSearch()
-        context = ms.TuneContext(
-            mod=workload.func,
-            target=cpu_target,
-            space_generator=HeronSpace(),
-            search_strategy=strategy,
-            task_name="gemm",
-            rand_state=1,
+        strategy = started_search(
+            workload.func, cpu_target, trials=16, per_round=8, cost_model=model, rand_state=1
         )
-        strategy.pre_tuning(16, 8, context.generate_design_space(), None, model)
         assert strategy.generate_measure_candidates()
         assert strategy.transferred is ranked
 

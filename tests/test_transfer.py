@@ -3,25 +3,24 @@
 import math
 
 from conftest import HOST_DTYPE
-from tvm.s_tir import meta_schedule as ms
+from rule_helpers import started_search
 from tvm.s_tir.meta_schedule.runner import RunnerResult
 
-from ms_heron import HeronSearch, HeronSpace, workloads
+from ms_heron import HeronSearch, workloads
 from ms_heron.search.transfer import Donors, donation
 from ms_heron.workloads.evaluate import build, run_and_check, time_lib
 
 
 def _task(workload, strategy, name, target):
-    ctx = ms.TuneContext(
-        mod=workload.func,
-        target=target,
-        space_generator=HeronSpace(),
-        search_strategy=strategy,
+    return started_search(
+        workload.func,
+        target,
+        trials=16,
+        per_round=8,
+        strategy=strategy,
         task_name=name,
         rand_state=1,
     )
-    strategy.pre_tuning(16, 8, ctx.generate_design_space(), None, None)
-    return strategy
 
 
 def test_a_second_conv_shape_measures_the_projection_of_the_first_shapes_best_first(cpu_target):

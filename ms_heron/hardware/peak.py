@@ -64,6 +64,7 @@ def once_per_target(probe: Probe) -> Probe:
     def measured(target: Target, *args, **kwargs):
         return by_text(json.dumps(target_json(target), sort_keys=True), *args, **kwargs)
 
+    measured.cache_clear = by_text.cache_clear  # measure again (a test's fresh samples)
     return measured  # type: ignore[return-value]
 
 

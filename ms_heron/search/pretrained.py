@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 from tvm.ir.utils import derived_object
+from tvm.s_tir import Schedule
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.cost_model import PyCostModel
 from tvm.s_tir.meta_schedule.cost_model.xgb_model import FeatureGroup
@@ -44,7 +45,7 @@ class PretrainedModelMissing(FileNotFoundError):
     """The file of a pretrained cost model is not there; the message names the fix."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PretrainedInfo:
     """What the shipped model learned from, as its file says (the training script writes it)."""
 
@@ -133,6 +134,18 @@ def pretrained_info(path: str | Path | None = None) -> PretrainedInfo:
     with np.load(path, allow_pickle=False) as stored:
         info = json.loads(str(stored["info"]))
     return PretrainedInfo(**{**info, "cpus": tuple(info["cpus"])})
+
+
+def record_candidates(mod, records) -> list[ms.MeasureCandidate]:
+    """``records`` of the task ``mod`` replayed as MetaSchedule's measure candidates: what a cost
+    model rates, from what a database holds."""
+    args = ms.arg_info.ArgInfo.from_prim_func(mod["main"])
+    out = []
+    for record in records:
+        sch = Schedule(mod, debug_mask="none")
+        record.trace.apply_to_schedule(sch, remove_postproc=False)
+        out.append(ms.MeasureCandidate(sch, args))
+    return out
 
 
 def save_pretrained(model: ms.cost_model.XGBModel, path: str | Path, info: PretrainedInfo) -> None:

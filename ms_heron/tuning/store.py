@@ -56,7 +56,7 @@ def default_store_dir() -> Path:
     return Path(cache) / "ms_heron" / "records"
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Seeded:
     """What seeding a work dir found."""
 
