@@ -157,14 +157,14 @@ def test_a_second_conv_shape_starts_from_the_stored_first_shapes_best_projected(
 
     run = TuningRun.create(tmp_path / "large", RunSpec.of(large, cpu_target, 0))
     run.tune(4, num_trials_per_iter=4, store=store)
-    first_round = run.database().get_all_tuning_records()
+    first_round = [(r, stored_donation(r.trace)) for r in run.database().get_all_tuning_records()]
     projected = [
         r
-        for r in first_round
-        if stored_donation(r.trace)[0] == signature
+        for r, (sig, got) in first_round
+        if sig == signature
         and all(
             have == want if not isinstance(want, tuple) else have[1:] == want[1:]
-            for have, want in zip(stored_donation(r.trace)[1], wanted)
+            for have, want in zip(got, wanted)
         )
     ]
     assert projected, "no program of the first round is the stored one projected"

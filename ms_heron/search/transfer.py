@@ -109,18 +109,15 @@ class Donors:
             held[task] = (seconds, donated)
         held.move_to_end(task)
 
-    def take_stored(self, records: Iterable[TuningRecord]) -> int:
+    def take_stored(self, records: Iterable[TuningRecord]) -> None:
         """Donate each record as its workload's program (another run's: one record per workload,
-        its fastest); returns how many fit a constraint model's form."""
-        taken = 0
+        its fastest); a record no constraint model's form fits is left out."""
         for record in records:
             stored = stored_donation(record.trace)
             if stored is not None:
                 sig, donated = stored
                 key = f"stored {record.workload.as_json()[0]}"
                 self.donate(sig, key, record_seconds(record.run_secs), donated)
-                taken += 1
-        return taken
 
     def for_task(
         self, sig: Signature, task: str, limit: int, extents: Sequence[int] = ()
