@@ -696,6 +696,27 @@ def test_blocked_transpose_tiles_a_layout_change_with_its_epilogue(cpu_target):
     check_random_samples(space, kept, cpu_target, samples=1)
 
 
+def test_blocked_transpose_inlines_a_producer_reached_along_two_paths_once(cpu_target):
+    """GELU's ``h * erf(h)`` before the layout change reaches ``h`` twice while the producers are
+    inlined; the second visit used to ask for a block already gone, and the rule was skipped."""
+    n, h, w, c = 1, 4, 6, 32
+    y = te.placeholder((n, h, w, c), "float32", name="Y")
+    x = te.placeholder((n, c, h, w), "float32", name="X")
+    half = te.compute(y.shape, lambda *i: y(*i) * 0.5, name="Half")
+    erf = te.compute(y.shape, lambda *i: te.erf(half(*i)), name="Erf")
+    gelu = te.compute(y.shape, lambda *i: half(*i) * erf(*i), name="Gelu")
+    moved = te.compute((n, c, h, w), lambda a, b, i, j: gelu[a, i, j, b], name="T")
+    out = te.compute(moved.shape, lambda *i: te.max(moved(*i) + x(*i), 0.0), name="Relu")
+    workload = from_func(te.create_prim_func([y, x, out]), "gelu_nhwc_to_nchw")
+    # without Always-Inline, which would inline them first, visiting the producers
+    (space,) = stock_design_spaces(
+        workload.func, [BlockedTranspose(), ParallelVectorizeUnroll()], cpu_target
+    )
+    assert block_names(space) == ["Relu"]
+    assert TRANSPOSE_TILE in space.get(space.get_sblock("Relu")).annotations
+    check_random_samples(space, workload, cpu_target, samples=1)
+
+
 @pytest.mark.parametrize("swept", [True, False], ids=["swept_micro_tiles", "one_micro_tile"])
 def test_an_init_over_many_micro_tiles_is_one_loop_and_builds_in_seconds(swept):
     """A 1x1 int8 convolution (14 x 14, 256 -> 1024 channels, ResNet-50's) whose middle spatial tile

@@ -77,14 +77,20 @@ class BlockedTranspose(HeronRule):
 
 
 def _inline_producers(sch: Schedule, block: SBlockRV) -> None:
-    """Inline every strictly inlinable producer of ``block``, and theirs in turn."""
-    pending = list(sch.get_producers(block))
+    """Inline every strictly inlinable producer of ``block``, and theirs in turn. Followed by name:
+    a producer reached along two paths (GELU's ``x * erf(x)``) is gone after its first inlining,
+    and its second block RV would point at nothing."""
+    pending = [sch.get(p).name_hint for p in sch.get_producers(block)]
+    seen: set[str] = set()
     while pending:
-        producer = pending.pop()
+        name = pending.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        producer = sch.get_sblock(name)
         if strictly_inlinable(sch, producer):
-            grand = list(sch.get_producers(producer))
+            pending += [sch.get(p).name_hint for p in sch.get_producers(producer)]
             sch.compute_inline(producer)
-            pending += grand
 
 
 def _power_of_two_tile(extent: int, lanes: int) -> int:
