@@ -303,6 +303,11 @@ def test_the_budget_keeps_its_reserve_for_the_work_after_tuning():
     cost.add_round(115.0, 32)
     cost.add_round(125.0, 48)
     assert cost.seconds() == pytest.approx(18.0 / 32)
+    # and the search's work: the work after tuning builds and times, it does not search
+    cost = CandidateCost()
+    cost.add_round(107.0, 16, search_s=10.0)
+    cost.add_round(125.0, 32, search_s=20.0)
+    assert cost.seconds() == pytest.approx(8.0 / 16)
 
 
 def test_a_model_under_a_tiny_budget_gives_every_task_a_round_and_chooses_by_times_taken_again(

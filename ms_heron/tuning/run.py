@@ -370,7 +370,7 @@ class TuningRun:
                 return len(tasks) * CHOICE_TOP_K * cost.seconds() if self.is_model else 0.0
 
             def round_measured(r: TuningRound) -> None:
-                cost.add_round(r.elapsed_s, r.trials)
+                cost.add_round(r.elapsed_s, r.trials, watched.search_s())
                 current.trials += r.measured
                 current.valid += r.valid
                 current.best_seconds = r.model_seconds() + untuned_s
