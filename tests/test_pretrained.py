@@ -1,6 +1,6 @@
 """The pretrained cost model shipped in the package: it loads, ranks the programs of tasks it never
-saw better than chance, ranks a new task's first round, and keeps training on a run's
-measurements."""
+saw better than chance, ranks a new task's first round, and hands over to the model the run trains
+on its measurements."""
 
 import json
 import math
@@ -17,7 +17,7 @@ from ms_heron import workloads
 from ms_heron.records import DATABASE_FILES, read_records
 from ms_heron.search.decision_model import rank_correlation
 from ms_heron.search.pretrained import (
-    FIRST_REFIT,
+    HANDOVER,
     PretrainedModelMissing,
     pretrained_cost_model,
     pretrained_info,
@@ -58,7 +58,6 @@ def test_the_shipped_model_ranks_held_out_tasks_better_than_chance(held_out):
     info = pretrained_info()
     assert info.programs > 1000 and info.tasks > 10 and info.cpus
     model = pretrained_cost_model()
-    assert model.inner.data_size == info.programs
     rhos = []
     for context, candidates, records in held_out:
         predicted = model.predict(context, candidates)
@@ -68,22 +67,34 @@ def test_the_shipped_model_ranks_held_out_tasks_better_than_chance(held_out):
     assert np.mean(rhos) >= LEAST_RANK_CORRELATION, rhos
 
 
-def test_the_model_keeps_training_once_a_run_measured_enough(held_out):
-    """It waits for :data:`FIRST_REFIT` of the run's own programs, then refits on all its data,
-    the pretrained records and the new ones."""
+def test_the_runs_own_model_takes_over_a_task_as_it_is_measured(held_out):
+    """The run's own model has no say while it guesses at random (MetaSchedule's warm-up), then
+    ranks a measured task the more the more it is measured, and a task never measured stays the
+    pretrained model's; the pretrained booster is never refitted."""
     model = pretrained_cost_model()
-    context, candidates, records = held_out[0]
+    (context, candidates, records), (other, other_candidates, _) = held_out[0], held_out[1]
     results = [RunnerResult(run_secs=r.run_secs, error_msg=None) for r in records]
-    before, pretrained = model.inner.booster, model.inner.data_size
-    fed = 0
-    while fed + len(candidates) < FIRST_REFIT:
+    pretrained_booster, alone = model.pretrained.booster, model.predict(context, candidates)
+    weights = []
+    while model.own.data_size < model.own.num_warmup_samples:
+        assert model.own_weight(context) == 0.0
         model.update(context, candidates, results)
-        fed += len(candidates)
-        assert model.inner.booster is before  # not yet: a refit costs seconds
-    model.update(context, candidates, results)
-    fed += len(candidates)
-    assert model.inner.data_size == pretrained + fed
-    assert model.inner.booster is not before
+    for _ in range(3):
+        weights.append(model.own_weight(context))
+        model.update(context, candidates, results)
+    measured = model.own.data_size
+    assert weights[0] == measured_weight(measured - 3 * len(candidates))
+    assert 0.5 < weights[0] < weights[1] < weights[2] < 1
+    assert model.own_weight(other) == 0.0
+    assert not np.allclose(model.predict(context, candidates), alone)
+    assert np.array_equal(
+        model.predict(other, other_candidates), model.pretrained.predict(other, other_candidates)
+    )
+    assert model.pretrained.booster is pretrained_booster
+
+
+def measured_weight(measured: int) -> float:
+    return measured / (measured + HANDOVER)
 
 
 def test_a_new_tasks_first_round_is_ranked_by_the_pretrained_model(cpu_target):

@@ -34,6 +34,8 @@ class FiniteFeatures(PyFeatureExtractor):
         ]
 
 
-def xgb_cost_model() -> ms.cost_model.XGBModel:
-    """MetaSchedule's default cost model (``"xgb"``), on :class:`FiniteFeatures`."""
-    return ms.cost_model.XGBModel(extractor=FiniteFeatures())
+def xgb_cost_model(*, num_warmup_samples: int = 100) -> ms.cost_model.XGBModel:
+    """MetaSchedule's default cost model (``"xgb"``), on :class:`FiniteFeatures`; it guesses at
+    random until it holds ``num_warmup_samples`` programs (MetaSchedule's default; 0 for a model
+    whose booster was trained elsewhere)."""
+    return ms.cost_model.XGBModel(extractor=FiniteFeatures(), num_warmup_samples=num_warmup_samples)

@@ -3,16 +3,16 @@ on this project's tuning records and shipped in the package, so that a new proce
 round instead of sampling it at random.
 
 Its targets are MetaSchedule's own, each program's speed relative to its task's fastest (min cost /
-cost), so what it learned does not depend on one machine's absolute speed. MetaSchedule's XGBModel
-refits from scratch on all its data; the records it learned from therefore travel with it (features
-in float16, compressed), a run's measurements join them, and :class:`KeepsTraining` refits it each
-time the run's own measurements have doubled (XGBModel's own rule, whenever all its data grew by a
-fifth, would wait for thousands of them). ``bench/train_cost_model.py`` rebuilds the file from
-record directories as they accumulate.
+cost), so what it learned does not depend on one machine's absolute speed. A run then trains its
+own model as MetaSchedule's does, from nothing, on its measurements alone, and :class:`HandsOver`
+ranks each task by the two, weighing the run's own the more the task has been measured: the
+pretrained model knows program features in general, the run's own model this host and these tasks.
+(Refitting the shipped records together with the run's own, refit as they doubled, ranked
+MobileNetV2's tasks worse at 2 minutes than the untrained model: the pretrained records outweighed
+the run's.) ``bench/train_cost_model.py`` rebuilds the file from record directories as they
+accumulate.
 
-Tuning takes it with ``pretrained_model=True`` (``--pretrained-model``); it is not the default yet:
-on MobileNetV2 at 2 minutes it did not beat the untrained model, which learns from the run's own
-first programs (docs/rules.md).
+Tuning takes it with ``pretrained_model=True`` (``--pretrained-model``).
 """
 
 from __future__ import annotations
@@ -28,17 +28,15 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir import Schedule
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.cost_model import PyCostModel
-from tvm.s_tir.meta_schedule.cost_model.xgb_model import FeatureGroup
+from tvm.s_tir.meta_schedule.utils import shash2hex
 
 from .features import xgb_cost_model
 
 #: The shipped model, in the package's data.
 SHIPPED = "cost_model.npz"
-#: A run's own measurements that first refit the model (a refit takes 1-3 s on 2 cores).
-FIRST_REFIT = 64
-#: Prefix of the shipped groups' keys: a run's own measurements of a task never join a group of
-#: another machine's seconds (each group is normalized by its fastest).
-GROUP_PREFIX = "pretrained "
+#: A task's own measured programs at which the run's model weighs as much as the pretrained one in
+#: ranking it: the run's weighs ``n / (n + HANDOVER)`` after ``n``.
+HANDOVER = 32
 
 
 class PretrainedModelMissing(FileNotFoundError):
@@ -64,38 +62,54 @@ def shipped_path() -> Path:
 
 
 @derived_object
-class KeepsTraining(PyCostModel):
-    """``inner`` (an XGBModel holding ``pretrained`` records) refitted on all its data when the
-    run's own measurements reach :data:`FIRST_REFIT`, and each time they have doubled since."""
+class HandsOver(PyCostModel):
+    """Ranks a task's candidates by ``pretrained`` (fixed) and ``own`` (trained on the run's
+    measurements, as MetaSchedule's model is), the run's own weighing ``n / (n + HANDOVER)`` after
+    ``n`` measured programs of the task, and nothing while it still guesses at random (before
+    MetaSchedule's ``num_warmup_samples``)."""
 
-    def __init__(self, inner: ms.cost_model.XGBModel, pretrained: int):
+    def __init__(self, pretrained: ms.cost_model.XGBModel, own: ms.cost_model.XGBModel):
         super().__init__()
-        self.inner, self.pretrained, self.fitted_own = inner, pretrained, 0
+        self.pretrained, self.own = pretrained, own
 
     def load(self, path: str) -> None:
-        self.inner.load(path)
+        self.own.load(path)
 
     def save(self, path: str) -> None:
-        self.inner.save(path)
+        self.own.save(path)
 
     def update(self, context, candidates, results) -> None:
-        own = self.inner.data_size - self.pretrained + len(candidates)
-        due = own >= max(FIRST_REFIT, 2 * self.fitted_own)
-        # XGBModel refits unless its data grew by less than a fifth of last_train_size: 0 makes it
-        # refit, the size it is about to reach makes it wait
-        self.inner.last_train_size = 0 if due else self.inner.data_size + len(candidates)
-        self.inner.update(context, candidates, results)
-        if due:
-            self.fitted_own = own
+        self.own.update(context, candidates, results)
+
+    def own_weight(self, context) -> float:
+        """The run's own model's weight in ranking ``context``'s task."""
+        own = self.own
+        if own.booster is None or own.data_size < own.num_warmup_samples:
+            return 0.0
+        group = own.data.get(shash2hex(context.mod))
+        measured = 0 if group is None else len(group.costs)
+        return measured / (measured + HANDOVER)
 
     def predict(self, context, candidates) -> np.ndarray:
-        return self.inner.predict(context, candidates)
+        if not candidates:
+            return np.zeros(0)
+        # the features once, for both boosters (extraction costs more than a prediction)
+        xs = [
+            x.numpy().astype("float32")
+            for x in self.own.extractor.extract_from(context, candidates)
+        ]
+        # pylint: disable=protected-access
+        scores = self.pretrained._predict(xs=xs)  # XGBModel.predict, given the features
+        weight = self.own_weight(context)
+        if weight > 0:
+            scores = weight * self.own._predict(xs=xs) + (1 - weight) * scores
+        return scores.astype("float64")
 
 
-def pretrained_cost_model(path: str | Path | None = None) -> KeepsTraining:
-    """MetaSchedule's XGBModel (on :class:`~ms_heron.search.features.FiniteFeatures`) holding the
-    records and the booster of ``path`` (the shipped file when None): it predicts from the first
-    round, and trains on as the run measures (:class:`KeepsTraining`).
+def pretrained_cost_model(path: str | Path | None = None) -> HandsOver:
+    """The booster of ``path`` (the shipped file when None) on
+    :class:`~ms_heron.search.features.FiniteFeatures`, handing over to a model the run trains
+    (:class:`HandsOver`): it predicts from the first round, and the run's measurements take over.
 
     Raises
     ------
@@ -110,22 +124,11 @@ def pretrained_cost_model(path: str | Path | None = None) -> KeepsTraining:
         )
     import xgboost as xgb  # pylint: disable=import-outside-toplevel
 
-    model = xgb_cost_model()
+    pretrained = xgb_cost_model(num_warmup_samples=0)
     with np.load(path, allow_pickle=False) as stored:
-        features = np.split(stored["features"].astype(np.float32), np.cumsum(stored["rows"])[:-1])
-        groups, costs = stored["groups"], stored["costs"].astype(np.float32)
-        for index, key in enumerate(stored["group_keys"]):
-            members = np.flatnonzero(groups == index)
-            model.data[f"{GROUP_PREFIX}{key}"] = FeatureGroup(
-                group_hash=f"{GROUP_PREFIX}{key}",
-                features=[features[i] for i in members],
-                costs=costs[members],
-            )
-        model.data_size = len(costs)
-        booster = xgb.Booster()
-        booster.load_model(bytearray(stored["booster"].tobytes()))
-    model.booster = booster
-    return KeepsTraining(model, model.data_size)
+        pretrained.booster = xgb.Booster()
+        pretrained.booster.load_model(bytearray(stored["booster"].tobytes()))
+    return HandsOver(pretrained, xgb_cost_model())
 
 
 def pretrained_info(path: str | Path | None = None) -> PretrainedInfo:
@@ -149,19 +152,11 @@ def record_candidates(mod, records) -> list[ms.MeasureCandidate]:
 
 
 def save_pretrained(model: ms.cost_model.XGBModel, path: str | Path, info: PretrainedInfo) -> None:
-    """Write ``model``'s records and booster in the form :func:`pretrained_cost_model` reads."""
-    groups = list(model.data.values())
-    features = [f for g in groups for f in g.features]
+    """Write ``model``'s booster, and what it learned from, as :func:`pretrained_cost_model` and
+    :func:`pretrained_info` read them."""
     raw = io.BytesIO()
     np.savez_compressed(
         raw,
-        features=np.concatenate(features).astype(np.float16),
-        rows=np.array([len(f) for f in features], dtype=np.int32),
-        groups=np.concatenate(
-            [np.full(len(g.costs), i, dtype=np.int32) for i, g in enumerate(groups)]
-        ),
-        costs=np.concatenate([g.costs for g in groups]).astype(np.float32),
-        group_keys=np.array([g.group_hash.removeprefix(GROUP_PREFIX) for g in groups]),
         booster=np.frombuffer(bytes(model.booster.save_raw("ubj")), dtype=np.uint8),
         info=np.array(json.dumps({**info.__dict__, "cpus": list(info.cpus)})),
     )
