@@ -9,13 +9,18 @@ compiled models are then timed with ONNX Runtime (all graph optimizations) on th
 fresh process, in turn (medians). Per arm it also gives the tuner's model estimate (best kernel x
 calls, summed over tasks) against the measured latency. Usage (repository root, nothing else
 running). The third line times finished runs again, the fourth tunes a corpus graph
-(``bench/corpus.py``), the fifth compiles for an AVX2 CPU and runs here:
+(``bench/corpus.py``), the fifth compiles for an AVX2 CPU and runs here, the last two race
+ResNet-101 cold with the shipped cost model and warm from the ResNet-50 run of the first line:
 
-    .venv/bin/python bench/networks.py resnet50 --budget 15m
+    .venv/bin/python bench/networks.py resnet50 --budget 15m --work-root runs
     .venv/bin/python bench/networks.py mobilenetv2 --budget 15m --baseline-budget 15m
     .venv/bin/python bench/networks.py mobilenetv2 --work-root runs --retime
     .venv/bin/python bench/networks.py torch-vit --exports /tmp/exports --budget 15m
     .venv/bin/python bench/networks.py resnet50-int8 --isa avx2 --budget 15m
+    .venv/bin/python bench/networks.py resnet101 --budget 5m --pretrained-model
+    .venv/bin/python bench/networks.py resnet101 --budget 5m --records-from runs/resnet50
+
+The race gives each arm's measured and estimated latency at 1, 2, 5 and 15 minutes of its budget.
 
 Adds the network to bench/results/networks_<budget>.json and rewrites networks_<budget>.md from it.
 """
@@ -55,16 +60,26 @@ from ms_heron.testing import models
 
 #: fp32 as exported; int8 as ONNX Runtime's tools quantize them (QDQ for ResNet-50, dynamic for
 #: BERT-base).
-NETWORKS = ("resnet50", "mobilenetv2", "bert-base", "resnet50-int8", "bert-base-int8")
+NETWORKS = (
+    "resnet50",
+    "resnet101",
+    "mobilenetv2",
+    "bert-base",
+    "bert-large",
+    "resnet50-int8",
+    "bert-base-int8",
+)
 ARMS = ("ms_heron", "MetaSchedule default")
 #: Candidates per task round, as ``ms-heron tune-model`` measures them.
 PER_ROUND = 16
 #: More than any budget here can measure: the budget ends tuning.
 TRIALS = 1_000_000
 TIMING_ROUNDS = 7
-#: The race: each arm's database as it stood at these shares of its tuning time is compiled and
-#: timed with the rest, beside the tuner's estimate at the same moment.
-RACE_SHARES = (1 / 3, 2 / 3, 1.0)
+#: The race, at the times a user waits: each arm's database as it stood at these minutes of its
+#: tuning (those inside its budget), and at its end, is compiled and timed with the rest, beside the
+#: tuner's estimate at the same moment. A point is the state of the budgeted run at that moment, not
+#: what a run given that budget would find (the task scheduler spends a shorter budget otherwise).
+RACE_MINUTES = (1, 2, 5, 15)
 #: The label of each arm's estimate taken again in the timing process, in turn with the models: the
 #: tuner's estimate sums records measured minutes apart, and a shared host's speed drifts between
 #: them.
@@ -77,23 +92,24 @@ def _file_key(key: str) -> str:
     return re.sub(r"[ (),]+", "_", key).strip("_")
 
 
-def _label(arm: str, share: float) -> str:
-    return arm if share == 1.0 else f"{arm} at {share:.0%}"
+def _label(arm: str, minutes: float | None) -> str:
+    return arm if minutes is None else f"{arm} at {minutes:g}m"
 
 
-def _race_points(arm: str, arm_run, shares=RACE_SHARES) -> list[dict]:
-    """Per share of the arm's tuning time, the last round that ended by then: its elapsed time,
-    records and the tuner's model estimate (inf until every task had a valid kernel), and the label
-    its compiled model is timed under."""
+def _race_points(arm: str, arm_run, minutes=RACE_MINUTES) -> list[dict]:
+    """At each of ``minutes`` inside the arm's tuning time, and at its end (``minutes`` None), the
+    last round that ended by then: its elapsed time, records and the tuner's model estimate (inf
+    until every task had a valid kernel), and the label its compiled model is timed under."""
     rows = arm_run.progress()
+    end_s = rows[-1].elapsed_s
     points = []
-    for share in shares:
-        done = [r for r in rows if r.elapsed_s <= share * rows[-1].elapsed_s + 1e-6]
+    for at in [*(m for m in minutes if 60 * m < end_s), None]:
+        done = [r for r in rows if r.elapsed_s <= (end_s if at is None else 60 * at) + 1e-6]
         if done:
             points.append(
                 {
-                    "label": _label(arm, share),
-                    "share": share,
+                    "label": _label(arm, at),
+                    "minutes": at,
                     "elapsed s": done[-1].elapsed_s,
                     "records": done[-1].trials,
                     "estimate ms": done[-1].best_seconds * 1e3,
@@ -142,26 +158,54 @@ def _estimate_sampler(out: pathlib.Path, kernels: list[dict]):
     return lambda: sum(calls * cold_seconds(lib, args) for calls, lib, args in loaded)
 
 
-def _tune_and_export(
-    name: str,
-    budgets: dict[str, float],
-    out: pathlib.Path,
-    work_root: pathlib.Path,
-    seed: int,
-    retime: bool,
-    baseline_from: pathlib.Path | None = None,
-    exports: pathlib.Path | None = None,
-    target: Target | None = None,
-) -> tuple[dict, dict]:
-    """Both arms tuned (or, ``retime``, as they stand; the baseline copied from ``baseline_from``'s
-    finished run), their models at the race points compiled and exported to ``out``; the result row
-    and, per arm, its final tasks' exported kernels."""
+@dataclasses.dataclass(kw_only=True)
+class Setup:
+    """How one invocation tunes a network: the arms' budgets, where the runs stay, and ms_heron's
+    start (the pretrained cost model, records of other runs).
+
+    Parameters
+    ----------
+    budgets
+        Seconds per arm (:data:`ARMS`).
+    work_root
+        Where the runs stay.
+    retime
+        Time the runs under ``work_root`` as they stand.
+    baseline_from
+        An earlier work root whose MetaSchedule default run is taken instead of tuning it.
+    exports
+        Where ``bench/corpus.py --export`` wrote the corpus graphs.
+    target
+        Compile for this target (the host's when None).
+    pretrained_model
+        ms_heron's search starts from the shipped cost model.
+    records_from
+        Work dirs or stores that seed ms_heron's run (a warm start); MetaSchedule's default has no
+        such start and tunes cold.
+    """
+
+    budgets: dict[str, float]
+    work_root: pathlib.Path
+    seed: int = 0
+    retime: bool = False
+    baseline_from: pathlib.Path | None = None
+    exports: pathlib.Path | None = None
+    target: Target | None = None
+    pretrained_model: bool = False
+    records_from: tuple[pathlib.Path, ...] = ()
+
+
+def _tune_and_export(name: str, setup: Setup, out: pathlib.Path) -> tuple[dict, dict]:
+    """Both arms tuned (or, ``setup.retime``, as they stand; the baseline copied from
+    ``setup.baseline_from``'s finished run), their models at the race points compiled and exported
+    to ``out``; the result row and, per arm, its final tasks' exported kernels."""
     # pylint: disable=import-outside-toplevel
     from ms_heron.records import first_records
     from ms_heron.tuning import RunSpec, TuningRun
     from ms_heron.tuning.budget import deadline_after
 
-    model = models.ZOO[name]() if name in models.ZOO else corpus.graph(name, exports)
+    work_root = setup.work_root
+    model = models.ZOO[name]() if name in models.ZOO else corpus.graph(name, setup.exports)
     work_root.mkdir(parents=True, exist_ok=True)
     onnx.save(model.proto, work_root / f"{name}.onnx")
     onnx.save(model.proto, out / f"{name}.onnx")
@@ -169,17 +213,23 @@ def _tune_and_export(
     run = TuningRun.create(
         work_root / name,
         RunSpec.of_model(
-            work_root / f"{name}.onnx", model.input_shapes(), target or host_target(), seed
+            work_root / f"{name}.onnx",
+            model.input_shapes(),
+            setup.target or host_target(),
+            setup.seed,
         ),
     )
-    if baseline_from is not None:
+    if setup.baseline_from is not None:
         shutil.copytree(
-            baseline_from / name / "baseline", work_root / name / "baseline", dirs_exist_ok=True
+            setup.baseline_from / name / "baseline",
+            work_root / name / "baseline",
+            dirs_exist_ok=True,
         )
     row = {"per task": {}, "race": {}, "curve": {}}
     kernels = {}
     for arm, arm_run in zip(ARMS, (run, run.baseline())):
-        as_it_stands = retime or (baseline_from is not None and arm_run is not run)
+        ours = arm_run is run
+        as_it_stands = setup.retime or (setup.baseline_from is not None and not ours)
         # perhaps tuned by an earlier ms_heron, which did not time its best kernels again
         if as_it_stands:
             arm_run.confirm()
@@ -188,13 +238,16 @@ def _tune_and_export(
             if as_it_stands
             else arm_run.tune(
                 TRIALS,
-                search="heron" if arm_run is run else "metaschedule",
-                deadline=deadline_after(budgets[arm]),
+                search="heron" if ours else "metaschedule",
+                deadline=deadline_after(setup.budgets[arm]),
                 num_trials_per_iter=PER_ROUND,
+                say=lambda line, arm=arm: print(f"{name} {arm}: {line}", flush=True),
+                records_from=setup.records_from if ours else (),
+                pretrained_model=setup.pretrained_model and ours,
             )
         )
         times = arm_run.task_times()
-        if arm_run is not run:
+        if not ours:
             times = [dataclasses.replace(t, space="") for t in times]
         row.update(
             {
@@ -219,7 +272,7 @@ def _tune_and_export(
         for point in row["race"][arm]:
             database = (
                 arm_run.chosen_database()
-                if point["share"] == 1.0
+                if point["minutes"] is None
                 else first_records(arm_run.work_dir, point["records"])
             )
             run.compile(database).export_library(
@@ -342,16 +395,17 @@ def _markdown(data: dict, budget: str) -> list[str]:
                 "",
                 f"## {name}: the race (plotted in `*_{_file_key(name)}_race.png` beside this file)",
                 "",
-                "| arm | tuning time s | records | estimate ms | measured ms | estimate / measured "
-                "|",
+                "| arm, point | tuning time s | records | estimate ms | measured ms | estimate / "
+                "measured |",
                 "|---|---|---|---|---|---|",
             ]
-            for arm, points in r["race"].items():
+            for points in r["race"].values():
                 for p in points:
                     measured = r.get(f"{p['label']} ms", math.nan)
                     lines.append(
-                        f"| {arm} | {p['elapsed s']:.0f} | {p['records']} | {p['estimate ms']:.2f} "
-                        f"| {measured:.2f} | {p['estimate ms'] / measured:.2f} |"
+                        f"| {p['label']} | {p['elapsed s']:.0f} | {p['records']} "
+                        f"| {p['estimate ms']:.2f} | {measured:.2f} "
+                        f"| {p['estimate ms'] / measured:.2f} |"
                     )
     for name, r in data.items():
         arms = {arm: [TaskTime(**t) for t in times] for arm, times in r["per task"].items()}
@@ -362,6 +416,18 @@ def _markdown(data: dict, budget: str) -> list[str]:
             *task_table(arms),
         ]
     return lines
+
+
+def _row_key(args: argparse.Namespace) -> str:
+    """The result row's name: the network, and what sets the run apart from a cold native one (a
+    narrower ISA's row is kept per host, an AVX2-only CPU's beside a wider one's): ``resnet101
+    (pretrained model, warm: resnet50)``."""
+    tags = [f"{args.isa}, {cpu_name(host_target())}"] if args.isa else []
+    if args.pretrained_model:
+        tags.append("pretrained model")
+    if args.records_from:
+        tags.append("warm: " + ", ".join(pathlib.Path(d).name for d in args.records_from))
+    return f"{args.network} ({', '.join(tags)})" if tags else args.network
 
 
 def main() -> None:
@@ -402,6 +468,19 @@ def main() -> None:
         help="compile for this instruction set, narrower than the host's (the row names it); ONNX "
         "Runtime keeps the host's",
     )
+    parser.add_argument(
+        "--pretrained-model",
+        action="store_true",
+        help="ms_heron starts from the shipped cost model (the row names it)",
+    )
+    parser.add_argument(
+        "--records-from",
+        metavar="WORK_DIR",
+        action="append",
+        default=[],
+        help="a warm start: seed ms_heron's run from this earlier run's work dir or a records "
+        "store, repeatable (the row names them); MetaSchedule's default tunes cold",
+    )
     parser.add_argument("--out", default=str(results_io.DEFAULT_DIR))
     # the fresh timing process
     parser.add_argument("--time-exported", metavar="DIR", help=argparse.SUPPRESS)
@@ -432,23 +511,24 @@ def main() -> None:
         target = narrowed(host_target(), args.isa) if args.isa else host_target()
     except TargetError as err:
         parser.error(str(err))
-    # a narrower ISA's row is kept per host: an AVX2-only CPU's beside a wider one's
-    key = f"{args.network} ({args.isa}, {cpu_name(host_target())})" if args.isa else args.network
-    work_root = pathlib.Path(args.work_root or tempfile.mkdtemp(prefix="ms_heron_networks_"))
-    print(f"runs under {work_root}", flush=True)
+    missing = [d for d in args.records_from if not pathlib.Path(d).is_dir()]
+    if missing:
+        parser.error(f"--records-from: no such directory: {', '.join(missing)}")
+    key = _row_key(args)
+    setup = Setup(
+        budgets=budgets,
+        work_root=pathlib.Path(args.work_root or tempfile.mkdtemp(prefix="ms_heron_networks_")),
+        seed=args.seed,
+        retime=args.retime,
+        baseline_from=pathlib.Path(args.baseline_from) if args.baseline_from else None,
+        exports=pathlib.Path(args.exports),
+        target=target,
+        pretrained_model=args.pretrained_model,
+        records_from=tuple(pathlib.Path(d) for d in args.records_from),
+    )
+    print(f"runs under {setup.work_root}", flush=True)
     with tempfile.TemporaryDirectory(prefix="ms_heron_networks_") as tmp:
-        baseline_from = pathlib.Path(args.baseline_from) if args.baseline_from else None
-        row, kernels = _tune_and_export(
-            args.network,
-            budgets,
-            pathlib.Path(tmp),
-            work_root,
-            args.seed,
-            args.retime,
-            baseline_from,
-            pathlib.Path(args.exports),
-            target,
-        )
+        row, kernels = _tune_and_export(args.network, setup, pathlib.Path(tmp))
         (pathlib.Path(tmp) / "labels.json").write_text(
             json.dumps([p["label"] for ps in row["race"].values() for p in ps])
         )

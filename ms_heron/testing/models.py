@@ -281,7 +281,8 @@ def resnet50(
 ) -> OnnxModel:
     """ResNet-50 v1.5 (batch 1, NCHW): 53 convolutions, each with its BatchNorm, the residual adds
     as ``Sum`` (as converters of Caffe2-era models write them) followed by ReLU, max and average
-    pooling and the classifier. ``width`` and ``blocks`` shrink it for tests."""
+    pooling and the classifier. ``width`` and ``blocks`` shrink it for tests; ``blocks`` deepens it
+    too (:data:`RESNET101_BLOCKS`)."""
     g = _Graph(seed)
     y = g.op(
         "MaxPool",
@@ -303,13 +304,18 @@ def resnet50(
             channels = 4 * inner
     out = _classifier(g, y, channels, classes)
     x_value = g.rng.standard_normal((1, 3, size, size)).astype(np.float32)
+    depth = 2 + 3 * sum(blocks)  # the stem, three convolutions per block, the classifier
     return g.model(
-        f"resnet50_{size}" if (width, blocks) == (64, (3, 4, 6, 3)) else f"resnet_w{width}_{size}",
+        f"resnet{depth}_{size}" if width == 64 else f"resnet_w{width}_{size}",
         {"x": x_value},
         out,
         [1, classes],
     )
 
+
+#: ResNet-101's blocks per stage: ResNet-50's but for the third stage, 23 blocks instead of 6
+#: (the same convolution shapes, called more often).
+RESNET101_BLOCKS = (3, 4, 23, 3)
 
 #: MobileNetV2's inverted residual stages: expansion, output channels, blocks, first stride.
 MOBILENET_V2_STAGES = (
@@ -462,13 +468,18 @@ def quantized_dynamic(model: OnnxModel, *, reduce_range: bool = False) -> OnnxMo
 
 
 #: The model zoo by name, as the benchmarks and examples offer it (each builder's defaults: the real
-#: model sizes): whole networks (ResNet-50, MobileNetV2, BERT-base's 12 layers in fp32; ResNet-50
-#: and BERT-base quantized by ONNX Runtime's tools), and one BERT-base layer and one ResNet-50
-#: bottleneck, fp32 and int8.
+#: model sizes): whole networks (ResNet-50 and -101, MobileNetV2, BERT-base's 12 layers and
+#: BERT-large's 24 in fp32; ResNet-50 and BERT-base quantized by ONNX Runtime's tools), and one
+#: BERT-base layer and one ResNet-50 bottleneck, fp32 and int8. For a warm start from the smaller
+#: one's records: ResNet-101 has ResNet-50's convolution shapes, its third stage called more
+#: often, so its tasks are ResNet-50's with other weights; BERT-large (hidden size 1024, 16 heads
+#: of 64) shares no task with BERT-base, and its shapes lie near BERT-base's (projected).
 ZOO = {
     "resnet50": resnet50,
+    "resnet101": lambda: resnet50(blocks=RESNET101_BLOCKS),
     "mobilenetv2": mobilenet_v2,
     "bert-base": bert,
+    "bert-large": lambda: bert(layers=24, hidden=1024, heads=16, ffn=4096),
     "resnet50-int8": lambda: quantized_static(resnet50()),
     "bert-base-int8": lambda: quantized_dynamic(bert()),
     "bert": bert_layer,
