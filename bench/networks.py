@@ -87,9 +87,9 @@ RETIMED = "estimate retimed"
 
 
 def _file_key(key: str) -> str:
-    """A result row's key in a file name: ``resnet50-int8 (avx2, znver3)`` ->
-    ``resnet50-int8_avx2_znver3``."""
-    return re.sub(r"[ (),]+", "_", key).strip("_")
+    """A result row's key in a file name: ``resnet101 (avx2, znver3, warm: resnet50)`` ->
+    ``resnet101_avx2_znver3_warm_resnet50``."""
+    return re.sub(r"[^A-Za-z0-9.-]+", "_", key).strip("_")
 
 
 def _label(arm: str, minutes: float | None) -> str:

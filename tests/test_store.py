@@ -58,6 +58,7 @@ def test_a_task_in_the_store_is_not_tuned_again_and_its_kernels_are_timed_again_
         f"{len(names)} of {len(names)} tasks were tuned before for this target: their best "
         "programs are timed again here, not tuned (--retune tunes them)"
     ) in said
+    assert not any(line.startswith("resuming") for line in said)  # seeded, not resumed
     assert [r.confirmed for r in rounds] == [True]  # no measured round, only the timing again
     timed = confirmed_seconds(run.work_dir)
     assert len(timed) == run.state().trials  # every seeded program, each once

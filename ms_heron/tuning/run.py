@@ -309,6 +309,8 @@ class TuningRun:
             # the one read of the records: the database this run tunes into, which every later
             # question of this object (its state, task times, kernel choice) asks
             self._database = open_database(self.work_dir, self.target)
+            # a fresh run seeded from the store below does not resume
+            resumed_from = len(self._database.get_all_tuning_records())
             # a model's lowering counts in the budget, as the rest of set-up does
             tasks = self.tasks
             sources = [*([store.dir_for(self.target)] if store else []), *records_from]
@@ -338,8 +340,8 @@ class TuningRun:
                     "--trials to go on)"
                 )
                 return before
-            if before.trials:
-                say(f"resuming from {before.trials} records in {self.work_dir}")
+            if resumed_from:
+                say(f"resuming from {resumed_from} records in {self.work_dir}")
             started = time.monotonic()
             current = Progress(
                 trials=before.trials,
