@@ -310,7 +310,7 @@ class TuningRun:
             # question of this object (its state, task times, kernel choice) asks
             self._database = open_database(self.work_dir, self.target)
             # a fresh run seeded from the store below does not resume
-            resumed_from = len(self._database.get_all_tuning_records())
+            resumed_from = len(self._database)
             # a model's lowering counts in the budget, as the rest of set-up does
             tasks = self.tasks
             sources = [*([store.dir_for(self.target)] if store else []), *records_from]
