@@ -6,6 +6,7 @@ from tvm import tirx
 from tvm.s_tir import Schedule
 from tvm.s_tir.schedule import SBlockRV
 
+from ..schedule import unchecked
 from ..schedule.analysis import block_realize, streamed_input
 from ..schedule.annotations import PACK_PANELS
 from ..schedule.options import heron_object
@@ -23,8 +24,8 @@ class PackPanels(HeronPostproc):
     """
 
     def apply(self, sch: Schedule) -> bool:
-        for block in sch.get_child_blocks(sch.get_sblock("root")):
-            choice = sch.get(block).annotations.get(PACK_PANELS)
+        for block in unchecked.get_child_blocks(sch, unchecked.get_sblock(sch, "root")):
+            choice = unchecked.get(sch, block).annotations.get(PACK_PANELS)
             if choice is None:
                 continue
             sch.unannotate(block, PACK_PANELS)
@@ -34,11 +35,11 @@ class PackPanels(HeronPostproc):
 
 
 def _pack(sch: Schedule, block: SBlockRV) -> None:
-    loops = sch.get_loops(block)
+    loops = unchecked.get_loops(sch, block)
     realize = block_realize(sch, block)
     if not loops or realize is None:
         return
-    lane_loop = sch.get(loops[-1])
+    lane_loop = unchecked.get(sch, loops[-1])
     lane_var = next(
         (
             iv.var
@@ -55,7 +56,7 @@ def _pack(sch: Schedule, block: SBlockRV) -> None:
     sch.transform_layout(
         block, ("read", index), lambda *idx: [idx[-1] // panel, *idx[:-1], idx[-1] % panel]
     )
-    *outer, last = sch.get_loops(copy)
+    *outer, last = unchecked.get_loops(sch, copy)
     columns, lanes = sch.split(last, [None, panel])
     sch.reorder(columns, *outer, lanes)
     sch.parallel(sch.fuse(columns, *outer))

@@ -9,6 +9,7 @@ from tvm.s_tir import Schedule
 from tvm.s_tir.schedule import SBlockRV
 from tvm.tirx import ForKind, IntImm
 
+from ..schedule import unchecked
 from ..schedule.analysis import reduction_loops
 from ..schedule.annotations import AUTO_TENSORIZE
 from ..schedule.options import heron_object
@@ -27,11 +28,14 @@ class VectorizeTileInit(HeronPostproc):
     """
 
     def apply(self, sch: Schedule) -> bool:
-        for block in _blocks(sch, sch.get_sblock("root")):
-            children = sch.get_child_blocks(block)
-            if sch.get(block).annotations.get(AUTO_TENSORIZE, None) != "" or len(children) != 1:
+        for block in _blocks(sch, unchecked.get_sblock(sch, "root")):
+            children = unchecked.get_child_blocks(sch, block)
+            if (
+                unchecked.get(sch, block).annotations.get(AUTO_TENSORIZE, None) != ""
+                or len(children) != 1
+            ):
                 continue
-            loops = sch.get_loops(children[0])
+            loops = unchecked.get_loops(sch, children[0])
             if len(loops) > 1:
                 sch.vectorize(loops[-1])
                 sch.unannotate(block, AUTO_TENSORIZE)
@@ -54,7 +58,10 @@ class FuseTileInit(HeronPostproc):
     """
 
     def apply(self, sch: Schedule) -> bool:
-        names = {sch.get(b).name_hint: b for b in _blocks(sch, sch.get_sblock("root"))}
+        names = {
+            unchecked.get(sch, b).name_hint: b
+            for b in _blocks(sch, unchecked.get_sblock(sch, "root"))
+        }
         for name, init in names.items():
             update = (
                 names.get(name.removesuffix("_init") + "_update")
@@ -69,18 +76,20 @@ class FuseTileInit(HeronPostproc):
 def _blocks(sch: Schedule, parent: SBlockRV) -> list[SBlockRV]:
     """Every block under ``parent``, depth first."""
     out = []
-    for child in sch.get_child_blocks(parent):
+    for child in unchecked.get_child_blocks(sch, parent):
         out += [child, *_blocks(sch, child)]
     return out
 
 
 def _fuse_init(sch: Schedule, init: SBlockRV, update: SBlockRV) -> None:
     # the init's alone
-    own = [lp for lp in sch.get_loops(init) if len(sch.get_child_blocks(lp)) == 1]
-    loops = sch.get_loops(update)
-    reductions = {sch.get(lp).loop_var.name for lp in reduction_loops(sch, update)}
+    own = [
+        lp for lp in unchecked.get_loops(sch, init) if len(unchecked.get_child_blocks(sch, lp)) == 1
+    ]
+    loops = unchecked.get_loops(sch, update)
+    reductions = {unchecked.get(sch, lp).loop_var.name for lp in reduction_loops(sch, update)}
     last = max(
-        (i for i, lp in enumerate(loops) if sch.get(lp).loop_var.name in reductions),
+        (i for i, lp in enumerate(loops) if unchecked.get(sch, lp).loop_var.name in reductions),
         default=len(loops) - 1,
     )
     micro = math.prod(_extent(sch, lp) for lp in loops[last + 1 :])
@@ -88,10 +97,10 @@ def _fuse_init(sch: Schedule, init: SBlockRV, update: SBlockRV) -> None:
     while chunk > 0 and math.prod(_extent(sch, lp) for lp in own[chunk - 1 :]) <= micro:
         chunk -= 1
     outer = own[:chunk]
-    if len(outer) > 1 and all(sch.get(lp).kind == ForKind.SERIAL for lp in outer):
+    if len(outer) > 1 and all(unchecked.get(sch, lp).kind == ForKind.SERIAL for lp in outer):
         sch.fuse(*outer)
 
 
 def _extent(sch: Schedule, loop) -> int:
-    extent = sch.get(loop).extent
+    extent = unchecked.get(sch, loop).extent
     return int(extent) if isinstance(extent, IntImm) else 1 << 30  # symbolic: larger than any tile

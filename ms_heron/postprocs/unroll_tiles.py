@@ -5,6 +5,7 @@ from __future__ import annotations
 from tvm import tirx
 from tvm.s_tir import Schedule
 
+from ..schedule import unchecked
 from ..schedule.annotations import UNROLL_TILE
 from ..schedule.options import heron_object
 from .base import HeronPostproc
@@ -21,13 +22,13 @@ class UnrollTiles(HeronPostproc):
 
     def apply(self, sch: Schedule) -> bool:
         # compute_at keeps the root's scope
-        for block in sch.get_child_blocks(sch.get_sblock("root")):
-            count = sch.get(block).annotations.get(UNROLL_TILE)
+        for block in unchecked.get_child_blocks(sch, unchecked.get_sblock(sch, "root")):
+            count = unchecked.get(sch, block).annotations.get(UNROLL_TILE)
             if count is None:
                 continue
             sch.unannotate(block, UNROLL_TILE)
-            for loop in reversed(sch.get_loops(block)[-int(count) :]):
-                if sch.get(loop).kind != tirx.ForKind.SERIAL:
+            for loop in reversed(unchecked.get_loops(sch, block)[-int(count) :]):
+                if unchecked.get(sch, loop).kind != tirx.ForKind.SERIAL:
                     break
                 sch.unroll(loop)
         return True

@@ -5,6 +5,7 @@ from __future__ import annotations
 from tvm import tirx
 from tvm.s_tir import Schedule
 
+from ..schedule import unchecked
 from ..schedule.options import heron_object
 from .base import HeronPostproc
 
@@ -12,10 +13,13 @@ from .base import HeronPostproc
 def blocks_in_vector_loops(sch: Schedule) -> list[str]:
     """The vectorized loops (by variable name) that hold more than one block."""
     found = []
-    for block in sch.get_child_blocks(sch.get_sblock("root")):
-        for loop in sch.get_loops(block):
-            stmt = sch.get(loop)
-            if stmt.kind == tirx.ForKind.VECTORIZED and len(sch.get_child_blocks(loop)) > 1:
+    for block in unchecked.get_child_blocks(sch, unchecked.get_sblock(sch, "root")):
+        for loop in unchecked.get_loops(sch, block):
+            stmt = unchecked.get(sch, loop)
+            if (
+                stmt.kind == tirx.ForKind.VECTORIZED
+                and len(unchecked.get_child_blocks(sch, loop)) > 1
+            ):
                 found.append(stmt.loop_var.name)
     return sorted(set(found))
 

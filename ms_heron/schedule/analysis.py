@@ -16,6 +16,7 @@ from tvm.s_tir.schedule.analysis import is_output_block
 from tvm.tirx.analysis import undefined_vars
 
 from ..hardware.targets import is_cpu, vector_bytes
+from . import unchecked
 from .annotations import (
     AUTO_TENSORIZE,
     BLOCKIZED,
@@ -33,18 +34,18 @@ from .annotations import (
 def working_block(sch: Schedule, block: SBlockRV) -> SBlockRV:
     """The block rules schedule: the outer block of a tensorized (blockized) one, else itself."""
     if BLOCKIZED in block_annotations(sch, block):
-        return sch.get_sblock(sch.get(block).name_hint + "_o")
+        return unchecked.get_sblock(sch, unchecked.get(sch, block).name_hint + "_o")
     return block
 
 
 def block_realize(sch: Schedule, block: SBlockRV) -> SBlockRealize | None:
     """The realize of ``block`` directly under its innermost loop (its iterator bindings)."""
-    loops = sch.get_loops(block)
+    loops = unchecked.get_loops(sch, block)
     if not loops:
         return None
-    body = sch.get(loops[-1]).body
+    body = unchecked.get(sch, loops[-1]).body
     for stmt in getattr(body, "seq", [body]):
-        if isinstance(stmt, SBlockRealize) and stmt.block.same_as(sch.get(block)):
+        if isinstance(stmt, SBlockRealize) and stmt.block.same_as(unchecked.get(sch, block)):
             return stmt
     return None
 
@@ -58,12 +59,14 @@ def reduction_loops(sch: Schedule, block: SBlockRV) -> list[LoopRV]:
     for iv, value in zip(realize.block.iter_vars, realize.iter_values):
         if int(iv.iter_type) == REDUCE_ITER:
             used |= {v.name for v in undefined_vars(value)}
-    return [lp for lp in sch.get_loops(block) if sch.get(lp).loop_var.name in used]
+    return [
+        lp for lp in unchecked.get_loops(sch, block) if unchecked.get(sch, lp).loop_var.name in used
+    ]
 
 
 def is_injective(sch: Schedule, block: SBlockRV) -> bool:
     """Spatial iterators only and no init: one output element per iteration, no reduction."""
-    blk = sch.get(block)
+    blk = unchecked.get(sch, block)
     kinds = iter_kinds(sch, block)
     return blk.init is None and bool(kinds) and all(k == "S" for k in kinds)
 
@@ -81,7 +84,7 @@ def _children(node) -> list:
 
 def has_branch(sch: Schedule, block: SBlockRV) -> bool:
     """Whether the block's body holds a conditional (padding, masks): inlining would copy it."""
-    stack = [sch.get(block).body]
+    stack = [unchecked.get(sch, block).body]
     while stack:
         node = stack.pop()
         op = getattr(getattr(node, "op", None), "name", "")
@@ -96,7 +99,7 @@ def is_transpose(sch: Schedule, block: SBlockRV) -> bool:
     V[l, h, d]``): inlined, it would turn its consumer's unit-stride reads along ``l`` into strided
     ones, where computed at a tile it is the operand packing a fast kernel wants (MetaSchedule's
     AutoInline keeps such blocks too, its ``require_ordered``)."""
-    blk = sch.get(block)
+    blk = unchecked.get(sch, block)
     position = {iv.var.name: i for i, iv in enumerate(blk.iter_vars)}
     for region in blk.reads:
         order = [
@@ -152,7 +155,7 @@ def transposed_read(sch: Schedule, block: SBlockRV) -> tuple[int, int] | None:
     read and the write index with their last dimension (their contiguous axes), when they differ;
     None when every read runs along the write's contiguous axis (or is not indexed by plain
     iterators)."""
-    blk = sch.get(block)
+    blk = unchecked.get(sch, block)
     position = {iv.var.name: i for i, iv in enumerate(blk.iter_vars)}
 
     def last_iterator(region) -> int | None:
@@ -170,7 +173,7 @@ def transposed_read(sch: Schedule, block: SBlockRV) -> tuple[int, int] | None:
 
 
 def consumers(sch: Schedule, block: SBlockRV) -> list[SBlockRV]:
-    return list(sch.get_consumers(block))
+    return list(unchecked.get_consumers(sch, block))
 
 
 def fusible_consumer(sch: Schedule, block: SBlockRV) -> SBlockRV | None:
@@ -181,8 +184,8 @@ def fusible_consumer(sch: Schedule, block: SBlockRV) -> SBlockRV | None:
     cons = consumers(sch, block)
     if len(cons) != 1 or not is_injective(sch, cons[0]):
         return None
-    name = sch.get(block).name_hint
-    if any(sch.get(p).name_hint != name for p in sch.get_producers(cons[0])):
+    name = unchecked.get(sch, block).name_hint
+    if any(unchecked.get(sch, p).name_hint != name for p in unchecked.get_producers(sch, cons[0])):
         return None
     return cons[0]
 
@@ -190,7 +193,7 @@ def fusible_consumer(sch: Schedule, block: SBlockRV) -> SBlockRV | None:
 def tile_levels(sch: Schedule, block: SBlockRV) -> dict[str, list[LoopRV]]:
     """Loops of a tiled block by role, from its tiling-structure annotation."""
     structure = str(block_annotations(sch, block)[TILING_STRUCTURE])
-    return split_by_structure(structure, iter_kinds(sch, block), sch.get_loops(block))
+    return split_by_structure(structure, iter_kinds(sch, block), unchecked.get_loops(sch, block))
 
 
 def is_tiled(sch: Schedule, block: SBlockRV) -> bool:
@@ -202,12 +205,12 @@ def is_tensorized(sch: Schedule, block: SBlockRV) -> bool:
 
 
 def is_root(sch: Schedule, block: SBlockRV) -> bool:
-    return sch.get(block).name_hint == "root"
+    return unchecked.get(sch, block).name_hint == "root"
 
 
 def reused_reads(sch: Schedule, block: SBlockRV) -> list[int]:
     """Indices of the block's reads that ignore some spatial iterator (the re-used operands)."""
-    blk = sch.get(block)
+    blk = unchecked.get(sch, block)
     kinds = iter_kinds(sch, block)
     spatial = {iv.var for iv, k in zip(blk.iter_vars, kinds) if k == "S"}
     written = {w.source for w in blk.writes}
@@ -238,10 +241,12 @@ def needs_sampled_location(sch: Schedule, block: SBlockRV) -> bool:
         or set(iter_kinds(sch, block)) != {"S"}
     ):
         return False
-    loops = sch.get_loops(block)
-    if not loops or len(sch.get_child_blocks(loops[0])) != 1:
+    loops = unchecked.get_loops(sch, block)
+    if not loops or len(unchecked.get_child_blocks(sch, loops[0])) != 1:
         return False  # inside another block's loops already, or sharing its outer loop
-    return any(is_tiled(sch, c) or placed_by_rule(sch, c) for c in sch.get_consumers(block))
+    return any(
+        is_tiled(sch, c) or placed_by_rule(sch, c) for c in unchecked.get_consumers(sch, block)
+    )
 
 
 def param_index(sch: Schedule, buffer: tirx.Buffer) -> int | None:
@@ -281,7 +286,7 @@ def streamed_input(sch: Schedule, block: SBlockRV, lane_var) -> int | None:
     ``lane_var``: a function input (not a layout-free weight, which RewriteLayout re-lays out)
     whose last index is that iterator and that ignores another spatial iterator, so it is re-read
     for every tile of it (a GEMM's ``B[k, n]``). None if there is none."""
-    blk = sch.get(block)
+    blk = unchecked.get(sch, block)
     spatial = {iv.var for iv, k in zip(blk.iter_vars, iter_kinds(sch, block)) if k == "S"}
     written = {w.source for w in blk.writes}
     for index, region in enumerate(blk.reads):
@@ -311,7 +316,7 @@ def lane_iterator(sch: Schedule, block: SBlockRV, target) -> int | None:
     MetaSchedule's RewriteLayout stores in the order the loops read it. Reads that do not depend on
     the lane iterator are broadcast; the output tile is written back transposed, once.
     """
-    blk = sch.get(block)
+    blk = unchecked.get(sch, block)
     kinds = iter_kinds(sch, block)
     spatial = [i for i, k in enumerate(kinds) if k == "S"]
     if not spatial or target is None or not is_cpu(target) or is_tensorized(sch, block):
@@ -331,7 +336,7 @@ def transposed_lane_dim(sch: Schedule, block: SBlockRV, target) -> int | None:
     not the output's last one (then the accumulator tile is stored lanes-last and written back
     transposed), else None."""
     lane = lane_iterator(sch, block, target)
-    blk = sch.get(block)
+    blk = unchecked.get(sch, block)
     if lane is None:
         return None
     var = blk.iter_vars[lane].var

@@ -12,6 +12,8 @@ from __future__ import annotations
 from tvm.s_tir import Schedule
 from tvm.s_tir.schedule import SBlockRV
 
+from . import unchecked
+
 #: PrimFunc attribute: the parameters that are constant s8 weights a byte multiply is exact on
 #: (``ms_heron.hardware.dot_products.bytes_multiply_exactly``), recorded by Relax's lowering where
 #: the values are known.
@@ -58,13 +60,13 @@ SPATIAL_ITER, REDUCE_ITER = 0, 2
 
 
 def block_annotations(sch: Schedule, block: SBlockRV) -> dict:
-    return dict(sch.get(block).annotations)
+    return dict(unchecked.get(sch, block).annotations)
 
 
 def iter_kinds(sch: Schedule, block: SBlockRV) -> list[str]:
     """'S' or 'R' per block iterator (other iterator types are reported as 'O')."""
     kinds = {SPATIAL_ITER: "S", REDUCE_ITER: "R"}
-    return [kinds.get(int(iv.iter_type), "O") for iv in sch.get(block).iter_vars]
+    return [kinds.get(int(iv.iter_type), "O") for iv in unchecked.get(sch, block).iter_vars]
 
 
 def split_by_structure(structure: str, kinds: list[str], items: list) -> dict[str, list]:
