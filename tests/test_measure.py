@@ -34,7 +34,13 @@ from ms_heron.relax import extract_tasks
 from ms_heron.search.cga import BUILD_TIMEOUT
 from ms_heron.testing import models
 from ms_heron.tuning import RunError, RunSpec, TuningRun
-from ms_heron.tuning.budget import Budget, CandidateCost, deadline_after
+from ms_heron.tuning.budget import (
+    LATE_ROUND,
+    Budget,
+    RoundClock,
+    WatchedSearch,
+    deadline_after,
+)
 from ms_heron.tuning.builder import build_candidate, local_builder
 from ms_heron.tuning.measure import (
     DEFAULT_TIMEOUT_S,
@@ -295,19 +301,39 @@ def test_a_candidate_that_crashes_its_process_does_not_stop_tuning(tmp_path):
 def test_the_budget_keeps_its_reserve_for_the_work_after_tuning():
     assert Budget(time.monotonic() + 60, reserve_s=lambda: 61.0).spent()
     assert not Budget(time.monotonic() + 60, reserve_s=lambda: 30.0).spent()
-    # the reserve's price of a candidate leaves out the set-up before the first round ended
-    cost = CandidateCost()
-    assert cost.seconds() == 0.0
-    cost.add_round(107.0, 16)  # a ResNet-50's first round: set-up and 16 candidates
-    assert cost.seconds() == 0.0
-    cost.add_round(115.0, 32)
-    cost.add_round(125.0, 48)
-    assert cost.seconds() == pytest.approx(18.0 / 32)
-    # and the search's work: the work after tuning builds and times, it does not search
-    cost = CandidateCost()
-    cost.add_round(107.0, 16, search_s=10.0)
-    cost.add_round(125.0, 32, search_s=20.0)
-    assert cost.seconds() == pytest.approx(8.0 / 16)
+    # the reserve's price of a candidate leaves out set-up and the search's work: the work after
+    # tuning builds and times, it does not search
+    clock = RoundClock()
+    clock.set_up(100.0)
+    assert clock.candidate_s() == 0.0
+    clock.round_started(at=107.0, search_s=1.0, candidates=16)
+    clock.searched(0.5)  # taking in its results
+    assert clock.candidate_s() == 0.0  # no round has ended
+    clock.round_started(at=115.0, search_s=2.0, candidates=16)
+    assert clock.candidate_s() == pytest.approx((8.0 - 1.5) / 16)
+    assert clock.total_search_s() == pytest.approx(103.5)
+    assert clock.round_search_s() == pytest.approx(1.75)
+
+
+def test_first_rounds_are_cut_so_the_tasks_not_yet_started_fit_in_the_time_left():
+    clock = RoundClock()
+    for _ in range(5):
+        clock.set_up(0.1)  # five tasks
+    clock.first_rounds = 2  # two started: 3 to go, this one too
+    # nothing known of a round's cost yet: a whole round
+    assert WatchedSearch("evolutionary", Budget(time.monotonic() + 5), clock).first_round(16) == 16
+    clock.round_started(at=0.0, search_s=1.0, candidates=16)
+    clock.round_started(at=4.0, search_s=1.0, candidates=16)  # the first: 3 s for 16 candidates
+
+    def first_round(seconds_left: float | None) -> int:
+        deadline = None if seconds_left is None else time.monotonic() + seconds_left
+        return WatchedSearch("evolutionary", Budget(deadline), clock).first_round(16)
+
+    assert first_round(None) == 16  # no deadline
+    assert first_round(60.0) == 16  # 20 s a task: more than a round's 4 s
+    assert first_round(5.0) == 3  # 1.67 s a task: 1 s of search and 3 x 0.19 s
+    assert first_round(0.5) == LATE_ROUND  # less than the search: the least round
+    assert first_round(-1.0) == LATE_ROUND  # past the deadline
 
 
 def test_a_model_under_a_tiny_budget_gives_every_task_a_round_and_chooses_by_times_taken_again(

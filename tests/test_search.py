@@ -51,8 +51,8 @@ def test_tunes_every_family_and_best_record_is_correct(family, cpu_target, tmp_p
     assert log.count("HeronSearch round") == 2 and "valid 4/4" in log
 
 
-def _strategy(workload, target, seed, trials=16, per_round=8, cost_model=None):
-    strategy = HeronSearch()
+def _strategy(workload, target, seed, trials=16, per_round=8, cost_model=None, strategy=None):
+    strategy = strategy or HeronSearch()
     ctx = ms.TuneContext(
         mod=workload.func,
         target=target,
@@ -125,13 +125,18 @@ def test_round_zero_is_ranked_by_the_feature_model_other_tasks_trained(cpu_targe
         assert scores == sorted(scores, reverse=True)
     assert len(greedy) >= 3
 
-    # Past the deadline the task's first round is cut to its leaders, and their results alone come
-    # back.
-    late = _strategy(
-        workloads.make("gemm", "fp32", M=64, N=32, K=64), cpu_target, 3, cost_model=cost_model
+    # Past the deadline the task's first round is cut to its leaders, and the search breeds for
+    # those alone.
+    watched = _strategy(
+        workloads.make("gemm", "fp32", M=64, N=32, K=64),
+        cpu_target,
+        3,
+        cost_model=cost_model,
+        strategy=WatchedSearch(HeronSearch(), Budget(deadline=time.monotonic())),
     )
-    leaders = WatchedSearch(late, Budget(deadline=time.monotonic())).generate_measure_candidates()
-    assert len(leaders) == LATE_ROUND < len(late.pending) and late.guided
+    late = watched.inner
+    leaders = watched.generate_measure_candidates()
+    assert len(leaders) == len(late.pending) == LATE_ROUND < watched.full_round and late.guided
     seconds = [
         time_lib(build(c.sch.mod, cpu_target), other, repeat=3, min_repeat_ms=5).seconds
         for c in leaders

@@ -9,13 +9,17 @@ resumed run measures them). Build and run timeouts are capped by the budget
 (:func:`budget_timeout`), so a hanging candidate overruns it by one timeout at most. A task whose
 first round starts past the deadline gets a short one (:data:`LATE_ROUND`): a model's every task
 needs a kernel, and building whole rounds of which one candidate each was measured cost a 2-minute
-ResNet run 7 more minutes. The search wrapper also times "search overhead" (generating candidates
-and taking in results, not building or measuring) for HeronSearch and MetaSchedule's evolutionary
-search alike.
+ResNet run 7 more minutes. Before the deadline, a first round is cut so that the tasks not yet
+started all fit theirs in the time left (:meth:`WatchedSearch.first_round`). The search wrapper also
+times every round (:class:`RoundClock`), its "search overhead" (generating candidates and taking in
+results) apart from the rest (building, measuring, storing), for HeronSearch and MetaSchedule's
+evolutionary search alike.
 """
 
 from __future__ import annotations
 
+import math
+import statistics
 import time
 from collections.abc import Callable
 
@@ -25,6 +29,7 @@ from tvm.s_tir.meta_schedule.runner.runner import PyRunner, PyRunnerFuture
 from tvm.s_tir.meta_schedule.search_strategy import PySearchStrategy, SearchStrategy
 
 from ..records import NOT_RUN
+from ..search.cga import HeronSearch
 
 #: MetaSchedule's default per-candidate build and run timeout, in seconds.
 DEFAULT_TIMEOUT_S = 30.0
@@ -53,42 +58,77 @@ class Budget:
         self.guaranteed = False
 
     def spent(self) -> bool:
+        return self.left_s() <= 0.0
+
+    def left_s(self) -> float:
+        """Seconds until the deadline less the reserve (inf without a deadline)."""
         if self.deadline is None:
-            return False
-        return time.monotonic() >= self.deadline - (
-            self.reserve_s() if self.reserve_s is not None else 0.0
-        )
+            return math.inf
+        reserve = self.reserve_s() if self.reserve_s is not None else 0.0
+        return self.deadline - reserve - time.monotonic()
 
 
-class CandidateCost:
-    """A measured candidate's wall time in a model's rounds, the price of work after tuning that
-    builds and times candidates again (a :class:`Budget`'s reserve).
+class RoundClock:
+    """A tuning call's rounds timed, shared by every clone of its search: the search's own work
+    (set-up, generating candidates, taking in results) apart from the rest of a round (building,
+    measuring, storing, training the cost model). A round runs from its candidates' generation to
+    the next round's, so the rest is whatever the task loop does in between.
 
-    Counted from the end of the first round: set-up (lowering, every task's design spaces and
-    constraint models) comes before it. A ResNet-50's first round of 16 candidates ended 107 s into
-    its run; counting those seconds, a 15-minute run reserved more than it had left after one round.
-    The search's own work is left out too, since the work after tuning searches nothing: with the
-    pretrained cost model ranking every task's first round, MobileNetV2's first rounds cost 0.7 s
-    a candidate with the search and reserved 74 s of a 2-minute budget, which ended 46 s in.
+    It prices a measured candidate for the work after tuning, which builds and times candidates
+    again but searches nothing, and the first rounds under a deadline. Set-up is left out of both:
+    a ResNet-50's first round of 16 candidates ended 107 s into its run, and counting those
+    seconds, a 15-minute run reserved more than it had left after one round. So is the search:
+    with the pretrained cost model ranking every task's first round, MobileNetV2's first rounds
+    cost 0.7 s a candidate with the search and reserved 74 s of a 2-minute budget, which ended
+    46 s in.
     """
 
     def __init__(self):
-        # (elapsed s, trials) when the first round ended
-        self.first: tuple[float, int] | None = None
-        self.last: tuple[float, int] | None = None
+        #: Search work before the first round (every task's design spaces and constraint models).
+        self.setup_s = 0.0
+        #: Search work of each round, in order.
+        self.search_s: list[float] = []
+        #: Tasks set up, and tasks whose first round has started.
+        self.tasks = self.first_rounds = 0
+        #: Ended rounds: their seconds besides their search, and their candidates.
+        self.ended: list[tuple[float, int]] = []
+        self._open: tuple[float, int] | None = None  # the round in flight: its start, candidates
 
-    def add_round(self, elapsed_s: float, trials: int, search_s: float = 0.0) -> None:
-        """A round ended ``elapsed_s`` into the run, ``trials`` measured by then, ``search_s`` of
-        those seconds spent searching."""
-        self.last = (elapsed_s - search_s, trials)
-        self.first = self.first or self.last
+    def set_up(self, seconds: float) -> None:
+        """One task's set-up took ``seconds``."""
+        self.tasks += 1
+        self.setup_s += seconds
 
-    def seconds(self) -> float:
-        """Seconds per measured candidate since the first round; 0 until a second round measured
-        one."""
-        if self.first is None or self.last[1] <= self.first[1]:
-            return 0.0
-        return (self.last[0] - self.first[0]) / (self.last[1] - self.first[1])
+    def round_started(self, at: float, search_s: float, candidates: int) -> None:
+        """A round of ``candidates`` started at ``at`` (``time.perf_counter()``) and generated
+        them in ``search_s``; the round before it ends there."""
+        if self._open is not None:
+            start, count = self._open
+            self.ended.append((at - start - self.search_s[-1], count))
+        self._open = (at, candidates)
+        self.search_s.append(search_s)
+
+    def searched(self, seconds: float) -> None:
+        """More search work in the round in flight (taking in its results)."""
+        if self.search_s:
+            self.search_s[-1] += seconds
+        else:
+            self.setup_s += seconds
+
+    def total_search_s(self) -> float:
+        """Search work so far, set-up included."""
+        return self.setup_s + sum(self.search_s)
+
+    def round_search_s(self) -> float:
+        """Mean search work per round (set-up excluded)."""
+        return sum(self.search_s) / len(self.search_s) if self.search_s else 0.0
+
+    def candidate_s(self) -> float:
+        """Seconds per candidate besides the search: the median over the ended rounds, since one
+        round of a slow build (16 s for 16 candidates amid rounds of 0.3 s a candidate) must not
+        price them all; 0 before a round ended."""
+        costs = [s / n for s, n in self.ended if n]
+        return statistics.median(costs) if costs else 0.0
 
 
 def deadline_after(seconds: float | None) -> float | None:
@@ -164,13 +204,13 @@ class _Done(PyRunnerFuture):
 @derived_object
 class WatchedSearch(PySearchStrategy):
     """``inner`` (a strategy or its MetaSchedule name) with a deadline, a stop switch and a
-    stopwatch."""
+    :class:`RoundClock`."""
 
     def __init__(
         self,
         inner,
         budget: Budget | None = None,
-        search_seconds: list | None = None,
+        clock: RoundClock | None = None,
         stop: Callable[[], bool] | None = None,
     ):
         self.inner = SearchStrategy.create(inner) if isinstance(inner, str) else inner
@@ -178,11 +218,12 @@ class WatchedSearch(PySearchStrategy):
         self.budget = budget or Budget()
         #: Asked before every round; True ends tuning there (e.g. after a CTRL-C).
         self.stop = stop
-        #: Search work in seconds: set-up first, then one entry per round (shared with clones).
-        self.search_seconds = [] if search_seconds is None else search_seconds
-        #: This task's first round always runs, however long set-up took (a model's tasks are
-        #: clones).
+        #: Times the rounds of every clone (a model's tasks are clones).
+        self.clock = clock or RoundClock()
+        #: This task's first round always runs, however long set-up took.
         self.first_round_done = False
+        #: Candidates per round (MetaSchedule's ``num_trials_per_iter``).
+        self.full_round = 0
 
     def _initialize_with_tune_context(self, context) -> None:
         self.inner._initialize_with_tune_context(context)
@@ -192,44 +233,63 @@ class WatchedSearch(PySearchStrategy):
     ):
         start = time.perf_counter()
         self.inner.pre_tuning(max_trials, num_trials_per_iter, design_spaces, database, cost_model)
-        self.search_seconds.append(time.perf_counter() - start)
+        self.clock.set_up(time.perf_counter() - start)
+        self.full_round = int(num_trials_per_iter)
 
     def post_tuning(self) -> None:
         self.inner.post_tuning()
 
     def until(self, budget: Budget) -> WatchedSearch:
         """The same watch under ``budget``."""
-        return WatchedSearch(self.inner, budget, self.search_seconds, self.stop)
+        return WatchedSearch(self.inner, budget, self.clock, self.stop)
 
     def generate_measure_candidates(self):
         if self.first_round_done and self.budget.spent():
             return None
         if self.stop is not None and self.stop():
             return None
+        # a first round's size is known before the search breeds for it
+        size = self.full_round if self.first_round_done else self.first_round(self.full_round)
         start = time.perf_counter()
-        got = self.inner.generate_measure_candidates()
+        if isinstance(self.inner, HeronSearch):
+            got = self.inner.generate_round(size)
+        else:
+            got = self.inner.generate_measure_candidates()
         spent = time.perf_counter() - start
         if got is None:
-            self.search_seconds[-1] += spent
+            self.clock.searched(spent)
             return None
-        self.search_seconds.append(spent)
-        first = not self.first_round_done
-        self.budget.guaranteed, self.first_round_done = first, True
-        return list(got)[:LATE_ROUND] if first and self.budget.spent() else got
+        got = list(got)[:size]
+        self.clock.first_rounds += not self.first_round_done
+        self.budget.guaranteed, self.first_round_done = not self.first_round_done, True
+        self.clock.round_started(start, spent, len(got))
+        return got
+
+    def first_round(self, full: int) -> int:
+        """How many of ``full`` candidates this task's first round measures: all while nothing is
+        known of what a round costs, :data:`LATE_ROUND` past the deadline, else as many as let the
+        tasks not yet started (this one too) fit their first rounds in the time left, priced by
+        the rounds so far (a round's search and its candidates), and at least
+        :data:`LATE_ROUND`.
+
+        A model's every task needs a kernel before any task's second round pays. Under a 2-minute
+        budget, whole first rounds took MobileNetV2's first 12 to 17 of 35 tasks (largest first)
+        to the deadline, and the other tasks' late rounds ran on past it: the runs ended at 163 and
+        164 s.
+        """
+        left, per_candidate = self.budget.left_s(), self.clock.candidate_s()
+        if left <= 0.0:
+            return min(full, LATE_ROUND)
+        if left == math.inf or per_candidate <= 0.0:
+            return full
+        per_task = left / max(1, self.clock.tasks - self.clock.first_rounds)
+        fits = int((per_task - self.clock.round_search_s()) / per_candidate)
+        return max(min(full, LATE_ROUND), min(full, fits))
 
     def notify_runner_results(self, measure_candidates, results) -> None:
         start = time.perf_counter()
         self.inner.notify_runner_results(measure_candidates, results)
-        self.search_seconds[-1] += time.perf_counter() - start
+        self.clock.searched(time.perf_counter() - start)
 
     def clone(self):
-        return WatchedSearch(self.inner.clone(), self.budget, self.search_seconds, self.stop)
-
-    def search_s(self) -> float:
-        """Search work so far, set-up included."""
-        return sum(self.search_seconds)
-
-    def per_round_seconds(self) -> float:
-        """Mean search work per measured round (set-up excluded)."""
-        rounds = self.search_seconds[1:]
-        return sum(rounds) / len(rounds) if rounds else 0.0
+        return WatchedSearch(self.inner.clone(), self.budget, self.clock, self.stop)

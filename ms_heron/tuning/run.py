@@ -46,7 +46,7 @@ from ..relax import (
     task_times,
 )
 from ..space import HeronSpace
-from .budget import Budget, BudgetedRunner, CandidateCost, WatchedSearch
+from .budget import Budget, BudgetedRunner, WatchedSearch
 from .confirm import chosen_database, confirm_best
 from .loop import (
     TRIALS_PER_ROUND,
@@ -358,7 +358,7 @@ class TuningRun:
 
             def round_ended() -> None:  # the one round event: progress file, caller's hook
                 current.elapsed_s = before.elapsed_s + time.monotonic() - started
-                current.search_s_per_round = watched.per_round_seconds()
+                current.search_s_per_round = watched.clock.round_search_s()
                 log_progress(self.work_dir, current)
                 if on_round is not None:
                     on_round(dataclasses.replace(current))  # a snapshot: the caller may keep it
@@ -366,13 +366,15 @@ class TuningRun:
             # built here, so that a model's confirmation measures with the same ones
             builder = builder_for(deadline)
             runner = runner or runner_for(self.target, cold=self.is_model, deadline=deadline)
-            cost = CandidateCost()
 
             def confirm_reserve_s() -> float:  # a measured candidate's cost per record timed again
-                return len(tasks) * CHOICE_TOP_K * cost.seconds() if self.is_model else 0.0
+                return (
+                    len(tasks) * CHOICE_TOP_K * watched.clock.candidate_s()
+                    if self.is_model
+                    else 0.0
+                )
 
             def round_measured(r: TuningRound) -> None:
-                cost.add_round(r.elapsed_s, r.trials, watched.search_s())
                 current.trials += r.measured
                 current.valid += r.valid
                 current.best_seconds = r.model_seconds() + untuned_s
