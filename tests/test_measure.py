@@ -31,7 +31,7 @@ from ms_heron.records import (
     record_seconds,
 )
 from ms_heron.relax import extract_tasks
-from ms_heron.search.cga import BUILD_TIMEOUT
+from ms_heron.search.cga import BUILD_TIMEOUT, HeronSearch
 from ms_heron.testing import models
 from ms_heron.tuning import RunError, RunSpec, TuningRun
 from ms_heron.tuning.budget import (
@@ -40,6 +40,7 @@ from ms_heron.tuning.budget import (
     RoundClock,
     WatchedSearch,
     deadline_after,
+    python_clone,
 )
 from ms_heron.tuning.builder import build_candidate, local_builder
 from ms_heron.tuning.measure import (
@@ -334,6 +335,10 @@ def test_first_rounds_are_cut_so_the_tasks_not_yet_started_fit_in_the_time_left(
     assert first_round(5.0) == 3  # 1.67 s a task: 1 s of search and 3 x 0.19 s
     assert first_round(0.5) == LATE_ROUND  # less than the search: the least round
     assert first_round(-1.0) == LATE_ROUND  # past the deadline
+    # a task's clone of the search keeps HeronSearch's own round of a given size (TVM's clone
+    # through its FFI returns the base object, without it)
+    clone = python_clone(HeronSearch())
+    assert isinstance(clone, HeronSearch) and callable(clone.generate_round)
 
 
 def test_a_model_under_a_tiny_budget_gives_every_task_a_round_and_chooses_by_times_taken_again(

@@ -276,6 +276,13 @@ def test_first_round_measures_each_spaces_analytical_choice_first(cpu_target):
         p.key for p in strategy.pending
     }
     assert {p.space for p in strategy.pending} == set(range(len(strategy.traces)))
+    # A round those choices fill (a budget's short first round) is theirs, and breeds no population
+    short = _strategy(
+        workloads.make("gemm", "fp32", M=16, N=64, K=32), cpu_target, 0, trials=32, per_round=16
+    )
+    short.generate_round(len(firsts))
+    assert [p.key for p in short.pending] == firsts
+    assert short.now.sampled <= 4  # the feature model's probe alone
 
 
 def test_fresh_samples_follow_the_spaces_that_measured_fastest(cpu_target):

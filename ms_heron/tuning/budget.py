@@ -292,4 +292,12 @@ class WatchedSearch(PySearchStrategy):
         self.clock.searched(time.perf_counter() - start)
 
     def clone(self):
-        return WatchedSearch(self.inner.clone(), self.budget, self.clock, self.stop)
+        return WatchedSearch(python_clone(self.inner), self.budget, self.clock, self.stop)
+
+
+def python_clone(strategy):
+    """``strategy``'s clone, keeping a Python-derived strategy's class: a clone made through TVM's
+    FFI comes back as the base object, whose Python methods (``HeronSearch.generate_round``) are
+    out of reach."""
+    inst = getattr(strategy, "_inst", None)
+    return inst.clone() if inst is not None else strategy.clone()
