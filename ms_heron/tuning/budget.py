@@ -29,7 +29,6 @@ from tvm.s_tir.meta_schedule.runner.runner import PyRunner, PyRunnerFuture
 from tvm.s_tir.meta_schedule.search_strategy import PySearchStrategy, SearchStrategy
 
 from ..records import NOT_RUN
-from ..search.cga import HeronSearch
 
 #: MetaSchedule's default per-candidate build and run timeout, in seconds.
 DEFAULT_TIMEOUT_S = 30.0
@@ -251,10 +250,9 @@ class WatchedSearch(PySearchStrategy):
         # a first round's size is known before the search breeds for it
         size = self.full_round if self.first_round_done else self.first_round(self.full_round)
         start = time.perf_counter()
-        if isinstance(self.inner, HeronSearch):
-            got = self.inner.generate_round(size)
-        else:
-            got = self.inner.generate_measure_candidates()
+        # HeronSearch breeds for the size; the measuring workers import this module, not the search
+        sized = getattr(self.inner, "generate_round", None)
+        got = sized(size) if sized is not None else self.inner.generate_measure_candidates()
         spent = time.perf_counter() - start
         if got is None:
             self.clock.searched(spent)
