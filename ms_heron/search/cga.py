@@ -570,10 +570,11 @@ class HeronSearch(PySearchStrategy):
         first). Then no population is bred or ranked: a budget's short first rounds of MobileNetV2
         spent 0.6-1.2 s each in that search, for 2 to 9 candidates that measured in 0.3-2 s.
         Empty when they do not fill the round."""
+        tried = {k[0] for k in self.measured}
         firsts = [
             programs[0]
             for space, programs in sorted(self.analytical.items())
-            if programs and space not in {k[0] for k in self.measured}
+            if programs and space not in tried
         ]
         leading = unique(alternate(self.projected, firsts))
         if len(leading) < want:
@@ -581,7 +582,9 @@ class HeronSearch(PySearchStrategy):
         picked: list[Program] = []
         seen = set(self.measured)  # keys after building, as in _pick
         for p in leading:
-            if len(picked) < want and self._build([p]) and p.key not in seen:
+            if len(picked) == want:
+                break
+            if self._build([p]) and p.key not in seen:
                 picked.append(p)
                 seen.add(p.key)
         if len(picked) < want:

@@ -69,9 +69,10 @@ class Budget:
 
 class RoundClock:
     """A tuning call's rounds timed, shared by every clone of its search: the search's own work
-    (set-up, generating candidates, taking in results) apart from the rest of a round (building,
-    measuring, storing, training the cost model). A round runs from its candidates' generation to
-    the next round's, so the rest is whatever the task loop does in between.
+    (generating candidates, taking in results) apart from the rest of a round (building, measuring,
+    storing, training the cost model). A round runs from its candidates' generation to the next
+    round's, so the rest is whatever the task loop does in between, and set-up (before the first
+    round) is in neither.
 
     It prices a measured candidate for the work after tuning, which builds and times candidates
     again but searches nothing, and the first rounds under a deadline. Set-up is left out of both:
@@ -83,8 +84,6 @@ class RoundClock:
     """
 
     def __init__(self):
-        #: Search work before the first round (every task's design spaces and constraint models).
-        self.setup_s = 0.0
         #: Search work of each round, in order.
         self.search_s: list[float] = []
         #: Tasks set up, and tasks whose first round has started.
@@ -92,11 +91,6 @@ class RoundClock:
         #: Ended rounds: their seconds besides their search, and their candidates.
         self.ended: list[tuple[float, int]] = []
         self._open: tuple[float, int] | None = None  # the round in flight: its start, candidates
-
-    def set_up(self, seconds: float) -> None:
-        """One task's set-up took ``seconds``."""
-        self.tasks += 1
-        self.setup_s += seconds
 
     def round_started(self, at: float, search_s: float, candidates: int) -> None:
         """A round of ``candidates`` started at ``at`` (``time.perf_counter()``) and generated
@@ -108,15 +102,10 @@ class RoundClock:
         self.search_s.append(search_s)
 
     def searched(self, seconds: float) -> None:
-        """More search work in the round in flight (taking in its results)."""
+        """More search work in the round in flight (taking in its results); none is in flight
+        before the first round."""
         if self.search_s:
             self.search_s[-1] += seconds
-        else:
-            self.setup_s += seconds
-
-    def total_search_s(self) -> float:
-        """Search work so far, set-up included."""
-        return self.setup_s + sum(self.search_s)
 
     def round_search_s(self) -> float:
         """Mean search work per round (set-up excluded)."""
@@ -230,9 +219,8 @@ class WatchedSearch(PySearchStrategy):
     def pre_tuning(
         self, max_trials, num_trials_per_iter, design_spaces, database=None, cost_model=None
     ):
-        start = time.perf_counter()
         self.inner.pre_tuning(max_trials, num_trials_per_iter, design_spaces, database, cost_model)
-        self.clock.set_up(time.perf_counter() - start)
+        self.clock.tasks += 1
         self.full_round = int(num_trials_per_iter)
 
     def post_tuning(self) -> None:
