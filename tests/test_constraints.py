@@ -237,6 +237,24 @@ def test_analytical_choices_fill_the_registers_and_half_of_each_cache(cpu_target
                     )
 
 
+def test_analytical_micro_tile_rows_run_along_the_contiguous_width(cpu_target):
+    """An NHWC convolution's micro-tile rows are output pixels: the analytical choice takes them
+    along the width, one contiguous stream of broadcasts and stores, not down the height, one
+    stream per image row. Without that last stage this space's choice took 14 rows down the height
+    and 2 across."""
+    workload = workloads.make("c2d", "fp32", N=1, H=14, W=28, CI=32, CO=16, KH=1, KW=1)
+    checked = 0
+    for space in _spaces(workload, cpu_target):
+        model = derive(space, cpu_target)
+        height, width = (
+            next(d for d in model.decisions if d.kind == "tile" and d.extent == e) for e in (14, 28)
+        )
+        for choice in Solver(model, seed=0).analytical().values():
+            assert choice[height.variables[-1]] == 1 and choice[width.variables[-1]] > 1, choice
+            checked += 1
+    assert checked
+
+
 def test_whole_reduction_sweeps_a_weight_that_fits_L2(cpu_target):
     """A weight larger than L2 (4 MB, or 4x the host's L2 per core): the ``whole_reduction`` choice
     splits its columns until what one sweep of the innermost loop around the reductions reads (the

@@ -202,6 +202,8 @@ def _add_registers(model, block, block_name: str, micro: list, target) -> list[_
             width // dtype_bytes(out.source.dtype),
             registers,
         )
+    if not tiles and len(micro) > 1:
+        _add_contiguity_objective(model, micro[-2])
     if not intrinsic and _fills_vectors(
         model, micro[-1].factors, dtype_bytes(out.source.dtype), width
     ):
@@ -253,6 +255,19 @@ def _add_load_objectives(
     GEMM with cold weights ran 2.0 ms with 8 x 2 vectors, 2.3 ms with 4 x 4."""
     _minimize_excess(model, "loads", f"{name}.load_excess", mr + vectors - accumulators, registers)
     model.maximize("lines", [(mr, -1), (vectors, -lanes)])
+
+
+def _add_contiguity_objective(model, innermost_row: Loop) -> None:
+    """Last, among micro-tiles equal in every other stage: the most rows along the innermost spatial
+    loop of the rows, the output's (and, in a convolution, the input's) contiguous axis. Rows
+    along an outer axis (an NHWC image's height) broadcast from, and store to, one stream per
+    row, a row's width apart. Measured on the analytical choices alone (each task's first
+    programs, timed cold in turn), the stage made MobileNetV2's 30 convolutions 1.05x faster in
+    all (0.95x-1.33x each), ResNet-50's fp32 tasks 1.07x (0.95x-1.43x) and its int8 ones for
+    AVX2 1.02x (0.87x-1.28x) on a Zen 4."""
+    terms = [(model.vars[f], 1) for f in innermost_row.factors if not isinstance(f, int)]
+    if terms:
+        model.maximize("contiguous", terms)
 
 
 def _minimize_excess(model, stage: ObjectiveStage, name: str, amount, upper: int) -> None:

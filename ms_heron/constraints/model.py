@@ -30,7 +30,7 @@ ConstraintKind = Literal[
 #: registers the most accumulators are a 14 x 1-vector tile, load-bound, which ran 1.2-2.4x slower
 #: than 4 x 2 vectors on ResNet-50's convolutions (Zen 3).
 ObjectiveStage = Literal[
-    "loads", "registers", "lines", "traffic", "L1", "L2", "whole_reduction", "sweep"
+    "loads", "registers", "lines", "traffic", "L1", "L2", "whole_reduction", "sweep", "contiguous"
 ]
 OBJECTIVE_STAGES: tuple[ObjectiveStage, ...] = ("loads", "registers", "lines")
 #: How the analytical choice fills the spatial loops between the two reduction levels: one choice
@@ -43,11 +43,13 @@ OBJECTIVE_STAGES: tuple[ObjectiveStage, ...] = ("loads", "registers", "lines")
 #: a sweep of the loops around the reduction reads no more than L2 (it re-reads a job's weight
 #: columns once per row of micro-tiles: ResNet-50's stage-4 Winograd GEMM, 1 MB of weight per tile
 #: position, ran 1.58 ms sweeping more than L2 per row, 0.98 ms sweeping what fits), then
-#: ``traffic`` and ``L1``. Both are measured.
+#: ``traffic`` and ``L1``. Both are measured. Both end with ``contiguous``: of micro-tiles equal in
+#: all else, the one whose rows run along the innermost spatial loop (an NHWC image's width, one
+#: stream of broadcasts and stores instead of one per image row).
 Blocking = Literal["cache_block", "whole_reduction"]
 BLOCKING_STAGES: dict[Blocking, tuple[ObjectiveStage, ...]] = {
-    "cache_block": ("traffic", "L1", "L2"),
-    "whole_reduction": ("whole_reduction", "sweep", "traffic", "L1"),
+    "cache_block": ("traffic", "L1", "L2", "contiguous"),
+    "whole_reduction": ("whole_reduction", "sweep", "traffic", "L1", "contiguous"),
 }
 #: CP-SAT's integer domain is int64; bounds of derived products are capped here (they stay sound:
 #: a product of loop factors never comes near it).
