@@ -14,7 +14,13 @@ from ms_heron.hardware.peak import (
     share_of_bound,
 )
 from ms_heron.relax import from_onnx, lower_for_tuning, model_tasks
-from ms_heron.search.task_scheduler import ExpectedGain, TaskProgress, at_bound, next_round
+from ms_heron.search.task_scheduler import (
+    ExpectedGain,
+    TaskProgress,
+    at_bound,
+    beyond_peak,
+    next_round,
+)
 from ms_heron.testing import models
 from ms_heron.tuning import tune_tasks
 
@@ -40,6 +46,10 @@ def test_next_round_goes_to_the_most_latency_above_the_bound_and_a_task_at_its_b
     ]
     assert next_round([*tasks, *fresh], [1, 3, 4], discount=0.5) == 4
     assert next_round(tasks, [], discount=0.5) == -1
+    # a kernel within 10% past the flops of its bound is a fast timing; further, the peak is low
+    assert not beyond_peak([TaskProgress(name="t", calls=1, bound_s=1, compute_s=1, best_s=0.95)])
+    assert beyond_peak([TaskProgress(name="t", calls=1, bound_s=1, compute_s=1, best_s=0.8)])
+    assert not beyond_peak([TaskProgress(name="t", calls=1, bound_s=1, compute_s=1)])
 
 
 def test_a_task_never_valid_yields_once_it_failed_and_measured_tasks_are_not_at_their_bound():
@@ -126,3 +136,30 @@ def test_a_task_at_its_bound_gets_no_further_round_and_tuning_ends(tmp_path, cpu
     assert all(
         share_of_bound(bounds[task], before.best_seconds[task]) < 1.0 for before, task in later
     )
+
+
+def test_a_peak_measured_low_is_measured_again_and_the_bounds_follow(tmp_path, cpu_target):
+    """A peak probe that shared its core measured too little, so every task looked at its bound
+    early: a kernel faster than the peak allows has the scheduler measure the peaks again, keep the
+    higher, and remake every bound from it, before it stops any task."""
+    tasks = model_tasks(lower_for_tuning(_small_model(tmp_path), None, cpu_target), cpu_target)
+    true_peak = fma_peak_gops(cpu_target)
+    fma_peak_gops.assume(cpu_target, true_peak / 50)  # as a probe on a busy core left it
+    try:
+        scheduler = ExpectedGain()
+        tune_tasks(
+            tasks,
+            cpu_target,
+            str(tmp_path / "run"),
+            8,
+            cold=True,
+            num_trials_per_iter=4,
+            seed=0,
+            task_scheduler=scheduler,
+        )
+        assert scheduler.peaks_measured_again >= 1
+        assert fma_peak_gops(cpu_target) > true_peak / 5
+        for task, ctx in zip(scheduler.tasks, tasks):
+            assert task.bound_s == pytest.approx(bound_seconds(ctx.mod, cpu_target))
+    finally:
+        fma_peak_gops.cache_clear()
