@@ -3,7 +3,7 @@
 MetaSchedule's gradient scheduler gives every task a first round, then follows each task's recent
 improvement. Under a budget of minutes most tasks get one or two rounds, so what matters is which
 ones. ExpectedGain holds each task's best kernel against its bound (:func:`~ms_heron.hardware.peak.
-bound_seconds`: the FMA or int8 (AMX or VNNI) peak for its flops, the measured memory bandwidth for
+bound_parts`: the FMA or int8 (AMX or VNNI) peak for its flops, the measured memory bandwidth for
 its bytes) and gives the next round to the task with the most model latency left above its bound:
 
     gain = calls x (best - bound) x discount ** (rounds in a row that did not improve the best)
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.task_scheduler import PyTaskScheduler
 
-from ..hardware.peak import bound_seconds, compute_seconds, measure_peaks_again, share_of_bound
+from ..hardware.peak import bound_parts, measure_peaks_again, share_of_bound
 from ..records import best_seconds, record_seconds
 from ..schedule.options import check
 
@@ -121,8 +121,7 @@ class ExpectedGain(PyTaskScheduler):
         for target in targets.values():
             measure_peaks_again(target)
         for task, record in zip(self.tasks, records):
-            task.bound_s = bound_seconds(record.ctx.mod, record.ctx.target)
-            task.compute_s = compute_seconds(record.ctx.mod, record.ctx.target)
+            _bound(task, record.ctx.mod, record.ctx.target)
 
     def _joined(self, task_id: int, results) -> None:
         task = self.tasks[task_id]
@@ -166,12 +165,14 @@ def next_round(tasks: Sequence[TaskProgress], live: Sequence[int], discount: flo
 def _start(record, database) -> TaskProgress:
     """A task's call count, bound, and best record so far (a resumed work dir's)."""
     mod = record.ctx.mod
-    task = TaskProgress(
-        name=record.ctx.task_name,
-        calls=float(record.task_weight),
-        bound_s=bound_seconds(mod, record.ctx.target),
-        compute_s=compute_seconds(mod, record.ctx.target),
-    )
+    task = TaskProgress(name=record.ctx.task_name, calls=float(record.task_weight), bound_s=0.0)
+    _bound(task, mod, record.ctx.target)
     if database is not None:
         task.best_s = best_seconds(database, mod)
     return task
+
+
+def _bound(task: TaskProgress, mod, target) -> None:
+    """``task``'s bound and its compute part, from the peaks measured so far."""
+    task.compute_s, memory_s = bound_parts(mod, target)
+    task.bound_s = max(task.compute_s, memory_s)
