@@ -9,6 +9,7 @@ from tvm.s_tir import Schedule
 
 from ms_heron import HeronSpace, workloads
 from ms_heron.constraints import (
+    ConstraintOptions,
     RepairedDecision,
     Solver,
     count_solutions,
@@ -18,7 +19,12 @@ from ms_heron.constraints import (
 )
 from ms_heron.hardware.peak import fma_chains
 from ms_heron.hardware.probes import PEAK_CHAINS
-from ms_heron.hardware.targets import cpu_cache_bytes, vector_bytes, vector_registers
+from ms_heron.hardware.targets import (
+    cpu_cache_bytes,
+    host_target,
+    vector_bytes,
+    vector_registers,
+)
 from ms_heron.postprocs import DisallowBlocksInVectorLoops, blocks_in_vector_loops
 from ms_heron.rules import default_rules
 from ms_heron.schedule.annotations import TILING_STRUCTURE, block_annotations, iter_kinds
@@ -123,6 +129,25 @@ def test_summary_reports_kinds_and_size(cpu_target):
         assert summary["constraints"]["split"] > 0 and summary["constraints"]["candidates"] == 1
         assert summary["unconstrained_space_size"] > 1
     assert any(s["constraints"].get("memory") for s in summaries)
+
+
+def test_parallel_jobs_keep_every_core_busy():
+    """TVM gives each core an equal run of a parallel loop's jobs, so 3 jobs on 2 cores idle one
+    core a third of the time: every sample's jobs keep both cores >= 90% busy, and the 3-job
+    split that the space holds without the constraint is named as breaking it."""
+    target = host_target(num_cores=2)
+    workload = workloads.make("gemm", "fp32", M=48, N=64, K=32)
+    space = _spaces(workload, target)[0]
+    model = derive(space, target)
+    (jobs,) = {c.name.split(":")[0] for c in model.constraints if "busy" in c.name}
+    balanced = {model.evaluate(s)[jobs] for s in Solver(model, seed=0).samples(SAMPLES)}
+    assert all(10 * n >= 9 * 2 * -(-n // 2) for n in balanced), balanced
+
+    relaxed = derive(space, target, ConstraintOptions(balanced_jobs=False))
+    samples = Solver(relaxed, seed=0).samples(SAMPLES)
+    three = [s for s in samples if relaxed.evaluate(s)[jobs] == 3]
+    assert three and balanced
+    assert f"{jobs}: parallel jobs keep 2 cores >= 9/10 busy" in model.violations(three[0])
 
 
 def test_register_tile_holds_enough_accumulators_to_hide_fma_latency(cpu_target):

@@ -446,6 +446,31 @@ def test_space_whose_performance_constraints_conflict_is_searched_under_validity
     assert strategy.models and len(strategy.generate_measure_candidates()) == 4
 
 
+def test_space_with_no_even_share_of_the_cores_keeps_its_other_performance_constraints(caplog):
+    """A 1 x 3 output splits into 1 or 3 jobs, neither of which keeps 2 cores evenly busy: only
+    that constraint comes off, and the micro-kernel's stay."""
+    from ms_heron.hardware.targets import host_target  # pylint: disable=import-outside-toplevel
+
+    workload = workloads.make("gemm", "fp32", M=1, N=3, K=16)
+    strategy = HeronSearch()
+    ctx = ms.TuneContext(
+        mod=workload.func,
+        target=host_target(num_cores=2),
+        space_generator=HeronSpace(include_default_spaces=False),
+        search_strategy=strategy,
+        task_name="t",
+        rand_state=0,
+    )
+    with caplog.at_level("WARNING"):
+        strategy.pre_tuning(8, 4, ctx.generate_design_space(), None, None)
+    assert "searching it under its performance constraints without even core shares" in (
+        _log_lines(caplog)
+    )
+    kinds = {c.kind for model in strategy.models for c in model.constraints if c.performance}
+    assert {"parallel", "register"} <= kinds, kinds
+    assert len(strategy.generate_measure_candidates()) == 4
+
+
 def test_a_users_tvmscript_kernel_tunes_and_is_checked_against_itself_unscheduled(
     cpu_target, tmp_path
 ):

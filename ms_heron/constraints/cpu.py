@@ -24,6 +24,9 @@ from .model import MAX_BOUND, Constraint, ConstraintModel, Footprint, ObjectiveS
 from .solver import maximum
 from .walk import Loop, Walk
 
+#: Balanced parallel jobs keep every core busy for at least this share of the loop.
+BUSY_SHARE = (9, 10)
+
 
 def on_parallel(walk: Walk, inst) -> None:
     if walk.options.parallel_jobs and is_cpu(walk.target):
@@ -32,6 +35,7 @@ def on_parallel(walk: Walk, inst) -> None:
             walk.loops.get(inst.inputs[0]),
             num_cores(walk.target),
             walk.fresh("parallel"),
+            balanced=walk.options.balanced_jobs,
         )
 
 
@@ -64,7 +68,9 @@ def _loop_extent(model: ConstraintModel, loop: Loop | None, name: str):
     return model.product(name, list(loop.factors), hi), hi
 
 
-def _add_parallel(model: ConstraintModel, loop: Loop | None, cores: int, name: str) -> None:
+def _add_parallel(
+    model: ConstraintModel, loop: Loop | None, cores: int, name: str, *, balanced: bool
+) -> None:
     extent = _loop_extent(model, loop, name)
     if extent is None:
         return
@@ -76,6 +82,27 @@ def _add_parallel(model: ConstraintModel, loop: Loop | None, cores: int, name: s
             name=f"{name}: parallel jobs >= {need}",
             kind="parallel",
             holds=lambda v, n=name, k=need: v[n] >= k,
+            performance=True,
+        )
+    )
+    if balanced and need == cores > 1:
+        _add_balanced_jobs(model, jobs, hi, cores, name)
+
+
+def _add_balanced_jobs(model: ConstraintModel, jobs, hi: int, cores: int, name: str) -> None:
+    """Each core runs ``rounds = ceil(jobs / cores)`` jobs (TVM splits a parallel loop into equal
+    runs), so the loop takes ``rounds`` jobs' time; ``jobs / (rounds x cores)`` is the share of it
+    the cores are busy, kept >= :data:`BUSY_SHARE`."""
+    busy, whole = BUSY_SHARE
+    rounds = model.cp.NewIntVar(1, max(1, -(-hi // cores)), f"{name}.rounds")
+    model.cp.Add(cores * rounds >= jobs)
+    model.cp.Add(cores * rounds <= jobs + cores - 1)
+    model.cp.Add(whole * jobs >= busy * cores * rounds)
+    model.add(
+        Constraint(
+            name=f"{name}: parallel jobs keep {cores} cores >= {busy}/{whole} busy",
+            kind="parallel",
+            holds=lambda v, n=name: whole * v[n] >= busy * cores * -(-v[n] // cores),
             performance=True,
         )
     )

@@ -64,8 +64,16 @@ from .genetic import (
 from .ranking import FEATURES, Ranking
 from .transfer import Donors, donation, project, signature
 
-#: A space whose performance constraints conflict is searched under these (validity only).
-VALIDITY_ONLY = ConstraintOptions().validity_only()
+#: The constraints a space is searched under, first that has a solution, and what its log says.
+#: Even shares of the cores come off first, since a space may hold no such split at all.
+CONSTRAINT_TIERS = (
+    (ConstraintOptions(), ""),
+    (
+        ConstraintOptions(balanced_jobs=False),
+        "its performance constraints without even core shares",
+    ),
+    (ConstraintOptions().validity_only(), "its validity constraints only"),
+)
 #: How MetaSchedule's LocalBuilder reports a candidate it killed.
 BUILD_TIMEOUT = "LocalBuilder: Timeout"
 
@@ -232,20 +240,24 @@ class HeronSearch(PySearchStrategy):
         return traces, models
 
     def _solvable_model(self, space, index: int) -> ConstraintModel:
-        """The space's full model, or its validity constraints alone when the performance
-        constraints leave no solution (the space may still hold the best program)."""
-        model = derive(space, self.target)
-        try:
-            Solver(model, seed=self.seed).sample()
-        except Infeasible:
-            model = derive(space, self.target, VALIDITY_ONLY)
-            Solver(model, seed=self.seed).sample()
-            self.logger.warning(
-                "HeronSearch: design space %d has no program within its performance "
-                "constraints; searching it under its validity constraints only",
-                index,
-            )
-        return model
+        """The space's model under the first of :data:`CONSTRAINT_TIERS` that has a solution (a
+        space whose performance constraints conflict may still hold the best program)."""
+        for tier, (options, searched_under) in enumerate(CONSTRAINT_TIERS):
+            model = derive(space, self.target, options)
+            try:
+                Solver(model, seed=self.seed).sample()
+            except Infeasible:
+                if tier == len(CONSTRAINT_TIERS) - 1:
+                    raise
+                continue
+            if searched_under:
+                self.logger.warning(
+                    "HeronSearch: design space %d has no program within its performance "
+                    "constraints; searching it under %s",
+                    index,
+                    searched_under,
+                )
+            return model
 
     def _analytical_choices(self) -> dict[int, list[Program]]:
         """Per design space with a micro-kernel model, the programs BLIS's analytical model picks,
