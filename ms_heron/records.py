@@ -20,9 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tvm.ir.utils import derived_object
+from tvm.s_tir import SBlock
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 from tvm.target import Target
+from tvm.tirx import SeqStmt
 
 from .errors import HeronError
 from .hardware.targets import target_json
@@ -171,17 +173,81 @@ def fastest_per_workload(database: ms.database.Database) -> list[ms.database.Tun
     return [record for _, record in best.values()]
 
 
-def commit_copy(database: ms.database.Database, mod, record: ms.database.TuningRecord) -> None:
-    """Commit ``record`` (from another database) to ``database`` as a record of the task ``mod``."""
-    database.commit_tuning_record(
-        ms.database.TuningRecord(
-            record.trace,
-            database.commit_workload(mod),
-            record.run_secs,
-            record.target,
-            record.args_info,
-        )
+def commit_copy(database: ms.database.Database, mod, record: ms.database.TuningRecord) -> bool:
+    """Commit ``record`` (from another database) to ``database`` as a record of the task ``mod``
+    (:func:`record_of`); False, and nothing committed, when its trace does not replay there."""
+    copy = record_of(database, mod, record)
+    if copy is not None:
+        database.commit_tuning_record(copy)
+    return copy is not None
+
+
+def record_of(
+    database: ms.database.Database, mod, record: ms.database.TuningRecord
+) -> ms.database.TuningRecord | None:
+    """``record`` (from another database) as ``database``'s record of the task ``mod``, its trace
+    renamed onto the blocks of the workload ``database`` keeps for ``mod`` (:func:`renamed_trace`);
+    None when it does not replay there."""
+    workload = database.commit_workload(mod)
+    trace = renamed_trace(record, workload.mod)
+    if trace is None:
+        return None
+    return ms.database.TuningRecord(
+        trace, workload, record.run_secs, record.target, record.args_info
     )
+
+
+def renamed_trace(record: ms.database.TuningRecord, mod):
+    """``record``'s trace, finding its blocks by ``mod``'s names; None if it does not replay there.
+
+    A record matches a task by structure, but its trace finds blocks by name, and Relax names
+    blocks and buffers after the model's variables: ResNet-50's global pooling reduces in block
+    ``lv378_red``, ResNet-101's in ``lv752_red``. The names of the two kernels are paired in the
+    order both share, and each block a trace gets is renamed, with the names derived from one
+    (``lv378_global``, a cache stage of buffer ``lv378``)."""
+    pairs = list(zip(_kernel_names(record.workload.mod), _kernel_names(mod)))
+    renames = {old: new for old, new in pairs if old != new}
+    if not renames:
+        return record.trace
+    if len(dict(pairs)) != len(set(pairs)):
+        return None  # a name of one kernel stands for two of the other
+    record_json = record.as_json()
+    for kind, _, attrs, _ in record_json[0][0]:
+        if kind == "GetSBlock":
+            attrs[0] = _renamed(str(attrs[0]), renames)
+    try:  # parsing a record replays its trace on the workload
+        return ms.database.TuningRecord.from_json(record_json, ms.database.Workload(mod)).trace
+    except Exception:  # pylint: disable=broad-except  # TVM raises its own error kinds
+        return None
+
+
+def _renamed(name: str, renames: Mapping[str, str]) -> str:
+    if name in renames:
+        return renames[name]
+    derived = [old for old in renames if name.startswith(old + "_")]
+    if not derived:
+        return name
+    old = max(derived, key=len)
+    return renames[old] + name[len(old) :]
+
+
+def _kernel_names(mod) -> list[str]:
+    """Buffer and block names of ``mod``'s kernel, in an order structurally equal kernels share."""
+    func = next(iter(mod.functions.values()))
+    names = [str(p.name) for p in func.params]  # TVM 0.27: a parameter is its buffer's Var
+    stack = [func.body]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, SBlock):
+            names.append(node.name_hint)
+            names.extend(b.name for b in node.alloc_buffers)
+        if isinstance(node, SeqStmt):
+            stack.extend(reversed(list(node.seq)))
+        for attr in ("else_case", "then_case", "init", "body", "block"):
+            child = getattr(node, attr, None)
+            if child is not None:
+                stack.append(child)
+    return names
 
 
 def best_seconds(database: ms.database.Database, mod) -> float:

@@ -10,12 +10,15 @@ import onnx
 import pytest
 import tvm
 from conftest import ms_heron_cli
+from tvm import te
 from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.schedule import ScheduleError
 
 from ms_heron import workloads
 from ms_heron.hardware.targets import target_json
 from ms_heron.records import (
     DATABASE_FILES,
+    commit_copy,
     confirmed_seconds,
     describe_target,
     fastest_per_workload,
@@ -23,9 +26,11 @@ from ms_heron.records import (
     record_seconds,
 )
 from ms_heron.search.transfer import stored_donation
+from ms_heron.space import design_spaces
 from ms_heron.testing import models
 from ms_heron.tuning import RunSpec, TuningRun
 from ms_heron.tuning.store import RecordStore, seed_from
+from ms_heron.workloads import Workload, from_func
 from ms_heron.workloads.evaluate import build, run_and_check
 
 
@@ -175,6 +180,43 @@ def test_a_second_conv_shape_starts_from_the_stored_first_shapes_best_projected(
     run_and_check(build(sch.mod, cpu_target), large)
     logs = "".join(p.read_text() for p in (run.work_dir / "logs").iterdir())
     assert "round 0 starts with" in logs and "projected from tasks tuned before" in logs
+
+
+def _global_mean(name: str) -> Workload:
+    """A global average pool as Relax names it: the reduction's block after its input variable
+    (``lv378_red`` in ResNet-50, ``lv752_red`` in ResNet-101)."""
+    x = te.placeholder((1, 7, 7, 64), "float32", name=name)
+    k1, k2 = te.reduce_axis((0, 7), name="k1"), te.reduce_axis((0, 7), name="k2")
+    red = te.compute(
+        (1, 1, 1, 64), lambda n, i, j, c: te.sum(x[n, k1, k2, c], axis=[k1, k2]), name=f"{name}_red"
+    )
+    out = te.compute(red.shape, lambda *i: red(*i) / 49.0, name="T_divide")
+    return from_func(te.create_prim_func([x, out]), "mean")
+
+
+def test_a_stored_program_seeds_a_kernel_whose_blocks_another_model_named(cpu_target):
+    """A record matches a task by structure, but its trace finds blocks by name: ResNet-101 warm
+    from ResNet-50's records stopped at its first timing, its pooling's trace asking for
+    ResNet-50's ``lv378_red``. Copied into a database as the other kernel's record, the trace gets
+    that kernel's names (those derived from them too) and builds into the right result."""
+    stored, task = _global_mean("lv378"), _global_mean("lv752")
+    space = next(s for s in design_spaces(stored.func, cpu_target) if "lv378_red" in str(s.trace))
+    record = ms.database.TuningRecord(
+        space.trace,
+        ms.database.Workload(tvm.IRModule({"main": stored.func})),
+        [1e-3],
+        cpu_target,
+        ms.arg_info.ArgInfo.from_prim_func(stored.func),
+    )
+    mod = tvm.IRModule({"main": task.func})
+    as_it_was = ms.database.TuningRecord(record.trace, ms.database.Workload(mod), [1e-3])
+    with pytest.raises(ScheduleError, match="lv378_red"):
+        as_it_was.as_measure_candidate()
+    database = ms.database.MemoryDatabase()
+    assert commit_copy(database, mod, record)
+    (copy,) = database.get_top_k(database.commit_workload(mod), 2)
+    assert "lv378" not in str(copy.trace) and "lv752_red" in str(copy.trace)
+    run_and_check(build(copy.as_measure_candidate().sch.mod, cpu_target), task)
 
 
 def test_the_warm_path_through_the_command(tmp_path):

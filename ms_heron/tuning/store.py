@@ -28,12 +28,12 @@ from .. import __version__
 from ..hardware.targets import target_json
 from ..records import (
     CHOICE_TOP_K,
-    commit_copy,
     describe_target,
     fastest_per_workload,
     open_database,
     read_records,
     record_key,
+    record_of,
     record_seconds,
     target_key,
     top_records,
@@ -112,7 +112,7 @@ class RecordStore:
         directory = self.dir_for(target)
         with _store_lock(directory):
             store = open_database(directory, target)
-            return sum(_copy(_best_valid(database, task.mod), store, task.mod) for task in tasks)
+            return sum(_copy(_best_valid(database, task.mod), store, task.mod)[1] for task in tasks)
 
 
 def seed_from(
@@ -134,10 +134,10 @@ def seed_from(
             seeded.foreign[key] = seeded.foreign.get(key, 0) + count
         seeded.donors.extend(fastest_per_workload(found.database))
         for task in tasks:
-            offered = _best_valid(found.database, task.mod)
-            if offered:
+            usable, added = _copy(_best_valid(found.database, task.mod), database, task.mod)
+            if usable:
                 seeded.tasks.add(task.name)
-                seeded.added += _copy(offered, database, task.mod)
+            seeded.added += added
     return seeded
 
 
@@ -150,14 +150,22 @@ def _best_valid(database: ms.Database, mod) -> list[ms.database.TuningRecord]:
     ]
 
 
-def _copy(records: Sequence[ms.database.TuningRecord], into: ms.Database, mod) -> int:
+def _copy(records: Sequence[ms.database.TuningRecord], into: ms.Database, mod) -> tuple[int, int]:
     """Commit ``records`` of the task ``mod`` to ``into``, but the ones it holds already; returns
-    how many were new."""
-    held = {record_key(r) for r in top_records(into, mod, _ALL)}
-    new = [r for r in records if record_key(r) not in held]
-    for record in new:
-        commit_copy(into, mod, record)
-    return len(new)
+    how many of them ``into`` now holds and how many were added. A record whose trace does not
+    replay on ``into``'s kernel of ``mod`` is left out (:func:`~ms_heron.records.record_of`)."""
+    held = {record_key(r) for r in top_records(into, mod, _ALL)} if records else set()
+    usable = added = 0
+    for record in records:
+        copy = record_of(into, mod, record)
+        if copy is None:
+            continue
+        usable += 1
+        if record_key(copy) not in held:
+            into.commit_tuning_record(copy)
+            held.add(record_key(copy))
+            added += 1
+    return usable, added
 
 
 @contextlib.contextmanager
