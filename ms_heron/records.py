@@ -186,10 +186,10 @@ def record_of(
     database: ms.database.Database, mod, record: ms.database.TuningRecord
 ) -> ms.database.TuningRecord | None:
     """``record`` (from another database) as ``database``'s record of the task ``mod``, its trace
-    renamed onto the blocks of the workload ``database`` keeps for ``mod`` (:func:`renamed_trace`);
+    renamed onto the blocks of the workload ``database`` keeps for ``mod`` (:func:`_renamed_trace`);
     None when it does not replay there."""
     workload = database.commit_workload(mod)
-    trace = renamed_trace(record, workload.mod)
+    trace = _renamed_trace(record, workload.mod)
     if trace is None:
         return None
     return ms.database.TuningRecord(
@@ -197,7 +197,7 @@ def record_of(
     )
 
 
-def renamed_trace(record: ms.database.TuningRecord, mod):
+def _renamed_trace(record: ms.database.TuningRecord, mod):
     """``record``'s trace, finding its blocks by ``mod``'s names; None if it does not replay there.
 
     A record matches a task by structure, but its trace finds blocks by name, and Relax names
