@@ -211,10 +211,11 @@ def _renamed_trace(record: ms.database.TuningRecord, mod):
         return record.trace
     if len(dict(pairs)) != len(set(pairs)):
         return None  # a name of one kernel stands for two of the other
-    record_json = record.as_json()
-    for kind, _, attrs, _ in record_json[0][0]:
+    trace_json = record.trace.as_json()  # TVM's own JSON: the record's Python one lacks IndexMaps
+    for kind, _, attrs, _ in trace_json[0]:
         if kind == "GetSBlock":
             attrs[0] = _renamed(str(attrs[0]), renames)
+    record_json = [trace_json, None, record.target.export(), None]
     try:  # parsing a record replays its trace on the workload
         return ms.database.TuningRecord.from_json(record_json, ms.database.Workload(mod)).trace
     except Exception:  # pylint: disable=broad-except  # TVM raises its own error kinds

@@ -11,6 +11,7 @@ import pytest
 import tvm
 from conftest import ms_heron_cli
 from tvm import te
+from tvm.s_tir import Schedule
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.schedule import ScheduleError
 
@@ -26,7 +27,6 @@ from ms_heron.records import (
     record_seconds,
 )
 from ms_heron.search.transfer import stored_donation
-from ms_heron.space import design_spaces
 from ms_heron.testing import models
 from ms_heron.tuning import RunSpec, TuningRun
 from ms_heron.tuning.store import RecordStore, seed_from
@@ -198,11 +198,17 @@ def test_a_stored_program_seeds_a_kernel_whose_blocks_another_model_named(cpu_ta
     """A record matches a task by structure, but its trace finds blocks by name: ResNet-101 warm
     from ResNet-50's records stopped at its first timing, its pooling's trace asking for
     ResNet-50's ``lv378_red``. Copied into a database as the other kernel's record, the trace gets
-    that kernel's names (those derived from them too) and builds into the right result."""
+    that kernel's names, those derived from them too (a cache stage of buffer ``lv378``), keeps
+    its layout change and builds into the right result."""
     stored, task = _global_mean("lv378"), _global_mean("lv752")
-    space = next(s for s in design_spaces(stored.func, cpu_target) if "lv378_red" in str(s.trace))
+    sch = Schedule(stored.func)
+    cached = sch.get(sch.cache_read(sch.get_sblock("lv378_red"), 0, "global")).name_hint
+    sch.transform_layout(
+        sch.get_sblock("lv378_red"), ("write", 0), lambda n, i, j, c: (n, i, j, c // 16, c % 16)
+    )
+    sch.vectorize(sch.get_loops(sch.get_sblock(cached))[-1])
     record = ms.database.TuningRecord(
-        space.trace,
+        sch.trace,
         ms.database.Workload(tvm.IRModule({"main": stored.func})),
         [1e-3],
         cpu_target,
@@ -215,8 +221,11 @@ def test_a_stored_program_seeds_a_kernel_whose_blocks_another_model_named(cpu_ta
     database = ms.database.MemoryDatabase()
     assert commit_copy(database, mod, record)
     (copy,) = database.get_top_k(database.commit_workload(mod), 2)
-    assert "lv378" not in str(copy.trace) and "lv752_red" in str(copy.trace)
-    run_and_check(build(copy.as_measure_candidate().sch.mod, cpu_target), task)
+    assert "lv378" not in str(copy.trace)
+    assert 'name="lv752_red"' in str(copy.trace) and 'name="lv752_global"' in str(copy.trace)
+    copied = copy.as_measure_candidate().sch.mod
+    assert "T.vectorized" in copied.script()
+    run_and_check(build(copied, cpu_target), task)
 
 
 def test_the_warm_path_through_the_command(tmp_path):
