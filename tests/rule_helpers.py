@@ -27,17 +27,19 @@ def started_search(
     trials: int,
     per_round: int,
     strategy=None,
+    space=None,
     cost_model=None,
     task_name: str = "task",
     rand_state: int = 0,
 ):
-    """``strategy`` (a new HeronSearch when None) set up on the task ``func`` over HeronSpace's
-    design spaces, as MetaSchedule's task loop sets it up, ready for its first round."""
+    """``strategy`` (a new HeronSearch when None) set up on the task ``func`` over the design
+    spaces of ``space`` (HeronSpace's when None), as MetaSchedule's task loop sets it up, ready for
+    its first round."""
     strategy = HeronSearch() if strategy is None else strategy
     context = ms.TuneContext(
         mod=func,
         target=target,
-        space_generator=HeronSpace(),
+        space_generator=HeronSpace() if space is None else space,
         search_strategy=strategy,
         task_name=task_name,
         rand_state=rand_state,

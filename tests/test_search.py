@@ -8,6 +8,7 @@ import time
 import pytest
 import tvm_ffi
 from conftest import HOST_DOT, HOST_DTYPE, SMALL_SHAPES, suite, timing_out_runner
+from rule_helpers import started_search
 from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.postproc import PyPostproc
@@ -423,6 +424,17 @@ def test_space_without_solution_is_skipped_with_a_warning_and_the_rest_tune(capl
     assert len(strategy.generate_measure_candidates()) == 4
 
 
+def _started_on_own_spaces(workload, target):
+    """HeronSearch set up on Heron's spaces of ``workload`` alone (no MetaSchedule default one)."""
+    return started_search(
+        workload.func,
+        target,
+        trials=8,
+        per_round=4,
+        space=HeronSpace(include_default_spaces=False),
+    )
+
+
 def test_space_whose_performance_constraints_conflict_is_searched_under_validity_only(caplog):
     """32 cores ask for 32 parallel jobs on a 2 x (two vectors) output, which leaves no lanes for a
     whole vector: the performance constraints conflict, so the space is searched under its validity
@@ -431,17 +443,8 @@ def test_space_whose_performance_constraints_conflict_is_searched_under_validity
 
     target = host_target(num_cores=32)
     workload = workloads.make("gemm", "fp32", M=2, N=2 * vector_bytes(target) // 4, K=16)
-    strategy = HeronSearch()
-    ctx = ms.TuneContext(
-        mod=workload.func,
-        target=target,
-        space_generator=HeronSpace(include_default_spaces=False),
-        search_strategy=strategy,
-        task_name="t",
-        rand_state=0,
-    )
     with caplog.at_level("WARNING"):
-        strategy.pre_tuning(8, 4, ctx.generate_design_space(), None, None)
+        strategy = _started_on_own_spaces(workload, target)
     assert "searching it under its validity constraints only" in _log_lines(caplog)
     assert strategy.models and len(strategy.generate_measure_candidates()) == 4
 
@@ -452,17 +455,8 @@ def test_space_with_no_even_share_of_the_cores_keeps_its_other_performance_const
     from ms_heron.hardware.targets import host_target  # pylint: disable=import-outside-toplevel
 
     workload = workloads.make("gemm", "fp32", M=1, N=3, K=16)
-    strategy = HeronSearch()
-    ctx = ms.TuneContext(
-        mod=workload.func,
-        target=host_target(num_cores=2),
-        space_generator=HeronSpace(include_default_spaces=False),
-        search_strategy=strategy,
-        task_name="t",
-        rand_state=0,
-    )
     with caplog.at_level("WARNING"):
-        strategy.pre_tuning(8, 4, ctx.generate_design_space(), None, None)
+        strategy = _started_on_own_spaces(workload, host_target(num_cores=2))
     assert "searching it under its performance constraints without even core shares" in (
         _log_lines(caplog)
     )
