@@ -143,11 +143,44 @@ def test_parallel_jobs_keep_every_core_busy():
     balanced = {model.evaluate(s)[jobs] for s in Solver(model, seed=0).samples(SAMPLES)}
     assert all(10 * n >= 9 * 2 * -(-n // 2) for n in balanced), balanced
 
-    relaxed = derive(space, target, ConstraintOptions(balanced_jobs=False))
+    # whole rows per core alone would rule the 3 jobs out too (48 rows split in 3)
+    relaxed = derive(space, target, ConstraintOptions(balanced_jobs=False, row_affinity=False))
     samples = Solver(relaxed, seed=0).samples(SAMPLES)
     three = [s for s in samples if relaxed.evaluate(s)[jobs] == 3]
     assert three and balanced
     assert f"{jobs}: parallel jobs keep 2 cores >= 9/10 busy" in model.violations(three[0])
+
+
+def test_parallel_jobs_give_each_core_whole_rows():
+    """TVM hands core k the k-th run of a parallel loop's jobs: with the rows' factor of the jobs a
+    multiple of the cores, each core writes whole rows, the rows the next kernel gives it too.
+    Every sample of an 8-row convolution splits its rows so, the space holds odd splits without
+    the constraint (named as breaking it), and a 3-row output, which has no such split, keeps a
+    solvable model without it."""
+    target = host_target(num_cores=2)
+    rows = workloads.make("c2d", "fp32", N=1, H=8, W=8, CI=8, CO=16, KH=1, KW=1)
+    constrained = 0
+    for space in _spaces(rows, target):
+        model = derive(space, target)
+        names = [c.name for c in model.constraints if "whole shares" in c.name]
+        if not names:
+            continue
+        constrained += 1
+        (name,) = names
+        factor = name.split(": rows ")[1].split()[0]
+        assert name.endswith(f": rows {factor} in whole shares of 2 cores")
+        assert model.decision_of(factor).extent == 8
+        assert {s[factor] for s in Solver(model, seed=0).samples(SAMPLES)} <= {2, 4, 8}
+        relaxed = derive(space, target, ConstraintOptions(row_affinity=False))
+        odd = [s for s in Solver(relaxed, seed=0).samples(SAMPLES) if s[factor] % 2]
+        assert odd and name in model.violations(odd[0])
+    assert constrained >= 2
+
+    three = workloads.make("c2d", "fp32", **SMALL_SHAPES["c2d"])  # 3x3 outputs
+    for space in _spaces(three, target):
+        model = derive(space, target)
+        assert not [c for c in model.constraints if "whole shares" in c.name]
+        assert model.violations(Solver(model, seed=0).sample()) == []
 
 
 def test_register_tile_holds_enough_accumulators_to_hide_fma_latency(cpu_target):

@@ -30,13 +30,14 @@ BUSY_SHARE = (9, 10)
 
 def on_parallel(walk: Walk, inst) -> None:
     if walk.options.parallel_jobs and is_cpu(walk.target):
-        _add_parallel(
-            walk.model,
+        loop, cores, name = (
             walk.loops.get(inst.inputs[0]),
             num_cores(walk.target),
             walk.fresh("parallel"),
-            balanced=walk.options.balanced_jobs,
         )
+        _add_parallel(walk.model, loop, cores, name, balanced=walk.options.balanced_jobs)
+        if walk.options.row_affinity and cores > 1 and loop is not None:
+            _add_row_affinity(walk.model, loop, cores, name)
 
 
 def on_vectorize(walk: Walk, inst) -> None:
@@ -106,6 +107,36 @@ def _add_balanced_jobs(model: ConstraintModel, jobs, hi: int, cores: int, name: 
             performance=True,
         )
     )
+
+
+def _add_row_affinity(model: ConstraintModel, loop: Loop, cores: int, name: str) -> None:
+    """The parallel loop's factor of the outermost output axis that is not 1 (a convolution's
+    rows, a GEMM's) is a multiple of ``cores``: TVM hands core ``k`` the ``k``-th run of the fused
+    jobs, which then holds whole rows, the same rows in every kernel so tiled. Left out where the
+    axis has no such factor (7 rows on 2 cores), or the loop's factors are not sampled."""
+    for part in loop.constituents():
+        factor = part.factors[0] if len(part.factors) == 1 else None
+        if factor == 1:
+            continue
+        decision = model.decision_of(factor) if isinstance(factor, str) else None
+        if decision is None or decision.kind != "tile":
+            return
+        if decision.extent == 1:
+            continue
+        whole = [d for d in model.domains[factor] if d % cores == 0]
+        if whole:
+            model.cp.AddLinearExpressionInDomain(
+                model.vars[factor], cp_model.Domain.FromValues(whole)
+            )
+            model.add(
+                Constraint(
+                    name=f"{name}: rows {factor} in whole shares of {cores} cores",
+                    kind="parallel",
+                    holds=lambda v, f=factor: v[f] % cores == 0,
+                    performance=True,
+                )
+            )
+        return
 
 
 def _add_vector(model: ConstraintModel, loop: Loop | None, options, name: str) -> None:

@@ -65,11 +65,16 @@ from .ranking import FEATURES, Ranking
 from .transfer import Donors, donation, project, signature
 
 #: The constraints a space is searched under, first that has a solution, and what its log says.
-#: Even shares of the cores come off first, since a space may hold no such split at all.
+#: Whole rows per core come off first, then even shares of the cores (which whole rows imply),
+#: since a space may hold no such split at all.
 CONSTRAINT_TIERS = (
     (ConstraintOptions(), ""),
     (
-        ConstraintOptions(balanced_jobs=False),
+        ConstraintOptions(row_affinity=False),
+        "its performance constraints without whole rows per core",
+    ),
+    (
+        ConstraintOptions(row_affinity=False, balanced_jobs=False),
         "its performance constraints without even core shares",
     ),
     (ConstraintOptions().validity_only(), "its validity constraints only"),
