@@ -29,15 +29,13 @@ BUSY_SHARE = (9, 10)
 
 
 def on_parallel(walk: Walk, inst) -> None:
-    if walk.options.parallel_jobs and is_cpu(walk.target):
-        loop, cores, name = (
-            walk.loops.get(inst.inputs[0]),
-            num_cores(walk.target),
-            walk.fresh("parallel"),
-        )
-        _add_parallel(walk.model, loop, cores, name, balanced=walk.options.balanced_jobs)
-        if walk.options.row_affinity and cores > 1 and loop is not None:
-            _add_row_affinity(walk.model, loop, cores, name)
+    if not (walk.options.parallel_jobs and is_cpu(walk.target)):
+        return
+    loop = walk.loops.get(inst.inputs[0])
+    cores, name = num_cores(walk.target), walk.fresh("parallel")
+    _add_parallel(walk.model, loop, cores, name, balanced=walk.options.balanced_jobs)
+    if walk.options.row_affinity and cores > 1 and loop is not None:
+        _add_row_affinity(walk.model, loop, cores, name)
 
 
 def on_vectorize(walk: Walk, inst) -> None:
