@@ -24,8 +24,8 @@ def add_parser(sub, shared: argparse.ArgumentParser) -> None:
     demo.add_argument(
         "--dtype",
         choices=["int8", "fp32"],
-        help="int8 (u8 x s8 -> s32 on VNNI) or fp32; default int8 where the CPU has AVX-512 VNNI, "
-        "else fp32",
+        help="int8 (exact u8 x s8 -> s32, with the best dot product the CPU has) or fp32; default "
+        "int8 on every x86 CPU with AVX2 (it beats fp32 there), else fp32",
     )
     demo.add_argument("--trials", type=int, default=64, help="measured candidates (default 64)")
     demo.add_argument(

@@ -50,8 +50,8 @@ def add_parser(sub, shared: argparse.ArgumentParser) -> None:
     tune.add_argument(
         "--dtype",
         choices=list(workloads.DTYPES),
-        help="a case's or family's form (a kernel has its own); default int8 where the target has "
-        "AVX-512 VNNI, else fp32",
+        help="a case's or family's form (a kernel has its own); default int8 on every x86 target "
+        "with AVX2 (it beats fp32 there), else fp32",
     )
     tune.add_argument(
         "--trials",
