@@ -79,6 +79,8 @@ TIMING_ROUNDS = 7
 #: tuning (those inside its budget), and at its end, is compiled and timed with the rest, beside the
 #: tuner's estimate at the same moment. A point is the state of the budgeted run at that moment, not
 #: what a run given that budget would find (the task scheduler spends a shorter budget otherwise).
+#: A task not yet tuned at a point runs the program HeronSearch would measure first in ms_heron's
+#: model (``TuningRun.compile``), and TVM's untuned kernel in MetaSchedule default's.
 RACE_MINUTES = (1, 2, 5, 15)
 #: The label of each arm's estimate taken again in the timing process, in turn with the models: the
 #: tuner's estimate sums records measured minutes apart, and a shared host's speed drifts between
@@ -275,7 +277,8 @@ def _tune_and_export(name: str, setup: Setup, out: pathlib.Path) -> tuple[dict, 
                 if point["minutes"] is None
                 else first_records(arm_run.work_dir, point["records"])
             )
-            run.compile(database).export_library(
+            # MetaSchedule's untuned tasks run TVM's kernels, as its own compilation runs them
+            run.compile(database, untuned="analytical" if ours else "naive").export_library(
                 str(out / f"{name}_{point['label'].replace(' ', '_')}.so")
             )
         kernels[arm] = _export_task_kernels(run, arm_run.chosen_database(), out, arm)

@@ -26,6 +26,7 @@ from ms_heron.relax import (
     from_onnx,
     lower_for_tuning,
     run_model,
+    untuned_tasks,
 )
 from ms_heron.relax.passes.winograd import padded_rows
 from ms_heron.report.baselines import onnxruntime_model, reference_outputs
@@ -39,6 +40,7 @@ from ms_heron.tuning import (
     tune_model,
     tune_pass,
 )
+from ms_heron.tuning.fallback import fallback_database
 
 
 class _TwoLayer(nn.Module):
@@ -259,6 +261,40 @@ def test_failed_tasks_fall_back_to_untuned_kernels(tmp_path, cpu_target):
     with pytest.warns(UserWarning, match=r"2 task\(s\) have no tuned schedule"):
         executable = compile_model(db, mod, params, cpu_target)
     (got,) = run_model(executable, {"x": x}, func="forward")
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_a_run_compiled_before_its_tasks_are_tuned_runs_the_analytical_kernels(
+    tmp_path, cpu_target
+):
+    """A run stopped before every task had a round compiles each untuned task with the program
+    HeronSearch would measure first (a tiled schedule; one warning counts them) beside the tuned
+    ones, and computes what the model computes; asked for "naive" it runs TVM's untuned kernels."""
+    mod, params, x, expected = _two_layer()
+    work = tmp_path / "run"
+    run = TuningRun.create(work, RunSpec.of_relax(mod, params, work, cpu_target, 0, label="two"))
+    run.tune(1, num_trials_per_iter=1)  # one record: one task of the two is tuned
+    (untuned_task,) = untuned_tasks(run.database(), run.tasks, run.target)
+    with pytest.warns(
+        UserWarning,
+        match=r"1 task\(s\) have no tuned schedule: 1 run the program the search would measure",
+    ):
+        executable = run.compile()
+    (got,) = run_model(executable, {"x": x}, func="forward")
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+    with pytest.warns(UserWarning, match="would measure first"):
+        fallback = fallback_database(run.database(), run.tasks, run.target, "analytical")
+    (task,) = [t for t in run.tasks if t.name == untuned_task]
+    picked = fallback.query_schedule(task.mod, run.target, task.name)
+    assert "SamplePerfectTile" in {inst.kind.name for inst in picked.trace.insts}
+
+    assert fallback_database(run.database(), run.tasks, run.target, "naive") is None
+    with pytest.warns(
+        UserWarning, match=rf"1 task\(s\) .* untuned \(slow\) kernels: {untuned_task}"
+    ):
+        naive = run.compile(untuned="naive")
+    (got,) = run_model(naive, {"x": x}, func="forward")
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
 
 

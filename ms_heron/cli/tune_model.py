@@ -221,7 +221,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"note: {err}; checking against the untuned model instead")
         _check_outputs(
             outputs,
-            run_model(run.compile(ms.database.MemoryDatabase()), inputs),
+            run_model(run.compile(ms.database.MemoryDatabase(), untuned="naive"), inputs),
             "the untuned model",
         )
         return 0

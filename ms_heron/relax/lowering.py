@@ -208,20 +208,32 @@ def compile_model(
 
 
 def compile_lowered(
-    database: ms.Database, lowered: IRModule, target: Target, tasks: Sequence[Task] | None = None
+    database: ms.Database,
+    lowered: IRModule,
+    target: Target,
+    tasks: Sequence[Task] | None = None,
+    *,
+    fallback: ms.Database | None = None,
 ):
     """:func:`compile_model` on a module :func:`lower_for_tuning` already lowered (a tuning run's
-    own, with its ``tasks``, extracted once)."""
+    own, with its ``tasks``, extracted once).
+
+    ``fallback`` holds kernels for the tasks ``database`` has no valid record for (its caller has
+    said which run what); without it they run TVM's untuned kernels, with a warning.
+    """
     ensure_registered(target)
-    missing = untuned_tasks(
-        database, model_tasks(lowered, target) if tasks is None else tasks, target
-    )
-    if missing:
-        warnings.warn(
-            f"{len(missing)} task(s) have no tuned schedule and run untuned (slow) kernels: "
-            f"{', '.join(missing)}; tune them with more trials",
-            stacklevel=2,
+    if fallback is None:
+        missing = untuned_tasks(
+            database, model_tasks(lowered, target) if tasks is None else tasks, target
         )
+        if missing:
+            warnings.warn(
+                f"{len(missing)} task(s) have no tuned schedule and run untuned (slow) kernels: "
+                f"{', '.join(missing)}; tune them with more trials",
+                stacklevel=2,
+            )
+    else:
+        database = ms.database.OrderedUnionDatabase(database, fallback)
 
     @tvm.transform.module_pass(opt_level=0)
     def apply_and_lower(mod: IRModule, _ctx) -> IRModule:

@@ -48,6 +48,7 @@ from ..relax import (
 from ..space import HeronSpace
 from .budget import Budget, BudgetedRunner, WatchedSearch
 from .confirm import chosen_database, confirm_best
+from .fallback import Untuned, fallback_database
 from .loop import (
     TRIALS_PER_ROUND,
     NoValidRecord,
@@ -170,11 +171,13 @@ class TuningRun:
             else [workload_task(self.workload, self.target)]
         )
 
-    def compile(self, database: ms.Database | None = None):
+    def compile(self, database: ms.Database | None = None, *, untuned: Untuned = "analytical"):
         """The model compiled with this run's chosen kernels (or ``database``'s best), from
-        :attr:`lowered`."""
+        :attr:`lowered`; a task without a valid record runs what ``untuned`` says
+        (:data:`.fallback.Untuned`), with a warning."""
         chosen = self.chosen_database() if database is None else database
-        return compile_lowered(chosen, self.lowered, self.target, self.tasks)
+        fallback = fallback_database(chosen, self.tasks, self.target, untuned)
+        return compile_lowered(chosen, self.lowered, self.target, self.tasks, fallback=fallback)
 
     def chosen_database(self) -> ms.Database:
         """Each task's kernel a compiled model runs: the fastest of its best records timed again
