@@ -8,13 +8,15 @@ at 52 ms. The program HeronSearch measures first for a task costs a second or tw
 program of a tuned task of the same design-space structure, projected onto this one by CP-SAT
 (:mod:`ms_heron.search.transfer`), or else the blocking BLIS's analytical model picks in its first
 space (:meth:`~ms_heron.constraints.solver.Solver.analytical`); valid by the constraints either
-way. It is built once here, so a program that does not build leaves its task untuned instead of
-failing the model's compilation.
+way. It is built once here, as candidates are, so a program that does not build, or builds for
+minutes, leaves its task untuned instead of failing or hanging the model's compilation.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import shutil
 import warnings
 from collections.abc import Sequence
 from typing import Literal
@@ -22,13 +24,14 @@ from typing import Literal
 import tvm_ffi
 from tvm.s_tir import Schedule
 from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.meta_schedule.builder import BuilderInput
 from tvm.target import Target
 
 from ..records import fastest_per_workload
 from ..relax.tasks import Task, untuned_tasks
 from ..search import HeronSearch
 from ..space import HeronSpace
-from .builder import build_candidate
+from .builder import local_builder
 
 logger = logging.getLogger(__name__)
 
@@ -41,8 +44,7 @@ Untuned = Literal["analytical", "naive"]
 
 def first_schedule(task: Task, target: Target, search: HeronSearch) -> Schedule | None:
     """The first program ``search`` measures for ``task`` (a donor's best projected onto it, else
-    its analytical choice), replayed, post-processed and built once; None when the task has none
-    that builds."""
+    its analytical choice), replayed and post-processed; None when the task has none."""
     context = ms.TuneContext(
         mod=task.mod,
         target=target,
@@ -55,15 +57,29 @@ def first_schedule(task: Task, target: Target, search: HeronSearch) -> Schedule 
         context.pre_tuning(1, 1, context.generate_design_space(), None, None)
         candidates = context.generate_measure_candidates() or []
         context.post_tuning()
-        if not candidates:
-            return None
-        sch = candidates[0].sch
-        build_candidate(sch.mod, target, None)
-    # one task's failure (no solvable space, a build error) leaves it untuned, never the model
+    # one task's failure (no solvable space) leaves it untuned, never the model
     except Exception as err:  # pylint: disable=broad-exception-caught
         logger.warning("task %s keeps its untuned kernel: %s", task.name, err)
         return None
-    return sch
+    return candidates[0].sch if candidates else None
+
+
+def built(schedules: dict[str, Schedule], target: Target) -> dict[str, Schedule]:
+    """Those of ``schedules`` that build, built as candidates are (worker processes, the tuning
+    timeout): a program LLVM takes minutes over (a long loop unrolled, say) must not hang the
+    model's compilation, as it does not hang tuning."""
+    names = list(schedules)
+    results = local_builder().build([BuilderInput(schedules[n].mod, target) for n in names])
+    kept = {}
+    for name, result in zip(names, results):
+        if result.error_msg is None:
+            shutil.rmtree(os.path.dirname(result.artifact_path), ignore_errors=True)
+            kept[name] = schedules[name]
+        else:
+            logger.warning(
+                "task %s keeps its untuned kernel: %s", name, result.error_msg.splitlines()[0]
+            )
+    return kept
 
 
 def fallback_database(
@@ -84,13 +100,14 @@ def fallback_database(
         search = HeronSearch()
         # the tuned tasks' best programs, projected as a run's first rounds project them
         search.donors.take_stored(fastest_per_workload(database))
-        schedules = {t.name: first_schedule(t, target, search) for t in tasks if t.name in missing}
+        first = {t.name: first_schedule(t, target, search) for t in tasks if t.name in missing}
     finally:
         searches_log.setLevel(level)
-    picked = [(t.mod, schedules[t.name].trace) for t in tasks if schedules.get(t.name)]
+    schedules = built({name: sch for name, sch in first.items() if sch is not None}, target)
+    picked = [(t.mod, schedules[t.name].trace) for t in tasks if t.name in schedules]
     if not picked:
         return None
-    slow = sorted(name for name, sch in schedules.items() if sch is None)
+    slow = sorted(missing - set(schedules))
     warnings.warn(
         f"{len(missing)} task(s) have no tuned schedule: {len(picked)} run the program the search "
         "would measure first (a tuned task's best projected, or the analytical model's pick), not "
