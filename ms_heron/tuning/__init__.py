@@ -4,7 +4,8 @@ tuning call ends in (:mod:`.loop`), a resumable run in a work dir (:mod:`.run`: 
 command, the demo, the bench scripts and ``tune_model`` take) and the work dir's own files
 (:mod:`.workdir`: run file, lock, progress log, merge), the records store that outlives a run
 (:mod:`.store`), the Python entry points
-(:mod:`.api`), and a model run's best kernels timed again at its end (:mod:`.confirm`)."""
+(:mod:`.api`), a model run's best kernels timed again at its end (:mod:`.confirm`), and what its
+untuned tasks run when it compiles early (:mod:`.fallback`)."""
 
 from ..lazy import lazy_attributes
 
