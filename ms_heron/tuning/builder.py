@@ -17,6 +17,7 @@ twice.
 
 from __future__ import annotations
 
+import os
 import shutil
 
 import tvm
@@ -135,6 +136,12 @@ class PooledBuilder(PyBuilder):
                 None, f"LocalBuilder: Timeout, killed after {self.timeout_sec} seconds"
             )
         return BuilderResult(None, f"LocalBuilder: An exception occurred\n{outcome.value}")
+
+
+def remove_artifact(result: BuilderResult) -> None:
+    """Delete a built candidate's exported module, as MetaSchedule's RemoveBuildArtifact does after
+    a round (each build exports into a temporary directory of its own)."""
+    shutil.rmtree(os.path.dirname(result.artifact_path), ignore_errors=True)
 
 
 def local_builder(*, max_workers: int | None = None, timeout_sec: float = 30.0) -> PooledBuilder:

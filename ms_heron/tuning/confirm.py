@@ -17,8 +17,6 @@ a later, faster record of the task counts with its tuning time until it is confi
 from __future__ import annotations
 
 import math
-import os
-import shutil
 from collections.abc import Mapping, Sequence
 
 from tvm.s_tir import meta_schedule as ms
@@ -36,6 +34,7 @@ from ..records import (
     top_records,
 )
 from ..relax.tasks import Task
+from .builder import remove_artifact
 
 
 def confirm_best(
@@ -72,8 +71,8 @@ def confirm_best(
         if result.error_msg is None:
             seconds[key] = record_seconds(result.run_secs)
     add_confirmed(work_dir, seconds)
-    for _, b in ready:  # as MetaSchedule's RemoveBuildArtifact does after a round
-        shutil.rmtree(os.path.dirname(b.artifact_path), ignore_errors=True)
+    for _, b in ready:
+        remove_artifact(b)
 
 
 def chosen_database(

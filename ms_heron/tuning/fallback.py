@@ -15,8 +15,6 @@ minutes, leaves its task untuned instead of failing or hanging the model's compi
 from __future__ import annotations
 
 import logging
-import os
-import shutil
 import warnings
 from collections.abc import Sequence
 from typing import Literal
@@ -31,7 +29,7 @@ from ..records import fastest_per_workload
 from ..relax.tasks import Task, untuned_tasks
 from ..search import HeronSearch
 from ..space import HeronSpace
-from .builder import local_builder
+from .builder import local_builder, remove_artifact
 
 logger = logging.getLogger(__name__)
 
@@ -73,7 +71,7 @@ def built(schedules: dict[str, Schedule], target: Target) -> dict[str, Schedule]
     kept = {}
     for name, result in zip(names, results):
         if result.error_msg is None:
-            shutil.rmtree(os.path.dirname(result.artifact_path), ignore_errors=True)
+            remove_artifact(result)
             kept[name] = schedules[name]
         else:
             logger.warning(
