@@ -144,7 +144,10 @@ def test_a_peak_measured_low_is_measured_again_and_the_bounds_follow(tmp_path, c
     higher, and remake every bound from it, before it stops any task."""
     tasks = model_tasks(lower_for_tuning(_small_model(tmp_path), None, cpu_target), cpu_target)
     true_peak = fma_peak_gops(cpu_target)
-    fma_peak_gops.assume(cpu_target, true_peak / 50)  # as a probe on a busy core left it
+    # As a probe on a busy core left it, and low enough that the first round's kernel beats it
+    # however busy the suite keeps the cores: at a 50th, a conv of 3 us beat its 20 us by 6x alone,
+    # and one CI run's kernels did not.
+    fma_peak_gops.assume(cpu_target, true_peak / 1000)
     try:
         scheduler = ExpectedGain()
         tune_tasks(
