@@ -332,6 +332,15 @@ def test_first_rounds_are_cut_so_the_tasks_not_yet_started_fit_in_the_time_left(
     assert first_round(5.0) == 3  # 1.67 s a task: 1 s of search and 3 x 0.19 s
     assert first_round(0.5) == LATE_ROUND  # less than the search: the least round
     assert first_round(-1.0) == LATE_ROUND  # past the deadline
+    # the first rounds' search, paid once (whole rounds bred, a pretrained booster loaded), does
+    # not price the rounds after it: searches of 3.5, 2.3, then 0.2 s, 5 candidates of 0.2 s each
+    clock = RoundClock()
+    clock.tasks, clock.first_rounds = 5, 2
+    for at, search_s in ((0.0, 3.5), (4.5, 2.3), (7.8, 0.2), (9.0, 0.2), (10.2, 0.2)):
+        clock.round_started(at=at, search_s=search_s, candidates=5)
+    assert clock.candidate_s() == pytest.approx(0.2)
+    assert clock.round_search_s() == pytest.approx(1.28)  # the mean, as reports give it
+    assert first_round(5.0) == 7  # 1.67 s a task: 0.2 s of search and 7 x 0.2 s
     # a task's clone of the search keeps HeronSearch's own round of a given size (TVM's clone
     # through its FFI returns the base object, without it)
     clone = python_clone(HeronSearch())

@@ -111,6 +111,15 @@ class RoundClock:
         """Mean search work per round (set-up excluded)."""
         return sum(self.search_s) / len(self.search_s) if self.search_s else 0.0
 
+    def typical_search_s(self) -> float:
+        """A round's search work as it prices the rounds to come: the median, since the first two
+        rounds pay once for what the later ones reuse. With the pretrained cost model, ResNet-50's
+        (whole rounds of 16, the booster loaded) searched 3.5 and 2.3 s, the 39 after 0.2-0.3 s
+        each; priced by the mean, every later first round was cut to :data:`LATE_ROUND`, and the
+        run measured 110 candidates where the same run without the model measured 249 (020e9b4,
+        ``bench/results/networks_2m_vs_5m.md``)."""
+        return statistics.median(self.search_s) if self.search_s else 0.0
+
     def candidate_s(self) -> float:
         """Seconds per candidate besides the search: the median over the ended rounds, since one
         round of a slow build (16 s for 16 candidates amid rounds of 0.3 s a candidate) must not
@@ -271,7 +280,7 @@ class WatchedSearch(PySearchStrategy):
         if left == math.inf or per_candidate <= 0.0:
             return full
         per_task = left / max(1, self.clock.tasks - self.clock.first_rounds)
-        fits = int((per_task - self.clock.round_search_s()) / per_candidate)
+        fits = int((per_task - self.clock.typical_search_s()) / per_candidate)
         return max(min(full, LATE_ROUND), min(full, fits))
 
     def notify_runner_results(self, measure_candidates, results) -> None:
