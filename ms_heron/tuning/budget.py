@@ -116,8 +116,9 @@ class RoundClock:
         rounds pay once for what the later ones reuse. With the pretrained cost model, ResNet-50's
         (whole rounds of 16, the booster loaded) searched 3.5 and 2.3 s, the 39 after 0.2-0.3 s
         each; priced by the mean, every later first round was cut to :data:`LATE_ROUND`, and the
-        run measured 110 candidates where the same run without the model measured 249 (020e9b4,
-        ``bench/results/networks_2m_vs_5m.md``)."""
+        run measured 110 candidates where the same run without the model measured 249 (020e9b4's
+        rows of ``bench/results/networks_2m_vs_5m.md`` as c330126 committed them; priced by the
+        median, 232)."""
         return statistics.median(self.search_s) if self.search_s else 0.0
 
     def candidate_s(self) -> float:
