@@ -543,8 +543,9 @@ def main() -> None:
             text=True,
         )
         row.update(json.loads(timing.stdout.strip().splitlines()[-1])[args.network])
+    # a baseline given the arm's own budget writes where the default does
     stem = f"networks_{args.budget}" + (
-        f"_vs_{args.baseline_budget}" if args.baseline_budget else ""
+        f"_vs_{args.baseline_budget}" if args.baseline_budget not in (None, args.budget) else ""
     )
     path = pathlib.Path(args.out) / f"{stem}.json"
     earlier = json.loads(path.read_text()) if path.exists() else {"data": {}}
