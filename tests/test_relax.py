@@ -30,7 +30,7 @@ from ms_heron.relax import (
 )
 from ms_heron.relax.passes.winograd import padded_rows
 from ms_heron.report.baselines import onnxruntime_model, reference_outputs
-from ms_heron.space import design_spaces
+from ms_heron.space import HeronSpace, design_spaces
 from ms_heron.testing import models
 from ms_heron.tuning import (
     RunError,
@@ -242,6 +242,34 @@ def test_winograd_transforms_compute_the_convolution_on_cropped_tiles_and_padded
     (got,) = run_model(executable, {"x": x})
     (expected,), _ = onnxruntime_model(model, {"x": x}, threads=1)
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_winograd_input_transform_runs_each_tile_s_planes_unrolled_in_every_design_space(
+    cpu_target,
+):
+    """The input transform's loops are (tile, plane, channel) with the plane loop unrolled, and
+    every design space keeps it so: tiles in parallel, each tile's planes unrolled (their
+    coefficients constants, its input window read once), channels in vector lanes. Fused into
+    the parallel loop, the planes evaluated their selects once per row of channels, 3.5x slower."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, 16, 8, 8)).astype("float32")
+    model = _one_node_model(
+        helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1]),
+        x,
+        [onnx.numpy_helper.from_array(rng.standard_normal((16, 16, 3, 3)).astype("float32"), "w")],
+    )
+    lowered = lower_for_tuning(from_onnx(model), None, cpu_target)
+    (transform,) = [f for gv, f in lowered.functions_items() if "winograd_input" in gv.name_hint]
+    spaces = design_spaces(transform, cpu_target, HeronSpace())
+    assert spaces
+    for space in spaces:
+        sch = finished(space, transform)
+        loops = sch.get_loops(sch.get_sblock("winograd_input"))
+        kinds = [sch.get(loop).kind for loop in loops]
+        assert kinds[0] == tvm.tirx.ForKind.PARALLEL, sch.mod.script()
+        assert tvm.tirx.ForKind.UNROLLED in kinds and kinds[-1] == tvm.tirx.ForKind.VECTORIZED
+        (planes,) = [sch.get(lp) for lp in loops if sch.get(lp).kind == tvm.tirx.ForKind.UNROLLED]
+        assert int(planes.extent) == 16
 
 
 def test_failed_tasks_fall_back_to_untuned_kernels(tmp_path, cpu_target):

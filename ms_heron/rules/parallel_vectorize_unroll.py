@@ -3,6 +3,7 @@
 
 from tvm.s_tir import Schedule
 from tvm.s_tir.schedule import SBlockRV
+from tvm.tirx import ForKind
 
 from ..hardware.targets import is_cpu, num_cores
 from ..schedule.analysis import (
@@ -35,7 +36,8 @@ class ParallelVectorizeUnroll(HeronRule):
       around tensorized code does not build);
     * stand-alone block no tiling rule took -- element-wise stages (padding, masks, outputs) and
       row reductions (softmax's max and sum, layer norm's mean): ``parallel`` its fused spatial
-      loops outside the innermost loop and the first reduction loop; ``vectorize`` an innermost
+      loops outside the innermost loop, the first reduction loop and the first loop the lowering
+      already unrolled (:mod:`ms_heron.relax.passes.winograd`'s planes); ``vectorize`` an innermost
       spatial loop, split to the largest factor of at most ``max_vector_extent`` lanes;
     * root block, on every target (Heron's unrollPragmaOp): sample the unroll depth from
       ``unroll_steps`` (MetaSchedule's postproc applies it); on CPU also allow
@@ -107,6 +109,9 @@ class ParallelVectorizeUnroll(HeronRule):
             return  # not the one-loop-per-iterator nest Relax and TE produce
         spatial = kinds.index("R") if "R" in kinds else len(kinds)
         outer = loops[: min(spatial, len(loops) - 1)]
+        # a loop the lowering unrolled (a Winograd transform's planes) stays, with those inside it
+        serial = [sch.get(loop).kind == ForKind.SERIAL for loop in outer]
+        outer = outer[: serial.index(False) if False in serial else len(outer)]
         if outer:
             sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])
         if spatial == len(kinds):
