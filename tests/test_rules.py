@@ -150,6 +150,39 @@ def test_always_inline_fires_on_strictly_inlinable_producers_only(cpu_target):
     assert "Xpad" in block_names(space)  # a branch (padding) is not strictly inlinable
 
 
+def _select_then(epilogue):
+    """``out = epilogue(P)`` after ``P``, an element-wise block with a select (not strictly
+    inlinable, like a Winograd output transform)."""
+    x = te.placeholder((8, 16), "float32", name="x")
+    p = te.compute(
+        (8, 16), lambda i, j: tvm.tirx.Select(j % 2 == 0, x[i, j] * 2.0, x[i, j]), name="P"
+    )
+    return te.create_prim_func([x, epilogue(p)])
+
+
+def test_an_element_wise_block_that_stays_takes_its_epilogue_in(cpu_target):
+    """The producer with a select stays, and its bias-and-ReLU epilogue is inlined into it (one
+    pass over memory); an epilogue reading two of its elements per output cannot be, and stays
+    beside it, the space still generated."""
+
+    def bias_relu(p):
+        biased = te.compute((8, 16), lambda i, j: p[i, j] + 1.0, name="E")
+        return te.compute((8, 16), lambda i, j: te.max(biased[i, j], 0.0), name="F")
+
+    relu = _select_then(bias_relu)
+    (space,) = stock_design_spaces(relu, [AlwaysInline()], cpu_target)
+    assert block_names(space) == ["P"]
+    x = np.random.default_rng(0).standard_normal((8, 16)).astype("float32")
+    out = tvm.runtime.tensor(np.zeros((8, 16), "float32"))
+    tvm.compile(space.mod, target=cpu_target)(tvm.runtime.tensor(x), out)
+    np.testing.assert_allclose(
+        out.numpy(), np.maximum(np.where(np.arange(16) % 2 == 0, 2 * x, x) + 1, 0)
+    )
+    mirrored = _select_then(lambda p: te.compute((8, 16), lambda i, j: p[i, j] + p[i, 15 - j]))
+    (space,) = stock_design_spaces(mirrored, [AlwaysInline()], cpu_target)
+    assert len(block_names(space)) == 2
+
+
 def test_a_transpose_feeding_a_gemm_is_placed_not_inlined(cpu_target):
     """TVM's TBG (attention's ``Q·Kᵀ`` with both operands transposed by TE stages): inlined, the
     GEMM would gather ``value`` along its vector lanes; kept, ComputeLocation samples where the

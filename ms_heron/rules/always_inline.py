@@ -1,9 +1,15 @@
 """Heron's Always-Inline rule."""
 
 from tvm.s_tir import Schedule
-from tvm.s_tir.schedule import SBlockRV
+from tvm.s_tir.schedule import SBlockRV, ScheduleError
 
-from ..schedule.analysis import strictly_inlinable
+from ..schedule.analysis import (
+    fusible_consumer,
+    is_injective,
+    is_tiled,
+    is_transpose,
+    strictly_inlinable,
+)
 from ..schedule.options import heron_object
 from .base import HeronRule
 
@@ -15,10 +21,21 @@ class AlwaysInline(HeronRule):
     loads strided gathers; :class:`.ComputeLocation` samples where it goes instead, inlined being
     one choice.
 
-    Application: ``compute_inline`` into its consumers.
+    Application: ``compute_inline`` into its consumers. An element-wise block that stays (one with
+    selects, such as a Winograd output transform, whose loops the lowering laid out tile by tile)
+    takes its element-wise epilogue in instead (``reverse_compute_inline``), one pass over memory
+    instead of two: a ResNet's bias, residual add and ReLU after the convolution.
     """
 
     def apply(self, sch: Schedule, block: SBlockRV) -> list[Schedule]:
         if strictly_inlinable(sch, block):
             sch.compute_inline(block)
+        elif is_injective(sch, block) and not is_tiled(sch, block):
+            while (epilogue := fusible_consumer(sch, block)) is not None and not is_transpose(
+                sch, epilogue
+            ):
+                try:
+                    sch.reverse_compute_inline(epilogue)
+                except ScheduleError:  # it reads the block other than pixel for pixel (a reshape)
+                    break
         return [sch]
