@@ -51,7 +51,7 @@ def _tune_and_export(
     """Both arms as one model run (ms_heron in the work dir, MetaSchedule's default in its
     baseline/)."""
     # pylint: disable-next=import-outside-toplevel
-    from ms_heron.relax import compile_model
+    from ms_heron.relax import compile_lowered
     from ms_heron.tuning import RunSpec, TuningRun  # pylint: disable=import-outside-toplevel
 
     model = models.ZOO[name]()
@@ -77,9 +77,10 @@ def _tune_and_export(
             times = [dataclasses.replace(t, space="") for t in times]
         row["tasks"] = len(times)
         row["per task"][arm] = [dataclasses.asdict(t) for t in times]
-        compile_model(
-            arm_run.database(), run.model, None, run.target, exact_math=run.spec.exact_math
-        ).export_library(str(out / f"{name}_{arm.replace(' ', '_')}.so"))
+        # the run's lowering: its exact math and Winograd forms
+        compile_lowered(arm_run.database(), run.lowered, run.target).export_library(
+            str(out / f"{name}_{arm.replace(' ', '_')}.so")
+        )
     return row
 
 

@@ -16,7 +16,8 @@ from rule_helpers import finished, schedule_steps
 from tvm.relax.frontend import nn
 from tvm.s_tir import meta_schedule as ms
 
-from ms_heron.hardware.targets import has_avx_vnni, has_vnni, host_target
+from ms_heron.hardware.peak import flops_per_byte
+from ms_heron.hardware.targets import has_avx_vnni, has_vnni, host_target, vector_bytes
 from ms_heron.records import confirmed_seconds, open_database, record_seconds
 from ms_heron.relax import (
     ModelError,
@@ -28,8 +29,9 @@ from ms_heron.relax import (
     run_model,
     untuned_tasks,
 )
-from ms_heron.relax.passes.winograd import padded_rows
+from ms_heron.relax.passes.winograd import F2, F4, chosen_form, padded_rows
 from ms_heron.report.baselines import onnxruntime_model, reference_outputs
+from ms_heron.schedule.annotations import is_metaschedule_space
 from ms_heron.space import HeronSpace, design_spaces
 from ms_heron.testing import models
 from ms_heron.tuning import (
@@ -184,8 +186,9 @@ def test_3x3_convolutions_run_as_winograd_with_their_epilogue_and_match_onnxrunt
     tmp_path, cpu_target
 ):
     """A 3x3 stride-1 convolution with 16 channels becomes Winograd's three tasks: the input
-    transform, the batched GEMM over the 16 transformed planes (its rows, one per 2x2 output tile,
-    padded to whole register tiles) and the output transform carrying the bias and ReLU; the 1x1
+    transform, the batched GEMM over the transformed planes (its rows, one per output tile of the
+    form the host's balance chooses, padded to whole register tiles) and the output transform
+    carrying the bias and ReLU; the 1x1
     convolutions stay convolutions, and the tuned model computes what ONNX Runtime computes."""
     model = models.resnet_bottleneck(size=6, channels=16, width=16)
     mod = from_onnx(model.proto, model.input_shapes())
@@ -202,8 +205,10 @@ def test_3x3_convolutions_run_as_winograd_with_their_epilogue_and_match_onnxrunt
     ], names
     (gemm,) = [f for gv, f in lowered.functions_items() if gv.name_hint.startswith("matmul")]
     planes, rows, channels = (int(d) for d in gemm.params[0].shape)
-    assert (planes, channels) == (16, 16)
-    assert rows == padded_rows(9, cpu_target) and rows >= 9  # 3x3 tiles of a 6x6 image
+    form = chosen_form((1, 6, 6, 16), 16, cpu_target, flops_per_byte(cpu_target))
+    assert (planes, channels) == (form.side**2, 16)
+    tiles = form.tiles(6) ** 2  # 3x3 tiles of a 6x6 image, or 2x2
+    assert rows == padded_rows(tiles, cpu_target) and rows >= tiles
     db = tune_model(mod, None, cpu_target, str(tmp_path), 28, num_trials_per_iter=4, seed=0)
     (got,) = run_model(compile_model(db, mod, None, cpu_target), model.inputs)
     (expected,), _ = onnxruntime_model(model.proto, model.inputs, threads=2)
@@ -220,56 +225,134 @@ def test_winograd_gemm_rows_pad_to_the_register_tile_that_wastes_least():
     assert padded_rows(49, avx512) == 49  # 7 rows by two vectors fit AVX-512's 32 registers
 
 
-def test_winograd_transforms_compute_the_convolution_on_cropped_tiles_and_padded_rows(cpu_target):
-    """Untuned, the rewrite computes ONNX Runtime's convolution where its tiles do not fit: a 5x33
-    image (the last tile row and column are cropped) whose 3 x 17 tiles are padded to whole register
-    tiles of GEMM rows, which must stay zero and out of the output."""
+@pytest.mark.parametrize(
+    "flops_per_byte, planes, width",
+    [(math.inf, 16, 33), (0.0, 36, 65)],
+    ids=["F(2x2, 3x3)", "F(4x4, 3x3)"],
+)
+def test_winograd_transforms_compute_the_convolution_on_cropped_tiles_and_padded_rows(
+    cpu_target, flops_per_byte, planes, width
+):
+    """Untuned, each form computes ONNX Runtime's convolution where its tiles do not fit: a 5-pixel
+    high image (the last tile row and column are cropped) whose tiles are padded to whole register
+    tiles of GEMM rows, which must stay zero and out of the output. Memory free (0 flops per byte),
+    the form with the fewest multiply-adds is chosen; memory infinitely slow, F(2x2, 3x3)."""
     rng = np.random.default_rng(0)
     w = rng.standard_normal((16, 16, 3, 3)).astype("float32") / 8
-    x = rng.standard_normal((1, 16, 5, 33)).astype("float32")
+    x = rng.standard_normal((1, 16, 5, width)).astype("float32")
     model = _one_node_model(
         helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1]),
         x,
         [onnx.numpy_helper.from_array(w, "w")],
     )
     mod = from_onnx(model)
-    lowered = lower_for_tuning(mod, None, cpu_target)
+    lowered = lower_for_tuning(mod, None, cpu_target, flops_per_byte=flops_per_byte)
     (transform,) = [f for gv, f in lowered.functions_items() if "winograd_input" in gv.name_hint]
-    assert [int(d) for d in transform.params[-1].shape] == [16, padded_rows(51, cpu_target), 16]
-    assert padded_rows(51, cpu_target) > 51  # 51 = 3 x 17 has no divisor from 4 rows to 14
+    tile = 2 if planes == 16 else 4
+    tiles = -(-5 // tile) * -(-width // tile)  # 3 x 17 or 2 x 17
+    assert [int(d) for d in transform.params[-1].shape] == [
+        planes,
+        padded_rows(tiles, cpu_target),
+        16,
+    ]
+    assert padded_rows(tiles, cpu_target) > tiles  # neither 51 nor 34 is cut into 4 to 14 rows
     with pytest.warns(UserWarning, match="no tuned schedule"):
-        executable = compile_model(ms.database.MemoryDatabase(), mod, None, cpu_target)
+        executable = compile_model(
+            ms.database.MemoryDatabase(), mod, None, cpu_target, flops_per_byte=flops_per_byte
+        )
     (got,) = run_model(executable, {"x": x})
     (expected,), _ = onnxruntime_model(model, {"x": x}, threads=1)
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
 
 
-def test_winograd_input_transform_runs_each_tile_s_planes_unrolled_in_every_design_space(
-    cpu_target,
+@pytest.mark.parametrize("flops_per_byte", [math.inf, 0.0], ids=["F(2x2, 3x3)", "F(4x4, 3x3)"])
+def test_winograd_transforms_run_tile_by_tile_unrolled_with_their_epilogue(
+    cpu_target, flops_per_byte
 ):
-    """The input transform's loops are (tile, plane, channel) with the plane loop unrolled, and
-    every design space keeps it so: tiles in parallel, each tile's planes unrolled (their
-    coefficients constants, its input window read once), channels in vector lanes. Fused into
-    the parallel loop, the planes evaluated their selects once per row of channels, 3.5x slower."""
+    """Each transform's loops run over tiles, then a tile's planes (input) or pixels (output)
+    unrolled, then one vector of channels, and HeronSpace's design spaces keep them so: tiles (and
+    groups of channels) in parallel, the unrolled loops' coefficients constants (a tile's window
+    read once per group), channels in vector lanes.
+    Fused into the parallel loop, the planes evaluated their selects once per row of channels:
+    F(2x2, 3x3)'s input transform ran 3.5x slower. The output transform takes its epilogue in (a
+    bottleneck's bias and ReLU), one pass over the output. (MetaSchedule's own space, which
+    HeronSpace adds, computes it pixel by pixel inside the epilogue's loops instead.)"""
+    model = models.resnet_bottleneck(size=8, channels=16, width=16)
+    mod = from_onnx(model.proto, model.input_shapes())
+    lowered = lower_for_tuning(mod, None, cpu_target, flops_per_byte=flops_per_byte)
+    side = 4 if math.isinf(flops_per_byte) else 6
+    for name, unrolled in (("winograd_input", [side * side]), ("winograd_output", [side - 2] * 2)):
+        (transform,) = [f for gv, f in lowered.functions_items() if name in gv.name_hint]
+        spaces = [
+            space
+            for space in design_spaces(transform, cpu_target, HeronSpace())
+            if not is_metaschedule_space(space.trace)
+        ]
+        assert spaces
+        for space in spaces:
+            sch = finished(space, transform)
+            (block,) = sch.get_child_blocks(sch.get_sblock("root"))[-1:]
+            assert sch.get(block).name_hint == name, sch.mod.script()  # the epilogue inside
+            loops = [sch.get(lp) for lp in sch.get_loops(block)]
+            kinds = [loop.kind for loop in loops]
+            assert kinds[0] == tvm.tirx.ForKind.PARALLEL, sch.mod.script()
+            assert kinds[-1] == tvm.tirx.ForKind.VECTORIZED, sch.mod.script()
+            assert int(loops[-1].extent) == min(16, vector_bytes(cpu_target) // 4)
+            assert [
+                int(loop.extent) for loop in loops if loop.kind == tvm.tirx.ForKind.UNROLLED
+            ] == unrolled, sch.mod.script()
+
+
+def test_winograd_takes_the_larger_tile_where_its_weights_are_reused_enough():
+    """At 7 flops per byte of memory bandwidth (a 2-core Zen 3's), ResNet-50's first stage (56x56,
+    64 channels: 196 tiles of 4x4) takes F(4x4, 3x3), 1.8x fewer multiply-adds; its last (7x7, 512
+    channels) keeps F(2x2, 3x3), as F(4x4, 3x3)'s 4 tiles would read 9.4 MB of weights 2.25 times
+    over for a quarter of the rows. Without a measured balance (another machine's target),
+    F(2x2, 3x3) everywhere."""
+    avx2 = tvm.target.Target({"kind": "llvm", "mcpu": "haswell"})
+    assert chosen_form((1, 56, 56, 64), 64, avx2, 7.0) is F4
+    assert chosen_form((1, 28, 28, 128), 128, avx2, 7.0) is F4
+    assert chosen_form((1, 7, 7, 512), 512, avx2, 7.0) is F2
+    assert chosen_form((1, 56, 56, 64), 64, avx2, math.inf) is F2
+
+
+def test_a_model_run_lowers_with_the_balance_it_began_with(tmp_path, cpu_target):
+    """A model run keeps the host's flops per byte it measured when it began, and each later
+    process lowers with that value, not its own measurement: the Winograd forms, so the tasks and
+    their records, stay the same. A run file written before the value was kept lowers every 3x3
+    convolution as F(2x2, 3x3), as it was tuned."""
     rng = np.random.default_rng(0)
-    x = rng.standard_normal((1, 16, 8, 8)).astype("float32")
-    model = _one_node_model(
-        helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1]),
-        x,
-        [onnx.numpy_helper.from_array(rng.standard_normal((16, 16, 3, 3)).astype("float32"), "w")],
+    x = rng.standard_normal((1, 64, 56, 56)).astype("float32")
+    w = rng.standard_normal((64, 64, 3, 3)).astype("float32") / 24
+    path = tmp_path / "conv.onnx"
+    onnx.save(
+        _one_node_model(
+            helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1]),
+            x,
+            [onnx.numpy_helper.from_array(w, "w")],
+        ),
+        path,
     )
-    lowered = lower_for_tuning(from_onnx(model), None, cpu_target)
-    (transform,) = [f for gv, f in lowered.functions_items() if "winograd_input" in gv.name_hint]
-    spaces = design_spaces(transform, cpu_target, HeronSpace())
-    assert spaces
-    for space in spaces:
-        sch = finished(space, transform)
-        loops = sch.get_loops(sch.get_sblock("winograd_input"))
-        kinds = [sch.get(loop).kind for loop in loops]
-        assert kinds[0] == tvm.tirx.ForKind.PARALLEL, sch.mod.script()
-        assert tvm.tirx.ForKind.UNROLLED in kinds and kinds[-1] == tvm.tirx.ForKind.VECTORIZED
-        (planes,) = [sch.get(lp) for lp in loops if sch.get(lp).kind == tvm.tirx.ForKind.UNROLLED]
-        assert int(planes.extent) == 16
+    spec = RunSpec.of_model(path, {}, cpu_target, 0)
+    assert spec.flops_per_byte == flops_per_byte(cpu_target) > 0
+    run_file = TuningRun.create(tmp_path / "wd", spec).work_dir / "ms_heron_run.json"
+
+    def planes() -> int:
+        (gemm,) = [
+            f
+            for gv, f in TuningRun.open(tmp_path / "wd").lowered.functions_items()
+            if gv.name_hint.startswith("matmul")
+        ]
+        return int(gemm.params[0].shape[0])
+
+    expected = chosen_form((1, 56, 56, 64), 64, cpu_target, spec.flops_per_byte)
+    assert planes() == expected.side**2
+    fields = json.loads(run_file.read_text())
+    run_file.write_text(json.dumps({**fields, "flops_per_byte": 0.0}))  # memory free: F(4x4)
+    assert planes() == 36
+    del fields["flops_per_byte"]  # a run from before the choice
+    run_file.write_text(json.dumps(fields))
+    assert planes() == 16
 
 
 def test_failed_tasks_fall_back_to_untuned_kernels(tmp_path, cpu_target):

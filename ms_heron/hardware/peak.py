@@ -164,6 +164,17 @@ def memory_bandwidth_gbps(target: Target) -> float:
     return cores * per_core * 4 / seconds / 1e9
 
 
+@once_per_target
+def flops_per_byte(target: Target) -> float:
+    """The host's fp32 FMA peak over its memory bandwidth (flops per byte: its machine balance),
+    kept at its first value in a process, since choices made from it (:mod:`ms_heron.relax.passes.
+    winograd`'s) must not change when a peak is measured again; infinite for a target that does not
+    run here."""
+    if not runs_here(target):
+        return math.inf
+    return fma_peak_gops(target) / memory_bandwidth_gbps(target)
+
+
 def bound_seconds(mod: IRModule, target: Target) -> float:
     """The least time the kernel ``mod["main"]`` can take on the host: the longer of its
     :func:`bound_parts`. 0 for a target that is not this machine (nothing to measure there)."""

@@ -42,7 +42,7 @@ from .passes import (
     small_powers_as_products,
     views_after_epilogues,
     whole_window_pools_as_reductions,
-    winograd_convolutions,
+    winograd_rewrite,
 )
 from .tasks import Task, model_tasks, untuned_tasks
 
@@ -94,7 +94,12 @@ def bind_params(mod: IRModule, params: Mapping[str, Any] | None) -> IRModule:
 
 
 def lower_for_tuning(
-    mod: IRModule, params: Mapping[str, Any] | None, target: Target, *, exact_math: bool = False
+    mod: IRModule,
+    params: Mapping[str, Any] | None,
+    target: Target,
+    *,
+    exact_math: bool = False,
+    flops_per_byte: float | None = None,
 ) -> IRModule:
     """Bind weights, legalize and fuse: the fused TIR functions are the tuning tasks.
 
@@ -114,7 +119,9 @@ def lower_for_tuning(
     marked narrow (:func:`.passes.record_narrow_weights`), so that it may multiply them as bytes,
     and the others are stored as s16 (:func:`.passes.s16_weights`), as its exact dot product reads
     them. Floating-point convolutions run channels-last (:mod:`.passes.channels_last`), so their
-    vector lanes run along contiguous channels;
+    vector lanes run along contiguous channels, and their 3x3 ones as Winograd's F(2x2, 3x3) or
+    F(4x4, 3x3), whichever costs less at ``flops_per_byte`` (:func:`.passes.winograd_rewrite`:
+    None measures it on this host once per process; a run keeps the value it began with);
     transposes (the int8 convolutions' channels-last layout, :mod:`.passes.quantized`) move past the
     element-wise epilogues, which then fuse into the kernels before them.
     Unless ``exact_math``, ``exp``, ``erf``, ``tanh`` (GELU's and sigmoid's too, written out
@@ -153,7 +160,7 @@ def lower_for_tuning(
         *([] if exact_math else [never_failing(relax.transform.FastMathTransform())]),
         never_failing(relax.transform.CanonicalizeBindings()),
         channels_last_convolutions,
-        winograd_convolutions,
+        winograd_rewrite(flops_per_byte=flops_per_byte),
         channels_last_epilogues,
         quantization_parameters_as_tensors,
     ]
@@ -194,16 +201,20 @@ def compile_model(
     target: Target,
     *,
     exact_math: bool = False,
+    flops_per_byte: float | None = None,
 ):
     """Compile the model with the database's best schedules into a ``relax.VirtualMachine``
     executable.
 
     Tasks the database has no valid record for keep their untuned kernel, with a warning. Weight
     re-layouts the schedules ask for are split out and folded into the constants here, once.
-    ``exact_math`` must be what the model was tuned with (see :func:`lower_for_tuning`).
+    ``exact_math`` and ``flops_per_byte`` must be what the model was tuned with (see
+    :func:`lower_for_tuning`).
     """
     return compile_lowered(
-        database, lower_for_tuning(mod, params, target, exact_math=exact_math), target
+        database,
+        lower_for_tuning(mod, params, target, exact_math=exact_math, flops_per_byte=flops_per_byte),
+        target,
     )
 
 

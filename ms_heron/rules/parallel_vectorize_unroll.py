@@ -105,16 +105,18 @@ class ParallelVectorizeUnroll(HeronRule):
 
     def _parallel_untiled(self, sch: Schedule, block: SBlockRV) -> None:
         loops, kinds = sch.get_loops(block), iter_kinds(sch, block)
-        if not loops or len(loops) != len(kinds):
-            return  # not the one-loop-per-iterator nest Relax and TE produce
-        spatial = kinds.index("R") if "R" in kinds else len(kinds)
+        if not loops or (len(loops) != len(kinds) and "R" in kinds):
+            return  # a reduction not in the one-loop-per-iterator nest Relax and TE produce
+        # every loop of a spatial block is spatial, however the lowering split them (a Winograd
+        # output transform's pixels)
+        spatial = kinds.index("R") if "R" in kinds else len(loops)
         outer = loops[: min(spatial, len(loops) - 1)]
         # a loop the lowering unrolled (a Winograd transform's planes) stays, with those inside it
         serial = [sch.get(loop).kind == ForKind.SERIAL for loop in outer]
         outer = outer[: serial.index(False) if False in serial else len(outer)]
         if outer:
             sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])
-        if spatial == len(kinds):
+        if spatial == len(loops):
             self._vectorize(sch, loops[-1])
 
     def _vectorize(self, sch: Schedule, loop) -> None:

@@ -159,7 +159,14 @@ class TuningRun:
     @functools.cached_property
     def lowered(self) -> IRModule:
         """The model bound, legalized and fused: its fused TIR functions are the tasks."""
-        return lower_for_tuning(self.model, None, self.target, exact_math=self.spec.exact_math)
+        balance = self.spec.flops_per_byte
+        return lower_for_tuning(
+            self.model,
+            None,
+            self.target,
+            exact_math=self.spec.exact_math,
+            flops_per_byte=math.inf if balance is None else balance,
+        )
 
     @functools.cached_property
     def tasks(self) -> list[Task]:

@@ -43,6 +43,7 @@ from tvm.target import Target
 
 from .. import __version__, workloads
 from ..errors import HeronError
+from ..hardware.peak import flops_per_byte
 from ..hardware.targets import target_json
 from ..records import Merged, cut_torn_line, holds_database, json_lines, merge_records, records_file
 from ..relax import bind_params
@@ -83,6 +84,11 @@ class RunSpec:
     #: A model tuned with exact exp/erf/tanh instead of TVM's fast approximations (its tasks
     #: differ).
     exact_math: bool = False
+    #: The host's peak flops per byte of memory bandwidth when a model run began
+    #: (:func:`~ms_heron.hardware.peak.flops_per_byte`): it picks each 3x3 convolution's Winograd
+    #: form, so a later process lowers the model to the same tasks. None (a run that began before
+    #: it was kept, or on a target that does not run here): F(2x2, 3x3) everywhere.
+    flops_per_byte: float | None = None
     #: Which TVM and ms_heron wrote the run (records of other versions may replay differently).
     versions: dict = field(
         default_factory=lambda: {"tvm": tvm.__version__, "ms_heron": __version__}
@@ -149,8 +155,15 @@ class RunSpec:
     @staticmethod
     def _of_a_model(target: Target, seed: int, **fields: Any) -> RunSpec:
         """A model run: its tasks are the model's, no kernel family, shape or dtype of its own."""
+        balance = flops_per_byte(target)
         return RunSpec(
-            family=MODEL, shape={}, dtype="", target=target_json(target), seed=seed, **fields
+            family=MODEL,
+            shape={},
+            dtype="",
+            target=target_json(target),
+            seed=seed,
+            flops_per_byte=balance if math.isfinite(balance) else None,
+            **fields,
         )
 
     def workload(self) -> Workload:

@@ -23,8 +23,9 @@ says so (:mod:`.guard`).
   ops instead of a stack and a reduction, so residual adds fuse into the kernel before them;
 * :func:`channels_last_convolutions`: floating-point convolutions in NHWC, vector lanes along
   channels;
-* :func:`winograd_convolutions`: their 3x3 stride-1 convolutions as Winograd F(2x2, 3x3), a batched
-  GEMM between two transforms, 2.25x fewer multiply-adds;
+* :func:`winograd_convolutions`: their 3x3 stride-1 convolutions as Winograd F(2x2, 3x3) or
+  F(4x4, 3x3), a batched GEMM between two transforms, 2.25x or 4x fewer multiply-adds
+  (:func:`winograd_rewrite` weighs the two forms at a given balance);
 * :func:`integer_qdq`, :func:`keep_int8_matmuls`, :func:`channels_last_epilogues`: quantized matmuls
   and convolutions (QDQ, ``MatMulInteger``, ``ConvInteger``) in the u8 x s8 form the CPU's dot
   product executes, their epilogues fused;
@@ -54,7 +55,7 @@ from .quantized import (
     quantization_parameters_as_tensors,
 )
 from .views import views_after_epilogues
-from .winograd import winograd_convolutions
+from .winograd import winograd_convolutions, winograd_rewrite
 
 __all__ = [
     "SKIPPED_PASSES_ATTR",
@@ -79,4 +80,5 @@ __all__ = [
     "views_after_epilogues",
     "whole_window_pools_as_reductions",
     "winograd_convolutions",
+    "winograd_rewrite",
 ]

@@ -1,25 +1,35 @@
-"""Relax rewrite: 3x3 stride-1 convolutions as Winograd's F(2x2, 3x3): two transforms around a
-batched GEMM, with 2.25x fewer multiply-adds than the direct convolution.
+"""Relax rewrite: 3x3 stride-1 convolutions as Winograd's F(2x2, 3x3) or F(4x4, 3x3): two
+transforms around a batched GEMM, with 2.25x (4x) fewer multiply-adds than the direct convolution.
 
-Winograd's minimal filtering computes a 2x2 output tile from a 4x4 input tile with 16 products per
-channel pair instead of 36. Per convolution the rewrite emits three ops, so that each is a task the
-tuner knows how to make fast:
+Winograd's minimal filtering computes an ``m x m`` output tile from an ``(m + 2) x (m + 2)`` input
+tile with ``(m + 2)²`` products per channel pair instead of ``9 m²``. Per convolution the rewrite
+emits three ops, so that each is a task the tuner knows how to make fast:
 
-* ``winograd_input``: every 4x4 input tile (stride 2, zero-padded) transformed, ``V = Bᵀ d B``, as a
-  ``[16, tiles, in_channels]`` tensor;
+* ``winograd_input``: every input tile (stride ``m``, zero-padded) transformed, ``V = Bᵀ d B``, as a
+  ``[(m + 2)², tiles, in_channels]`` tensor;
 * a batched ``matmul`` of ``V`` with the weights transformed at compile time (``U = G g Gᵀ``,
-  ``[16, in_channels, out_channels]``): the multiply-adds, 16 GEMMs;
+  ``[(m + 2)², in_channels, out_channels]``): the multiply-adds, ``(m + 2)²`` GEMMs;
 * ``winograd_output``: ``Aᵀ M A`` per tile back to NHWC; the bias, residual add and activation after
-  the convolution fuse into it.
+  the convolution fuse into it (:class:`~ms_heron.rules.AlwaysInline` takes them in).
+
+Both transforms run tile by tile, the loops over a tile's planes or pixels unrolled, so that their
+coefficients are constants.
+
+The larger tile does fewer multiply-adds but its transformed weights are 36/16 times larger and its
+GEMM has a quarter of the rows to reuse them over; :func:`chosen_form` weighs the two on the host.
 
 ONNX Runtime runs these convolutions directly. In a 15-minute ResNet-50 run (Zen 3) a stage-3
-convolution (14x14, 256 channels) took 0.79 ms as these three tasks, against 1.28 ms for the direct
-kernel tuned the same way and 1.22 ms for ONNX Runtime's; the model's output stayed within 3e-5 of
-ONNX Runtime's. Only NHWC float32 convolutions with constant HWIO weights are rewritten (run
+convolution (14x14, 256 channels) took 0.79 ms as F(2x2, 3x3)'s three tasks, against 1.28 ms for the
+direct kernel tuned the same way and 1.22 ms for ONNX Runtime's; the model's output stayed within
+3e-5 of ONNX Runtime's. Only NHWC float32 convolutions with constant HWIO weights are rewritten (run
 :mod:`.channels_last` first): the weights are transformed at compile time.
 """
 
 from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
 
 import numpy as np
 import tvm
@@ -27,30 +37,98 @@ from tvm import IRModule, relax, te, tirx
 from tvm.relax.utils import gen_call_tir_inputs
 from tvm.s_tir import Schedule
 
-from ...hardware.targets import is_cpu, vector_registers
+from ...hardware.peak import flops_per_byte as measured_flops_per_byte
+from ...hardware.targets import is_cpu, vector_bytes, vector_registers
 from .guard import never_failing
 from .sinking import constant_value, static_shape
 
-#: Output tile side (F(2x2, 3x3)): the input tile is TILE + 2 on a side.
-TILE = 2
-#: F(2x2, 3x3)'s matrices (Lavin and Gray, 2016): input ``Bᵀ``, filter ``G``, output ``Aᵀ``.
-B_T = np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], "float32")
-G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]], "float32")
-A_T = np.array([[1, 1, 1, 0], [0, 1, -1, -1]], "float32")
+
+@dataclass(frozen=True)
+class WinogradForm:
+    """Winograd's F(m x m, 3 x 3) (Lavin and Gray, 2016): its matrices, as numpy arrays."""
+
+    tile: int  # m, the output tile's side
+    b_t: np.ndarray  # the input transform ``Bᵀ``, (m + 2) x (m + 2)
+    g: np.ndarray  # the filter transform ``G``, (m + 2) x 3
+    a_t: np.ndarray  # the output transform ``Aᵀ``, m x (m + 2)
+
+    @property
+    def side(self) -> int:
+        """The input tile's side."""
+        return self.tile + 2
+
+    def tiles(self, size: int) -> int:
+        """Output tiles along an image side of ``size`` pixels (the last one cropped)."""
+        return -(-size // self.tile)
+
+
+F2 = WinogradForm(
+    tile=2,
+    b_t=np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]]),
+    g=np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]]),
+    a_t=np.array([[1, 1, 1, 0], [0, 1, -1, -1]]),
+)
+F4 = WinogradForm(
+    tile=4,
+    b_t=np.array(
+        [
+            [4, 0, -5, 0, 1, 0],
+            [0, -4, -4, 1, 1, 0],
+            [0, 4, -4, -1, 1, 0],
+            [0, -2, -1, 2, 1, 0],
+            [0, 2, -1, -2, 1, 0],
+            [0, 4, 0, -5, 0, 1],
+        ]
+    ),
+    g=np.array(
+        [
+            [1 / 4, 0, 0],
+            [-1 / 6, -1 / 6, -1 / 6],
+            [-1 / 6, 1 / 6, -1 / 6],
+            [1 / 24, 1 / 12, 1 / 6],
+            [1 / 24, -1 / 12, 1 / 6],
+            [0, 0, 1],
+        ]
+    ),
+    a_t=np.array(
+        [[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0], [0, 1, -1, 8, -8, 1]]
+    ),
+)
+#: The forms :func:`chosen_form` picks from; the first wins a tie.
+FORMS = (F2, F4)
 #: Fewer channels than this leave the batched GEMM too thin to pay for the transforms.
 MIN_CHANNELS = 16
 
 
-def winograd_weight(weight: np.ndarray) -> np.ndarray:
-    """HWIO 3x3 weights as ``U = G g Gᵀ`` per channel pair, ``[16, in, out]``."""
-    u = np.einsum(
-        "ei,ijco,nj->enco", G.astype(np.float64), weight.astype(np.float64), G.astype(np.float64)
-    )
+def winograd_weight(weight: np.ndarray, form: WinogradForm = F2) -> np.ndarray:
+    """HWIO 3x3 weights as ``U = G g Gᵀ`` per channel pair, ``[(m + 2)², in, out]``."""
+    u = np.einsum("ei,ijco,nj->enco", form.g, weight.astype(np.float64), form.g)
     return u.reshape(-1, *weight.shape[2:]).astype(weight.dtype)
 
 
-def _tiles(size: int) -> int:
-    return -(-size // TILE)
+def chosen_form(
+    shape: tuple[int, int, int, int],
+    out_channels: int,
+    target: tvm.target.Target | None,
+    flops_per_byte: float,
+) -> WinogradForm:
+    """The form that costs least for an NHWC input of ``shape``: its GEMM's flops, plus the bytes
+    it moves (the transformed weights read once, the transformed planes written and read back) at
+    ``flops_per_byte``, the host's peak flops per byte of memory bandwidth. F(4x4, 3x3) wins on
+    large images; on small ones with many channels its weights, 36/16 times F(2x2, 3x3)'s, are read
+    for too few tiles (ResNet-50's 7x7 stage: 4 tiles, 9.4 MB of weight per convolution)."""
+    if not math.isfinite(flops_per_byte):
+        return FORMS[0]
+    batch, height, width, in_channels = shape
+
+    def cost(form: WinogradForm) -> float:
+        rows = padded_rows(batch * form.tiles(height) * form.tiles(width), target)
+        planes = form.side**2
+        flops = 2 * planes * rows * in_channels * out_channels
+        moved = 4 * planes * (in_channels * out_channels + 2 * rows * (in_channels + out_channels))
+        return flops + flops_per_byte * moved
+
+    return min(FORMS, key=cost)
 
 
 def _select(row, values: list, dtype: str):
@@ -66,24 +144,29 @@ def _select(row, values: list, dtype: str):
 
 def _row_terms(matrix: np.ndarray, row) -> list[tuple[tirx.PrimExpr, tirx.PrimExpr]]:
     """Row ``row`` of a transform matrix applied to a vector, as its nonzero terms only: per term
-    the entry of the vector it reads and its coefficient. Every row of Winograd's ``Bᵀ`` has two
-    nonzero entries and every row of ``Aᵀ`` three, so a 2-D transform reads 4 (or 9) inputs per
-    output, not 16.
+    the entry of the vector it reads and its coefficient. F(2x2, 3x3)'s ``Bᵀ`` has two nonzero
+    entries per row and its ``Aᵀ`` three, so a 2-D transform reads 4 (or 9) inputs per output, not
+    16; a row with fewer nonzero entries than the others (F(4x4, 3x3)'s) pads its terms with
+    coefficient 0.
 
     The coefficients are selects, not a constant table: MetaSchedule's RewriteLayout re-lays out a
     model's constant parameters after the loops that index them, and it drops the column of a table
     indexed by a constant (``table[k, 3]``), so the tuned transforms read the wrong coefficients.
     """
-    columns = [np.flatnonzero(entries) for entries in matrix]
-    assert len({len(c) for c in columns}) == 1, "every row has as many nonzero entries"
+    columns = [list(np.flatnonzero(entries)) for entries in matrix]
+    terms = max(len(c) for c in columns)
+    columns = [c + [c[0]] * (terms - len(c)) for c in columns]
+    coefficients = [
+        [float(entries[c]) for c in cols[: np.count_nonzero(entries)]]
+        + [0.0] * (terms - np.count_nonzero(entries))
+        for entries, cols in zip(matrix, columns)
+    ]
     return [
         (
             _select(row, [int(c[term]) for c in columns], "int32"),
-            _select(
-                row, [float(entries[c[term]]) for entries, c in zip(matrix, columns)], "float32"
-            ),
+            _select(row, [values[term] for values in coefficients], "float32"),
         )
-        for term in range(len(columns[0]))
+        for term in range(terms)
     ]
 
 
@@ -103,18 +186,18 @@ def padded_rows(rows: int, target: tvm.target.Target | None) -> int:
     return min(-(-rows // mr) * mr for mr in range(most, 3, -1))
 
 
-def _input_tiles(data: te.Tensor, padded_tiles: int) -> te.Tensor:
-    """``V[4i + j, p, c] = (Bᵀ d_p B)[i, j]`` over each tile ``p``'s 4x4 zero-padded input ``d_p``
+def _input_tiles(data: te.Tensor, padded_tiles: int, form: WinogradForm) -> te.Tensor:
+    """``V[side i + j, p, c] = (Bᵀ d_p B)[i, j]`` over each tile ``p``'s zero-padded input ``d_p``
     of channel ``c``; rows past the last tile are zeros."""
     batch, height, width, channels = (int(d) for d in data.shape)
-    side, rows, cols = TILE + 2, _tiles(height), _tiles(width)
+    side, rows, cols = form.side, form.tiles(height), form.tiles(width)
 
     def value(k, p, c):
         n, t = p // (rows * cols), p % (rows * cols)
-        total, columns = tirx.const(0.0, data.dtype), _row_terms(B_T, k % side)
-        for dy, row_coefficient in _row_terms(B_T, k // side):
+        total, columns = tirx.const(0.0, data.dtype), _row_terms(form.b_t, k % side)
+        for dy, row_coefficient in _row_terms(form.b_t, k // side):
             for dx, column_coefficient in columns:
-                y, x = (t // cols) * TILE + dy - 1, (t % cols) * TILE + dx - 1
+                y, x = (t // cols) * form.tile + dy - 1, (t % cols) * form.tile + dx - 1
                 inside = tirx.all(n < batch, y >= 0, y < height, x >= 0, x < width)
                 term = tirx.if_then_else(inside, data[n, y, x, c], tirx.const(0, data.dtype))
                 total = total + row_coefficient * column_coefficient * term
@@ -123,36 +206,79 @@ def _input_tiles(data: te.Tensor, padded_tiles: int) -> te.Tensor:
     return te.compute((side * side, padded_tiles, channels), value, name="winograd_input")
 
 
-def _planes_per_tile(func: tirx.PrimFunc) -> tirx.PrimFunc:
-    """The input transform's loops as (tile, plane, channel), the plane loop unrolled: each tile's
-    16 planes then read its 4x4 input window once, with their coefficients and offsets constants.
+def _channel_groups(sch: Schedule, channel, lanes: int | None) -> tuple:
+    """The channel loop cut into groups of ``lanes`` (one vector register), or left whole (one
+    group) where no vector width is known or the channels are not a whole number of vectors."""
+    extent = int(sch.get(channel).extent)
+    if lanes is None or lanes >= extent or extent % lanes:
+        return (), channel
+    group, channel = sch.split(channel, factors=[None, lanes])
+    return (group,), channel
+
+
+def _unrolled(sch: Schedule, loops) -> None:
+    for loop in loops:
+        sch.unroll(loop)
+        # annotated, MetaSchedule's parallel postproc does not fuse it into a small image's tiles
+        sch.annotate(loop, "pragma_unroll_explicit", 1)
+
+
+def _planes_per_tile(func: tirx.PrimFunc, lanes: int | None) -> tirx.PrimFunc:
+    """The input transform's loops as (tile, channel group, plane, channel), the plane loop
+    unrolled: each tile's planes read its input window once per group of ``lanes`` channels, with
+    their coefficients and offsets constants.
+
     In the output's order (plane, tile, channel), every (plane, tile) pair evaluated the selects
-    and bounds again for one row of channels: ResNet-50's first 3x3 convolution's transform
-    (56x56, 64 channels) took 0.27 ms that way and 0.08 ms this way on a Zen 3, the same bits."""
+    and bounds again for one row of channels: ResNet-50's first 3x3 convolution's F(2x2, 3x3)
+    transform (56x56, 64 channels) took 0.27 ms that way and 0.08 ms tile by tile on a Zen 3, the
+    same bits. In groups of one vector the window stays near the registers: compiled for AVX2 on a
+    Zen 3, a 28x28, 128-channel transform took 0.028 ms (F(2x2, 3x3)) and 0.052 ms (F(4x4, 3x3)) in
+    8-channel groups, against 0.034 and 0.091 ms with the 64 lanes the tuner's vectorizer picks."""
     sch = Schedule(func)
-    plane, tile, _ = sch.get_loops(sch.get_sblock("winograd_input"))
-    sch.reorder(tile, plane)
-    sch.unroll(plane)
-    # annotated, MetaSchedule's parallel postproc does not fuse it into a small image's tile loop
-    sch.annotate(plane, "pragma_unroll_explicit", 1)
+    plane, tile, channel = sch.get_loops(sch.get_sblock("winograd_input"))
+    groups, channel = _channel_groups(sch, channel, lanes)
+    sch.reorder(tile, *groups, plane, channel)
+    _unrolled(sch, [plane])
     return sch.mod["main"]
 
 
-def _output_tiles(products: te.Tensor, batch: int, height: int, width: int) -> te.Tensor:
-    """``out[n, y, x, o] = (Aᵀ M_p A)[y % 2, x % 2]`` over tile ``p``'s 16 products ``M_p`` of
+def _output_tiles(
+    products: te.Tensor, batch: int, height: int, width: int, form: WinogradForm
+) -> te.Tensor:
+    """``out[n, y, x, o] = (Aᵀ M_p A)[y % m, x % m]`` over tile ``p``'s products ``M_p`` of
     channel ``o``, cropped to the image."""
-    rows, cols, side = _tiles(height), _tiles(width), TILE + 2
+    rows, cols, side, m = form.tiles(height), form.tiles(width), form.side, form.tile
     channels = int(products.shape[2])
 
     def value(n, y, x, o):
-        p = n * rows * cols + (y // TILE) * cols + x // TILE
-        total, columns = tirx.const(0.0, products.dtype), _row_terms(A_T, x % TILE)
-        for i, row_coefficient in _row_terms(A_T, y % TILE):
+        p = n * rows * cols + (y // m) * cols + x // m
+        total, columns = tirx.const(0.0, products.dtype), _row_terms(form.a_t, x % m)
+        for i, row_coefficient in _row_terms(form.a_t, y % m):
             for j, column_coefficient in columns:
                 total = total + row_coefficient * column_coefficient * products[i * side + j, p, o]
         return total
 
     return te.compute((batch, height, width, channels), value, name="winograd_output")
+
+
+def _pixels_per_tile(func: tirx.PrimFunc, form: WinogradForm, lanes: int | None) -> tirx.PrimFunc:
+    """The output transform's loops as (image, tile row, tile column, channel group, y, x,
+    channel), the ``m x m`` pixels of a tile unrolled, as :func:`_planes_per_tile` does for the
+    input: each pixel's coefficients and its tile's plane offsets are then constants. Pixel by
+    pixel, F(4x4, 3x3)'s output transform (56x56, 64 channels) took 0.33 ms in a tuned model on a
+    Zen 3, against 0.14 ms for F(2x2, 3x3)'s; tile by tile in 8-channel groups, a 28x28,
+    128-channel one took 0.030 ms (0.074 ms with 64 lanes)."""
+    sch = Schedule(func)
+    block = sch.get_sblock("winograd_output")
+    # its epilogue inlines into it, never it into the epilogue's pixel-by-pixel loops
+    sch.annotate(block, "meta_schedule.inline_rule", "disable")
+    _, y, x, channel = sch.get_loops(block)
+    tile_row, pixel_y = sch.split(y, factors=[None, form.tile])
+    tile_column, pixel_x = sch.split(x, factors=[None, form.tile])
+    groups, channel = _channel_groups(sch, channel, lanes)
+    sch.reorder(tile_row, tile_column, *groups, pixel_y, pixel_x, channel)
+    _unrolled(sch, [pixel_y, pixel_x])
+    return sch.mod["main"]
 
 
 def _rewritable_weight(call: relax.Call) -> np.ndarray | None:
@@ -181,39 +307,66 @@ def _rewritable_weight(call: relax.Call) -> np.ndarray | None:
 
 @relax.expr_functor.mutator
 class _Rewriter(relax.PyExprMutator):
+    def __init__(self, mod: IRModule, flops_per_byte: float | None):
+        super().__init__(mod)
+        self.flops_per_byte = flops_per_byte  # None: measured at the first convolution rewritten
+
     def visit_call_(self, call: relax.Call):  # pylint: disable=arguments-renamed
         call = super().visit_call_(call)
         weight = _rewritable_weight(call)
         if weight is None:
             return call
-        data = call.args[0]
-        batch, height, width, _ = static_shape(data)
-        padded = padded_rows(
-            batch * _tiles(height) * _tiles(width), tvm.target.Target.current(allow_none=True)
+        data, target = call.args[0], tvm.target.Target.current(allow_none=True)
+        shape = tuple(static_shape(data))
+        if self.flops_per_byte is None:
+            self.flops_per_byte = math.inf if target is None else measured_flops_per_byte(target)
+        form = chosen_form(shape, weight.shape[3], target, self.flops_per_byte)
+        batch, height, width, _ = shape
+        padded = padded_rows(batch * form.tiles(height) * form.tiles(width), target)
+        lanes = vector_bytes(target) // 4 if target is not None and is_cpu(target) else None
+        func, args, output = gen_call_tir_inputs(
+            functools.partial(_input_tiles, form=form), data, padded
         )
-        func, args, output = gen_call_tir_inputs(_input_tiles, data, padded)
-        transform = self.builder_.add_func(_planes_per_tile(func), "winograd_input")
+        transform = self.builder_.add_func(_planes_per_tile(func, lanes), "winograd_input")
         tiles = self.builder_.emit(relax.call_tir(transform, args, output))
-        products = self.builder_.emit(relax.op.matmul(tiles, relax.const(winograd_weight(weight))))
-        return self.builder_.emit_te(
-            _output_tiles,
-            products,
-            batch,
-            height,
-            width,
-            primfunc_name_hint="winograd_output",
+        products = self.builder_.emit(
+            relax.op.matmul(tiles, relax.const(winograd_weight(weight, form)))
         )
+        func, args, output = gen_call_tir_inputs(
+            functools.partial(_output_tiles, form=form), products, batch, height, width
+        )
+        transform = self.builder_.add_func(_pixels_per_tile(func, form, lanes), "winograd_output")
+        return self.builder_.emit(relax.call_tir(transform, args, output))
 
 
-@never_failing
-@tvm.transform.module_pass(opt_level=0, name="WinogradConvolutions")
-def winograd_convolutions(mod: IRModule, _ctx) -> IRModule:
-    """Rewrite every float32 NHWC 3x3 stride-1 convolution with constant weights as Winograd F(2x2,
-    3x3)."""
-    rewriter = _Rewriter(mod)
-    for gv, func in mod.functions_items():
-        if isinstance(func, relax.Function):
-            rewriter.builder_.update_func(gv, rewriter.visit_expr(func))
-    # the rewritten convolution's binding is left as an alias of the output transform: FuseOps fuses
-    # the epilogue only into an op it sees as its direct producer
-    return relax.transform.CanonicalizeBindings()(rewriter.builder_.get())
+def winograd_rewrite(*, flops_per_byte: float | None = None) -> tvm.transform.Pass:
+    """A pass rewriting every float32 NHWC 3x3 stride-1 convolution with constant weights as
+    Winograd's F(2x2, 3x3) or F(4x4, 3x3), whichever :func:`chosen_form` finds cheaper.
+
+    Parameters
+    ----------
+    flops_per_byte
+        The host's peak flops per byte of memory bandwidth, which weighs the forms. None: measured
+        on this host for the current target, once per process
+        (:func:`ms_heron.hardware.peak.flops_per_byte`; infinite for a target that does not run
+        here). A run keeps the value it began with, so that the same model lowers to the same tasks
+        in a later process; ``math.inf`` keeps F(2x2, 3x3) everywhere.
+    """
+
+    @never_failing
+    @tvm.transform.module_pass(opt_level=0, name="WinogradConvolutions")
+    def rewrite(mod: IRModule, _ctx) -> IRModule:
+        rewriter = _Rewriter(mod, flops_per_byte)
+        for gv, func in mod.functions_items():
+            if isinstance(func, relax.Function):
+                rewriter.builder_.update_func(gv, rewriter.visit_expr(func))
+        # the rewritten convolution's binding is left as an alias of the output transform: FuseOps
+        # fuses the epilogue only into an op it sees as its direct producer
+        return relax.transform.CanonicalizeBindings()(rewriter.builder_.get())
+
+    return rewrite
+
+
+#: The rewrite for a stock pipeline: the forms weighed at this host's balance, measured once per
+#: process for the current target.
+winograd_convolutions = winograd_rewrite()
