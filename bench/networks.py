@@ -212,15 +212,18 @@ def _tune_and_export(name: str, setup: Setup, out: pathlib.Path) -> tuple[dict, 
     onnx.save(model.proto, work_root / f"{name}.onnx")
     onnx.save(model.proto, out / f"{name}.onnx")
     np.savez(out / f"{name}_inputs.npz", **model.inputs)
-    run = TuningRun.create(
-        work_root / name,
-        RunSpec.of_model(
-            work_root / f"{name}.onnx",
-            model.input_shapes(),
-            setup.target or host_target(),
-            setup.seed,
-        ),
+    spec = RunSpec.of_model(
+        work_root / f"{name}.onnx",
+        model.input_shapes(),
+        setup.target or host_target(),
+        setup.seed,
     )
+    if setup.baseline_from is not None:
+        # the balance the reused baseline was lowered with picks the same Winograd forms, so both
+        # arms have the same tasks (this process may measure another)
+        balance = TuningRun.open(setup.baseline_from / name).spec.flops_per_byte
+        spec = dataclasses.replace(spec, flops_per_byte=balance)
+    run = TuningRun.create(work_root / name, spec)
     if setup.baseline_from is not None:
         shutil.copytree(
             setup.baseline_from / name / "baseline",
