@@ -43,7 +43,7 @@ from .guard import never_failing
 from .sinking import constant_value, static_shape
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class WinogradForm:
     """Winograd's F(m x m, 3 x 3) (Lavin and Gray, 2016): its matrices, as numpy arrays."""
 
