@@ -306,8 +306,8 @@ def test_winograd_transforms_run_tile_by_tile_unrolled_with_their_epilogue(
 def test_winograd_takes_the_larger_tile_where_its_weights_are_reused_enough():
     """At 7 flops per byte of memory bandwidth (a 2-core Zen 3's), ResNet-50's first stage (56x56,
     64 channels: 196 tiles of 4x4) takes F(4x4, 3x3), 1.8x fewer multiply-adds; its last (7x7, 512
-    channels) keeps F(2x2, 3x3), as F(4x4, 3x3)'s 4 tiles would read 9.4 MB of weights 2.25 times
-    over for a quarter of the rows. Without a measured balance (another machine's target),
+    channels) keeps F(2x2, 3x3), as F(4x4, 3x3)'s 4 tiles would read 38 MB of weights, 2.25 times
+    F(2x2, 3x3)'s, for a quarter of the rows. Without a measured balance (another machine's target),
     F(2x2, 3x3) everywhere."""
     avx2 = tvm.target.Target({"kind": "llvm", "mcpu": "haswell"})
     assert chosen_form((1, 56, 56, 64), 64, avx2, 7.0) is F4

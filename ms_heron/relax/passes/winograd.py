@@ -116,7 +116,7 @@ def chosen_form(
     it moves (the transformed weights read once, the transformed planes written and read back) at
     ``flops_per_byte``, the host's peak flops per byte of memory bandwidth. F(4x4, 3x3) wins on
     large images; on small ones with many channels its weights, 36/16 times F(2x2, 3x3)'s, are read
-    for too few tiles (ResNet-50's 7x7 stage: 4 tiles, 9.4 MB of weight per convolution)."""
+    for too few tiles (ResNet-50's 7x7 stage: 4 tiles, 38 MB of weights per convolution)."""
     if not math.isfinite(flops_per_byte):
         return FORMS[0]
     batch, height, width, in_channels = shape
