@@ -153,18 +153,14 @@ def _row_terms(matrix: np.ndarray, row) -> list[tuple[tirx.PrimExpr, tirx.PrimEx
     model's constant parameters after the loops that index them, and it drops the column of a table
     indexed by a constant (``table[k, 3]``), so the tuned transforms read the wrong coefficients.
     """
-    columns = [list(np.flatnonzero(entries)) for entries in matrix]
-    terms = max(len(c) for c in columns)
-    columns = [c + [c[0]] * (terms - len(c)) for c in columns]
-    coefficients = [
-        [float(entries[c]) for c in cols[: np.count_nonzero(entries)]]
-        + [0.0] * (terms - np.count_nonzero(entries))
-        for entries, cols in zip(matrix, columns)
-    ]
+    # per row, its (column, coefficient) terms, padded with zero terms to the longest row's count
+    per_row = [[(int(c), float(entries[c])) for c in np.flatnonzero(entries)] for entries in matrix]
+    terms = max(len(r) for r in per_row)
+    per_row = [r + [(r[0][0], 0.0)] * (terms - len(r)) for r in per_row]
     return [
         (
-            _select(row, [int(c[term]) for c in columns], "int32"),
-            _select(row, [values[term] for values in coefficients], "float32"),
+            _select(row, [r[term][0] for r in per_row], "int32"),
+            _select(row, [r[term][1] for r in per_row], "float32"),
         )
         for term in range(terms)
     ]
