@@ -493,13 +493,32 @@ def test_lane_reduction_vectorizes_row_reductions_of_softmax_and_layer_norm(fami
 
 
 def test_lane_reduction_leaves_short_and_tileable_reductions_alone(cpu_target):
-    odd = workloads.make("softmax", "fp32", M=4, N=30)  # 30 is not a multiple of the vector lanes
+    # 30 is not a multiple of 4 fp32 lanes, the narrowest vector the rule uses
+    odd = workloads.make("softmax", "fp32", M=4, N=30)
     (space,) = stock_design_spaces(odd.func, [LaneReduction()], cpu_target)
     assert "_rf" not in space.mod.script()
     # data reuse: multi-level tiling's
     gemm = workloads.make("gemm", "fp32", **SMALL_SHAPES["gemm"])
     (space,) = stock_design_spaces(gemm.func, [LaneReduction()], cpu_target)
     assert "_rf" not in space.mod.script()
+
+
+def test_lane_reduction_splits_a_ragged_row_into_narrower_vectors(cpu_target):
+    """A row of 20 (Whisper's 1500 in small) fills no AVX2 or AVX-512 vector, but 5 SSE vectors: the
+    rule reduces it in 4 lanes (128 bits) on any x86 target, and the kernel computes softmax."""
+    workload = workloads.make("softmax", "fp32", M=6, N=20)
+    (space,) = stock_design_spaces(
+        workload.func, [AlwaysInline(), LaneReduction(), ParallelVectorizeUnroll()], cpu_target
+    )
+    widths = {
+        int(space.get(space.get_sblock(b)).annotations[LANE_REDUCTION])
+        for b in block_names(space)
+        if LANE_REDUCTION in space.get(space.get_sblock(b)).annotations
+    }
+    assert widths == {4}  # 20 = 5 x 4: one vector accumulator of 4 lanes, for the max and the sum
+    sch = finished(space, workload.func)
+    assert "T.vectorized(4)" in sch.mod.script()
+    run_and_check(build(sch.mod, cpu_target), workload)
 
 
 def test_compute_location_puts_a_convolutions_padding_at_a_sampled_loop(cpu_target):
