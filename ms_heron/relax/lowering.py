@@ -21,7 +21,9 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.target import Target
 
 from ..errors import HeronError
+from ..hardware.targets import is_cpu
 from ..intrinsics import ensure_registered
+from ..prefetch import cpu_pipeline
 from .passes import (
     activations_as_formulas,
     chain_stacked_reductions,
@@ -257,7 +259,12 @@ def compile_lowered(
         return tvm.transform.Sequential(passes)(mod)
 
     with target, database, tvm.transform.PassContext(opt_level=3):
-        return relax.build(lowered, target=target, relax_pipeline=apply_and_lower)
+        return relax.build(
+            lowered,
+            target=target,
+            relax_pipeline=apply_and_lower,
+            tir_pipeline=cpu_pipeline() if is_cpu(target) else "default",
+        )
 
 
 def run_model(executable, inputs: Mapping[str, np.ndarray], func: str = "main") -> list[np.ndarray]:

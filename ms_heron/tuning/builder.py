@@ -28,6 +28,7 @@ from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
 from tvm.target import Target
 
 from ..hardware.targets import TargetError, is_cuda
+from ..prefetch import cpu_pipeline
 
 #: PassContext for CUDA builds; see the module docstring.
 CUDA_BUILD_CONFIG = {"tirx.disable_storage_rewrite": True}
@@ -46,7 +47,8 @@ def build_candidate(mod, target, _params):
 
     mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
     if not is_cuda(target):
-        return tvm.compile(mod, target=target).mod  # LocalBuilder exports the runtime module
+        # LocalBuilder exports the runtime module
+        return tvm.compile(mod, target=target, tir_pipeline=cpu_pipeline()).mod
     lib = build_cuda(mod, target)
     compile_cuda(lib, target)
     return lib.mod

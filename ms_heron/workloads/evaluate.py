@@ -12,6 +12,8 @@ import numpy as np
 import tvm
 from tvm.target import Target
 
+from ..hardware.targets import is_cpu
+from ..prefetch import cpu_pipeline
 from .workload import Workload
 
 
@@ -50,7 +52,9 @@ def check_output(workload: Workload, got: np.ndarray, expected: np.ndarray) -> N
 
 
 def build(mod: tvm.IRModule | tvm.tirx.PrimFunc, target: Target) -> tvm.runtime.Executable:
-    return tvm.compile(mod, target=target)
+    return tvm.compile(
+        mod, target=target, tir_pipeline=cpu_pipeline() if is_cpu(target) else "default"
+    )
 
 
 def run_and_check(

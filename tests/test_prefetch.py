@@ -1,0 +1,89 @@
+"""The panel prefetch every CPU build runs (:mod:`ms_heron.prefetch`): where a tiled GEMM's row
+tiles reuse a packed weight panel, each row tile prefetches its share of the next panel and the
+result is unchanged; a loop nest without such a panel is left as it is."""
+
+import tvm
+import tvm_ffi
+from tvm.script import tirx as T
+
+from ms_heron.prefetch import CACHE_LINE, MIN_PANEL_BYTES, inject_panel_prefetch
+from ms_heron.workloads import from_func
+from ms_heron.workloads.evaluate import build, run_and_check
+
+
+def _gemm(cols: int, rows_inside_k: bool = True) -> tvm.tirx.PrimFunc:
+    """C[64, 32] = A[64, 256] x W, W packed ``[32 // cols, 4, 64, cols]``: per column panel ``j``,
+    k-blocks of 64 (``k0``), row tiles of 4 (``i``) inside them (or outside, ``rows_inside_k``
+    False), and a 4 x ``cols`` register tile over 64 steps of ``k``."""
+    panels = 32 // cols
+
+    @T.prim_func(s_tir=True)
+    def k_then_rows(
+        A: T.Buffer((64, 256), "float32"),
+        W: T.Buffer((panels, 4, 64, cols), "float32"),
+        C: T.Buffer((64, 32), "float32"),
+    ):
+        for j, k0, i, k1, ii, jj in T.grid(panels, 4, 16, 64, 4, cols):
+            with T.sblock("C"):
+                vi = T.axis.spatial(64, i * 4 + ii)
+                vj = T.axis.spatial(32, j * cols + jj)
+                vk = T.axis.reduce(256, k0 * 64 + k1)
+                with T.init():
+                    C[vi, vj] = T.float32(0)
+                C[vi, vj] = C[vi, vj] + A[vi, vk] * W[vj // cols, vk // 64, vk % 64, vj % cols]
+
+    @T.prim_func(s_tir=True)
+    def rows_then_k(
+        A: T.Buffer((64, 256), "float32"),
+        W: T.Buffer((panels, 4, 64, cols), "float32"),
+        C: T.Buffer((64, 32), "float32"),
+    ):
+        for j, i, k0, k1, ii, jj in T.grid(panels, 16, 4, 64, 4, cols):
+            with T.sblock("C"):
+                vi = T.axis.spatial(64, i * 4 + ii)
+                vj = T.axis.spatial(32, j * cols + jj)
+                vk = T.axis.reduce(256, k0 * 64 + k1)
+                with T.init():
+                    C[vi, vj] = T.float32(0)
+                C[vi, vj] = C[vi, vj] + A[vi, vk] * W[vj // cols, vk // 64, vk % 64, vj % cols]
+
+    return k_then_rows if rows_inside_k else rows_then_k
+
+
+def test_row_tiles_prefetch_the_next_k_blocks_weight_panel_and_compute_the_same(cpu_target):
+    func = _gemm(cols=16)  # a k-block's panel: 64 x 16 fp32 = 4 KB, 64 cache lines
+    text = inject_panel_prefetch()(tvm.IRModule({"main": func})).script()
+    assert text.count("llvm.prefetch") == 1
+    # inside the row-tile loop: 64 lines over 16 row tiles, 4 each, from the next k-block's panel
+    lines = 64 * 16 * 4 // CACHE_LINE // 16
+    assert f"for prefetch_line in range(T.int64({lines})):" in text
+    # panel k0 + 1: 64 x 16 elements on
+    assert 'T.Cast("int64", k0) * T.int64(1024) + T.int64(1024)' in text
+    loops = [line.strip() for line in text.splitlines() if line.strip().startswith("for ")]
+    assert (
+        loops.index(next(x for x in loops if "prefetch_line" in x))
+        == loops.index(next(x for x in loops if x.startswith("for j, k0, i in"))) + 1
+    )
+    # the product's build runs it: the kernel issues prefetches and matches the unprefetched one
+    lib = build(func, cpu_target)
+    assert "prefetcht0" in lib.mod.inspect_source("asm")
+    run_and_check(lib, from_func(func, "panel_gemm"))
+
+
+def test_loop_nests_without_a_reused_panel_are_left_alone():
+    # k-blocks of 2 KB, below the smallest panel worth a prefetch; a column panel (8 KB) reused by
+    # the row tiles only under the k-block loop, which moves it
+    small = _gemm(cols=8)
+    assert 64 * 8 * 4 < MIN_PANEL_BYTES
+    mod = tvm.IRModule({"main": small})
+    assert tvm_ffi.structural_equal(inject_panel_prefetch()(mod), mod)
+
+
+def test_a_column_panel_the_row_tiles_reuse_is_prefetched_during_the_one_before(cpu_target):
+    """Row tiles outside the k-blocks: each reads its column's whole panel (4 k-blocks x 64 x 16
+    fp32, 16 KB), so the next column's is fetched meanwhile, as the pass reads "``k``" as any loop
+    that moves to the next panel."""
+    func = _gemm(cols=16, rows_inside_k=False)
+    text = inject_panel_prefetch()(tvm.IRModule({"main": func})).script()
+    assert 'T.Cast("int64", j) * T.int64(4096) + T.int64(4096)' in text  # panel j + 1
+    run_and_check(build(func, cpu_target), from_func(func, "column_panel_gemm"))
