@@ -1,12 +1,12 @@
-"""The panel prefetch every CPU build runs (:mod:`ms_heron.prefetch`): where a tiled GEMM's row
-tiles reuse a packed weight panel, each row tile prefetches its share of the next panel and the
-result is unchanged; a loop nest without such a panel is left as it is."""
+"""The panel prefetch every CPU build runs (:mod:`ms_heron.codegen.prefetch`): where a tiled GEMM's
+row tiles reuse a packed weight panel, each row tile prefetches its share of the next panel and
+the result is unchanged; a loop nest without such a panel is left as it is."""
 
 import tvm
 import tvm_ffi
 from tvm.script import tirx as T
 
-from ms_heron.prefetch import CACHE_LINE, MIN_PANEL_BYTES, inject_panel_prefetch
+from ms_heron.codegen.prefetch import CACHE_LINE, MIN_PANEL_BYTES, inject_panel_prefetch
 from ms_heron.workloads import from_func
 from ms_heron.workloads.evaluate import build, run_and_check
 

@@ -20,10 +20,10 @@ from tvm.relax import pipeline as relax_pipeline
 from tvm.s_tir import meta_schedule as ms
 from tvm.target import Target
 
+from ..codegen import cpu_pipeline
 from ..errors import HeronError
 from ..hardware.targets import is_cpu
 from ..intrinsics import ensure_registered
-from ..prefetch import cpu_pipeline
 from .passes import (
     activations_as_formulas,
     chain_stacked_reductions,

@@ -27,8 +27,8 @@ from tvm.s_tir.meta_schedule.builder.local_builder import default_export
 from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
 from tvm.target import Target
 
+from ..codegen import cpu_pipeline
 from ..hardware.targets import TargetError, is_cuda
-from ..prefetch import cpu_pipeline
 
 #: PassContext for CUDA builds; see the module docstring.
 CUDA_BUILD_CONFIG = {"tirx.disable_storage_rewrite": True}

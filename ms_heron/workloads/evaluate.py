@@ -12,8 +12,8 @@ import numpy as np
 import tvm
 from tvm.target import Target
 
+from ..codegen import cpu_pipeline
 from ..hardware.targets import is_cpu
-from ..prefetch import cpu_pipeline
 from .workload import Workload
 
 
