@@ -75,6 +75,23 @@ def test_every_rewrite_runs_over_every_graph_of_the_test_corpus_without_failing(
     assert notes == []  # Swin's Squeeze(axes=[-2]) once made ConvertLayout raise std::bad_alloc
 
 
+def test_efficientnets_silu_and_squeeze_excite_stay_channels_last(cpu_target):
+    """EfficientNet's SiLU and squeeze-and-excite sigmoid, written out with ``exp``, run in the
+    channels-last layout of the convolutions around them: fast math rewrites ``exp`` after the
+    layout pass (its call_tir is opaque to ConvertLayout), so no activation runs channels-first
+    between two transposes (23 kernels did), and the only transposes left are the input's, the
+    output's and the flatten's."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        lowered = lower_for_tuning(from_onnx(_export("efficientnet").proto), None, cpu_target)
+    kernels = [
+        gv.name_hint for gv, f in lowered.functions_items() if isinstance(f, tvm.tirx.PrimFunc)
+    ]
+    assert any("fast_exp" in k for k in kernels), kernels
+    transposing = [k for k in kernels if "transpose" in k]
+    assert not [k for k in transposing if "exp" in k] and len(transposing) <= 3, transposing
+
+
 @pytest.mark.parametrize("name", ["bert", "gpt2", "vit", "resnet", "swin"])
 def test_torch_exports_of_transformers_models_match_onnxruntime(name, cpu_target):
     """Real exports (opset 20: Gelu, LayerNormalization, Where masks, index arithmetic) compile and

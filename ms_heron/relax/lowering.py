@@ -127,8 +127,9 @@ def lower_for_tuning(
     transposes (the int8 convolutions' channels-last layout, :mod:`.passes.quantized`) move past the
     element-wise epilogues, which then fuse into the kernels before them.
     Unless ``exact_math``, ``exp``, ``erf``, ``tanh`` (GELU's and sigmoid's too, written out
-    first) and softmax become TVM's polynomial approximations (``FastMathTransform``), as ONNX
-    Runtime's kernels use: on the CPU the exact ones are scalar libm calls whose time depends on the
+    first) and softmax become TVM's polynomial approximations (``FastMathTransform``, after the
+    layout passes, which cannot see into the call_tir it writes), as ONNX Runtime's kernels use:
+    on the CPU the exact ones are scalar libm calls whose time depends on the
     data (GELU's erf made BERT's FFN kernel 2-3x slower on real activations than on the tuner's
     inputs), while the approximations vectorize and cost the same on any input.
 
@@ -159,11 +160,13 @@ def lower_for_tuning(
         never_failing(relax.transform.DeadCodeElimination()),
         never_failing(relax.transform.DecomposeOpsForInference()),
         activations_as_formulas,
-        *([] if exact_math else [never_failing(relax.transform.FastMathTransform())]),
         never_failing(relax.transform.CanonicalizeBindings()),
         channels_last_convolutions,
         winograd_rewrite(flops_per_byte=flops_per_byte),
         channels_last_epilogues,
+        # after the layout: fast math writes ``exp`` as a call_tir, which ConvertLayout cannot see
+        # into, so an activation there ran its formula channels-first between two transposes
+        *([] if exact_math else [never_failing(relax.transform.FastMathTransform())]),
         quantization_parameters_as_tensors,
     ]
     required = [
