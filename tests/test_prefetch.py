@@ -18,7 +18,7 @@ def _gemm(cols: int, rows_inside_k: bool = True) -> tvm.tirx.PrimFunc:
     panels = 32 // cols
 
     @T.prim_func(s_tir=True)
-    def k_then_rows(
+    def gemm(
         A: T.Buffer((64, 256), "float32"),
         W: T.Buffer((panels, 4, 64, cols), "float32"),
         C: T.Buffer((64, 32), "float32"),
@@ -32,22 +32,12 @@ def _gemm(cols: int, rows_inside_k: bool = True) -> tvm.tirx.PrimFunc:
                     C[vi, vj] = T.float32(0)
                 C[vi, vj] = C[vi, vj] + A[vi, vk] * W[vj // cols, vk // 64, vk % 64, vj % cols]
 
-    @T.prim_func(s_tir=True)
-    def rows_then_k(
-        A: T.Buffer((64, 256), "float32"),
-        W: T.Buffer((panels, 4, 64, cols), "float32"),
-        C: T.Buffer((64, 32), "float32"),
-    ):
-        for j, i, k0, k1, ii, jj in T.grid(panels, 16, 4, 64, 4, cols):
-            with T.sblock("C"):
-                vi = T.axis.spatial(64, i * 4 + ii)
-                vj = T.axis.spatial(32, j * cols + jj)
-                vk = T.axis.reduce(256, k0 * 64 + k1)
-                with T.init():
-                    C[vi, vj] = T.float32(0)
-                C[vi, vj] = C[vi, vj] + A[vi, vk] * W[vj // cols, vk // 64, vk % 64, vj % cols]
-
-    return k_then_rows if rows_inside_k else rows_then_k
+    if rows_inside_k:
+        return gemm
+    sch = tvm.s_tir.Schedule(gemm)
+    _, k0, i, *_ = sch.get_loops(sch.get_sblock("C"))
+    sch.reorder(i, k0)
+    return sch.mod["main"]
 
 
 def test_row_tiles_prefetch_the_next_k_blocks_weight_panel_and_compute_the_same(cpu_target):
