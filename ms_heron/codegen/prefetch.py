@@ -24,6 +24,9 @@ import math
 import tvm
 from tvm import s_tir, tirx
 from tvm.sym import Analyzer, IntervalSet
+from tvm.target import Target
+
+from ..hardware.targets import is_cpu
 
 #: The name :func:`cpu_pipeline` registers the pipeline under.
 PIPELINE = "ms_heron_cpu"
@@ -50,6 +53,12 @@ def cpu_pipeline() -> str:
     if PIPELINE not in compilation_pipeline.PIPELINE_MAP:
         compilation_pipeline.register_tir_pipeline(PIPELINE, _pipeline)
     return PIPELINE
+
+
+def tir_pipeline(target: Target) -> str:
+    """The TIR pipeline ``tvm.compile`` builds for ``target`` with: :func:`cpu_pipeline` on a CPU,
+    TVM's default elsewhere."""
+    return cpu_pipeline() if is_cpu(target) else "default"
 
 
 def _pipeline():
@@ -136,7 +145,7 @@ def _panel_prefetch(buffer, region, k, r, inner: list, analyzer: Analyzer):
         _i64(0),
     )
     first, last = analyzer.simplify(first), analyzer.simplify(last)
-    domain = {lp.loop_var: IntervalSet(lp.min, lp.min + lp.extent - 1) for lp in inner}
+    domain = {lp.loop_var: _iterations(lp) for lp in inner}
     low = analyzer.int_set(first, domain).min_value
     high = analyzer.int_set(last, domain).max_value
     size = analyzer.simplify(high - low + 1)
@@ -181,10 +190,13 @@ def _at(analyzer: Analyzer, expr, loop, value: int):
 
 def _constant_in(analyzer: Analyzer, expr, loop) -> bool:
     """Whether ``expr`` stays the same over ``loop``'s iterations."""
-    span = analyzer.int_set(
-        expr, {loop.loop_var: IntervalSet(loop.min, loop.min + loop.extent - 1)}
-    )
+    span = analyzer.int_set(expr, {loop.loop_var: _iterations(loop)})
     return analyzer.can_prove(span.max_value - span.min_value == 0)
+
+
+def _iterations(loop) -> IntervalSet:
+    """The values ``loop``'s variable takes."""
+    return IntervalSet(loop.min, loop.min + loop.extent - 1)
 
 
 def _extent(loop) -> int:

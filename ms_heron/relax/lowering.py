@@ -20,9 +20,8 @@ from tvm.relax import pipeline as relax_pipeline
 from tvm.s_tir import meta_schedule as ms
 from tvm.target import Target
 
-from ..codegen import cpu_pipeline
+from ..codegen import tir_pipeline
 from ..errors import HeronError
-from ..hardware.targets import is_cpu
 from ..intrinsics import ensure_registered
 from .passes import (
     activations_as_formulas,
@@ -266,7 +265,7 @@ def compile_lowered(
             lowered,
             target=target,
             relax_pipeline=apply_and_lower,
-            tir_pipeline=cpu_pipeline() if is_cpu(target) else "default",
+            tir_pipeline=tir_pipeline(target),
         )
 
 

@@ -27,7 +27,7 @@ from tvm.s_tir.meta_schedule.builder.local_builder import default_export
 from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
 from tvm.target import Target
 
-from ..codegen import cpu_pipeline
+from ..codegen import tir_pipeline
 from ..hardware.targets import TargetError, is_cuda
 
 #: PassContext for CUDA builds; see the module docstring.
@@ -48,7 +48,7 @@ def build_candidate(mod, target, _params):
     mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
     if not is_cuda(target):
         # LocalBuilder exports the runtime module
-        return tvm.compile(mod, target=target, tir_pipeline=cpu_pipeline()).mod
+        return tvm.compile(mod, target=target, tir_pipeline=tir_pipeline(target)).mod
     lib = build_cuda(mod, target)
     compile_cuda(lib, target)
     return lib.mod

@@ -12,8 +12,7 @@ import numpy as np
 import tvm
 from tvm.target import Target
 
-from ..codegen import cpu_pipeline
-from ..hardware.targets import is_cpu
+from ..codegen import tir_pipeline
 from .workload import Workload
 
 
@@ -52,9 +51,7 @@ def check_output(workload: Workload, got: np.ndarray, expected: np.ndarray) -> N
 
 
 def build(mod: tvm.IRModule | tvm.tirx.PrimFunc, target: Target) -> tvm.runtime.Executable:
-    return tvm.compile(
-        mod, target=target, tir_pipeline=cpu_pipeline() if is_cpu(target) else "default"
-    )
+    return tvm.compile(mod, target=target, tir_pipeline=tir_pipeline(target))
 
 
 def run_and_check(
