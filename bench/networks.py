@@ -425,15 +425,15 @@ def _markdown(data: dict, budget: str) -> list[str]:
 
 
 def _row_key(args: argparse.Namespace) -> str:
-    """The result row's name: the network, and what sets the run apart from a cold native one (a
-    narrower ISA's row is kept per host, an AVX2-only CPU's beside a wider one's): ``resnet101
-    (pretrained model, warm: resnet50)``."""
-    tags = [f"{args.isa}, {cpu_name(host_target())}"] if args.isa else []
+    """The result row's name: the network, the host (every row is kept per host, a Zen 3's beside
+    an Emerald Rapids'), and what sets the run apart from a cold native one: ``resnet101 (avx2,
+    znver3, pretrained model, warm: resnet50)``."""
+    tags = [", ".join(filter(None, [args.isa, cpu_name(host_target())]))]
     if args.pretrained_model:
         tags.append("pretrained model")
     if args.records_from:
         tags.append("warm: " + ", ".join(pathlib.Path(d).name for d in args.records_from))
-    return f"{args.network} ({', '.join(tags)})" if tags else args.network
+    return f"{args.network} ({', '.join(tags)})"
 
 
 def main() -> None:
