@@ -15,6 +15,13 @@ from conftest import HOST_DOT, HOST_DTYPE, ms_heron_cli
 
 import ms_heron
 from ms_heron import workloads
+from ms_heron.cli import _parser
+from ms_heron.cli.common import (
+    BUDGET_BOUND_TRIALS,
+    DEFAULT_TRIALS,
+    trials_and_budget,
+    trials_done,
+)
 from ms_heron.hardware.targets import host_target, num_cores
 from ms_heron.records import json_lines, measured_seconds
 from ms_heron.tuning import TuningRun, workdir
@@ -299,6 +306,7 @@ def test_corrupt_middle_record_is_skipped_with_a_warning_naming_its_line(tmp_pat
         (("tune", "gemm.G1", "--target", "llvm -mcpu=znver4"), "old CLI form"),
         (("tune", "gemm", "--shape", "M64"), "NAME=INT"),
         (("tune", "gemm.G1", "--time-budget", "soon"), "duration such as 90s"),
+        (("tune", "gemm.G1", "--trials", "0"), "--trials and --round-size must be at least 1"),
         (("tune", "gemm.G1", "--target", "{bad"), "is not a target dict"),
         (("tune", "gemm.G1", "--rpc", "tracker"), "--rpc takes HOST:PORT:KEY"),
         (("report", "/nonexistent/run"), "holds no ms-heron run"),
@@ -311,6 +319,25 @@ def test_bad_input_gets_one_line_naming_the_fix(args, message, tmp_path):
     assert len(proc.stderr.strip().splitlines()) == 1
     # refused before the default work dir (ms_heron_runs/...) is made
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("command", [("tune", "gemm.G1"), ("tune-model", "model.onnx")])
+def test_a_time_budget_alone_ends_tuning_by_time_not_by_a_default_count(command):
+    """Given only ``--time-budget``, a run tunes until the budget ends: with the default 200
+    records, ViT's 17 tasks stopped after 2 of the 6 minutes asked for. ``--trials`` counts as
+    given, with a budget or without; the progress line then shows no total."""
+    parse = _parser().parse_args
+    assert trials_and_budget(parse([*command, "--time-budget", "6m"])) == (
+        BUDGET_BOUND_TRIALS,
+        360.0,
+    )
+    assert trials_and_budget(parse([*command])) == (DEFAULT_TRIALS, None)
+    assert trials_and_budget(parse([*command, "--trials", "50", "--time-budget", "90s"])) == (
+        50,
+        90.0,
+    )
+    assert trials_done(7, BUDGET_BOUND_TRIALS).strip() == "7 trials"
+    assert trials_done(7, 50).strip() == "7/50 trials"
 
 
 def test_a_malformed_run_file_gets_one_line(tmp_path):

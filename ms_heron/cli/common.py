@@ -61,6 +61,46 @@ def runner(args: argparse.Namespace, *, cold: bool, deadline: float | None):
     return measuring
 
 
+#: Records a run holds in the end when the user gives neither ``--trials`` nor ``--time-budget``.
+DEFAULT_TRIALS = 200
+#: What a run asks for when only ``--time-budget`` bounds it: more than any budget measures, so the
+#: budget ends tuning, not a count the user never chose (200 records are 2 of ViT's 10 minutes).
+BUDGET_BOUND_TRIALS = 1_000_000
+
+
+def add_trials_and_budget(parser: argparse.ArgumentParser, records: str) -> None:
+    """``--trials`` and ``--time-budget`` (``tune`` and ``tune-model``); ``records`` names what the
+    trials count."""
+    parser.add_argument(
+        "--trials",
+        type=int,
+        help=f"{records} the work dir should hold in the end (default {DEFAULT_TRIALS}, or as "
+        "many as --time-budget measures when only it is given; max_trials_global in Python)",
+    )
+    parser.add_argument(
+        "--time-budget",
+        help="wall-clock limit such as 10m, set-up included; past it nothing more is measured "
+        "(candidates left unmeasured wait for a resume; each task's first round still gets a "
+        "valid kernel)",
+    )
+
+
+def trials_and_budget(args: argparse.Namespace) -> tuple[int, float | None]:
+    """The records to tune to and the budget in seconds: ``--trials``, else
+    :data:`DEFAULT_TRIALS` without a budget and :data:`BUDGET_BOUND_TRIALS` with one."""
+    if (args.trials is not None and args.trials < 1) or args.round_size < 1:
+        raise UsageError("--trials and --round-size must be at least 1")
+    budget_s = parse_duration(args.time_budget) if args.time_budget else None
+    if args.trials is not None:
+        return args.trials, budget_s
+    return (DEFAULT_TRIALS if budget_s is None else BUDGET_BOUND_TRIALS), budget_s
+
+
+def trials_done(done: int, trials: int) -> str:
+    """``done/trials trials`` for a progress line, ``done trials`` where the budget ends tuning."""
+    return f"{done:4d} trials" if trials == BUDGET_BOUND_TRIALS else f"{done:4d}/{trials} trials"
+
+
 def quiet_metaschedule(verbose: bool) -> None:
     """MetaSchedule logs every round to the console at INFO; keep that for ``-v``."""
     logging.getLogger("tvm.s_tir.meta_schedule").setLevel(

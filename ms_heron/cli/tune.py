@@ -24,10 +24,12 @@ from .common import (
     Interrupts,
     UsageError,
     add_measure_options,
+    add_trials_and_budget,
     clock,
-    parse_duration,
     quiet_metaschedule,
     runner,
+    trials_and_budget,
+    trials_done,
     tune_arm,
 )
 
@@ -53,19 +55,7 @@ def add_parser(sub, shared: argparse.ArgumentParser) -> None:
         help="a case's or family's form (a kernel has its own); default int8 on every x86 target "
         "with AVX2 (it beats fp32 there), else fp32",
     )
-    tune.add_argument(
-        "--trials",
-        type=int,
-        default=200,
-        help="records the work dir should hold in the end (default 200; max_trials_global in "
-        "Python)",
-    )
-    tune.add_argument(
-        "--time-budget",
-        help="wall-clock limit such as 10m, set-up included; past it nothing more is measured "
-        "(candidates left unmeasured wait for a resume; each task's first round still gets a "
-        "valid kernel)",
-    )
+    add_trials_and_budget(tune, "records")
     tune.add_argument(
         "--work-dir", help="database, logs and progress (default: ms_heron_runs/<workload>)"
     )
@@ -135,7 +125,7 @@ class _ProgressLine:
             else "none yet"
         )
         line = (
-            f"{self.label}: {p.trials:4d}/{self.trials} trials | best {best} | valid "
+            f"{self.label}: {trials_done(p.trials, self.trials)} | best {best} | valid "
             f"{p.valid / max(p.trials, 1):.0%} | {clock(spent)} elapsed, "
             f"~{clock(left) if left < math.inf else '?'} left"
         )
@@ -182,9 +172,7 @@ def run(args: argparse.Namespace) -> int:
     workload = _workload(args, args.dtype or native_dtype(target), target)
     if workload.dtype == "int8":
         require_dot_product(target)  # a kernel file's int8 too
-    if args.trials < 1 or args.round_size < 1:
-        raise UsageError("--trials and --round-size must be at least 1")
-    budget_s = parse_duration(args.time_budget) if args.time_budget else None
+    trials, budget_s = trials_and_budget(args)
     deadline = deadline_after(budget_s)
     work_dir = args.work_dir or f"ms_heron_runs/{workload.name}"
     quiet_metaschedule(args.verbose)
@@ -199,7 +187,7 @@ def run(args: argparse.Namespace) -> int:
             run,
             label="ms_heron",
             args=args,
-            trials=args.trials,
+            trials=trials,
             deadline=deadline,
             search="heron",
             interrupts=interrupts,

@@ -15,13 +15,16 @@ from ..tuning.run import TuningRun
 from ..tuning.store import STORE_ENV, RecordStore
 from ..tuning.workdir import RunSpec
 from .common import (
+    BUDGET_BOUND_TRIALS,
     Interrupts,
     UsageError,
     add_measure_options,
+    add_trials_and_budget,
     clock,
-    parse_duration,
     quiet_metaschedule,
     runner,
+    trials_and_budget,
+    trials_done,
     tune_arm,
 )
 
@@ -39,19 +42,7 @@ def add_parser(sub, shared: argparse.ArgumentParser) -> None:
         metavar="NAME:DIMS",
         help="static shapes for symbolic inputs, e.g. x:1,128",
     )
-    model.add_argument(
-        "--trials",
-        type=int,
-        default=200,
-        help="records over all tasks the work dir should hold in the end (default 200; "
-        "max_trials_global in Python)",
-    )
-    model.add_argument(
-        "--time-budget",
-        help="wall-clock limit such as 10m, set-up included; past it nothing more is measured "
-        "(candidates left unmeasured wait for a resume; each task's first round still gets a "
-        "valid kernel)",
-    )
+    add_trials_and_budget(model, "records over all tasks")
     model.add_argument(
         "--work-dir", help="database and logs (default: ms_heron_models/<model>); re-run to resume"
     )
@@ -126,7 +117,7 @@ class _ModelProgressLine:
             )
             return
         print(
-            f"  {p.trials:4d}/{self.trials} trials | task {self.tasks.index(p.task) + 1}/"
+            f"  {trials_done(p.trials, self.trials)} | task {self.tasks.index(p.task) + 1}/"
             f"{len(self.tasks)} {p.task}: best {p.task_seconds * 1e3:.4f} ms | model ~{model} | "
             f"{clock(spent)}{budget}",
             flush=True,
@@ -153,9 +144,7 @@ def run(args: argparse.Namespace) -> int:
     path = Path(args.model)
     if not path.is_file():
         raise UsageError(f"no ONNX model at {path}")
-    if args.trials < 1 or args.round_size < 1:
-        raise UsageError("--trials and --round-size must be at least 1")
-    budget_s = parse_duration(args.time_budget) if args.time_budget else None
+    trials, budget_s = trials_and_budget(args)
     deadline = deadline_after(budget_s)  # the budget counts the model's import and lowering too
     target = parse_target(args.target)
     work_dir = Path(args.work_dir or f"ms_heron_models/{path.stem}")
@@ -169,8 +158,13 @@ def run(args: argparse.Namespace) -> int:
     )
     output = Path(args.output or work_dir / f"{path.stem}_tuned.so")
     tasks = [t.name for t in run.tasks]
+    wanted = (
+        f"trials until the {clock(budget_s)} budget ends"
+        if trials == BUDGET_BOUND_TRIALS
+        else f"{trials} trials"
+    )
     print(
-        f"ms-heron tune-model: {path.name}, {len(tasks)} tasks, {args.trials} trials on "
+        f"ms-heron tune-model: {path.name}, {len(tasks)} tasks, {wanted} on "
         f"{cpu_name(run.target)}; records in {work_dir}"
     )
     for line in skipped_passes(run.lowered):
@@ -179,11 +173,11 @@ def run(args: argparse.Namespace) -> int:
     with Interrupts(work_dir) as interrupts:
         if not tune_arm(
             run,
-            args.trials,
+            trials,
             label="ms_heron",
             interrupts=interrupts,
             deadline=deadline,
-            on_round=_ModelProgressLine(tasks, args.trials, budget_s),
+            on_round=_ModelProgressLine(tasks, trials, budget_s),
             num_trials_per_iter=args.round_size,
             runner=measuring,
             store=None if args.no_store else RecordStore(args.store),
