@@ -18,6 +18,7 @@ import tvm
 from conftest import HOST_DTYPE, ms_heron_cli, ms_heron_clis, suite
 from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from tvm.s_tir.meta_schedule.builder import BuilderInput
+from tvm.script import tirx as T
 
 from ms_heron import workloads
 from ms_heron.hardware.targets import host_target, target_json
@@ -36,6 +37,7 @@ from ms_heron.testing import models
 from ms_heron.tuning import RunError, RunSpec, TuningRun
 from ms_heron.tuning.budget import (
     LATE_ROUND,
+    MIN_TIMEOUT_S,
     Budget,
     RoundClock,
     WatchedSearch,
@@ -421,6 +423,35 @@ def test_merge_combines_records_of_one_target_and_skips_foreign_ones(tmp_path):
     # the merged dir is a run: show and report work on it
     show = ms_heron_cli("show", tmp_path / "all")
     assert show.returncode == 0 and "sch.get_sblock" in show.stdout, show.stderr[-2000:]
+
+
+# A float ``min`` reduction unrolled 64 deep: TVM 0.27's LLVM does not finish building it in minutes
+# (for -mcpu=haswell, whatever the host); MetaSchedule's unroll decisions make such
+# candidates of a model's small reductions.
+@T.prim_func(s_tir=True)
+def never_builds(x: T.Buffer((16, 64), "float32"), y: T.Buffer((), "float32")):
+    T.func_attr({"tirx.noalias": True})
+    with T.sblock("init"):
+        y[()] = T.float32(3.4e38)
+    for k0 in T.serial(
+        16, annotations={"pragma_auto_unroll_max_step": 64, "pragma_unroll_explicit": 1}
+    ):
+        for k1 in range(64):
+            with T.sblock("update"):
+                v0, v1 = T.axis.remap("RR", [k0, k1])
+                y[()] = T.min(y[()], x[v0, v1])
+
+
+def test_a_round_built_past_the_budget_waits_the_least_timeout_for_a_hanging_build():
+    """A build's time limit is what the budget leaves when its round is built (never below
+    ``MIN_TIMEOUT_S``), not what it left when tuning began: a 30 s budget's late rounds waited 28 s
+    for each candidate LLVM hangs on. Past the deadline, such a candidate is killed at the floor."""
+    haswell = tvm.target.Target({"kind": "llvm", "mcpu": "haswell"})
+    builder = local_builder(max_workers=1, deadline=time.monotonic() - 1)
+    started = time.monotonic()
+    (result,) = builder.build([BuilderInput(tvm.IRModule({"main": never_builds}), haswell)])
+    assert result.error_msg == f"LocalBuilder: Timeout, killed after {MIN_TIMEOUT_S} seconds"
+    assert time.monotonic() - started < DEFAULT_TIMEOUT_S
 
 
 def test_the_builder_keeps_its_workers_across_rounds_and_reports_a_timeout_as_local_builder_does(

@@ -29,6 +29,7 @@ from tvm.target import Target
 
 from ..codegen import tir_pipeline
 from ..hardware.targets import TargetError, is_cuda
+from .budget import DEFAULT_TIMEOUT_S, budget_timeout
 
 #: PassContext for CUDA builds; see the module docstring.
 CUDA_BUILD_CONFIG = {"tirx.disable_storage_rewrite": True}
@@ -107,36 +108,49 @@ class PooledBuilder(PyBuilder):
     timeout_sec
         A build that takes longer is killed (its worker replaced) and reported as LocalBuilder
         reports it.
+    deadline
+        The tuning budget's end (``time.monotonic()``), or None: each round's builds get what
+        :func:`~ms_heron.tuning.budget.budget_timeout` leaves then, not what was left when tuning
+        began. LLVM hangs on some candidates (a float ``min`` reduction unrolled 64 deep), and
+        a 30 s budget's late rounds waited 28 s for each.
     """
 
-    def __init__(self, *, max_workers: int | None = None, timeout_sec: float = 30.0) -> None:
+    def __init__(
+        self,
+        *,
+        max_workers: int | None = None,
+        timeout_sec: float = DEFAULT_TIMEOUT_S,
+        deadline: float | None = None,
+    ) -> None:
         super().__init__()
-        self.max_workers, self.timeout_sec = max_workers, timeout_sec
+        self.max_workers, self.timeout_sec, self.deadline = max_workers, timeout_sec, deadline
         self._pool: PopenPoolExecutor | None = None
 
     def build(self, build_inputs: list[BuilderInput]) -> list[BuilderResult]:
+        timeout = min(self.timeout_sec, budget_timeout(self.deadline))
         if self._pool is None:
             self._pool = PopenPoolExecutor(
                 max_workers=self.max_workers,
-                timeout=self.timeout_sec,
+                timeout=timeout,
                 maximum_process_uses=BUILDS_PER_WORKER,
             )
+        # the pool reads its timeout at each call; its workers, warm, are kept
+        self._pool._timeout = timeout  # pylint: disable=protected-access
         jobs = [
             (x.mod, x.target, None if x.params is None else tvm.runtime.save_param_dict(x.params))
             for x in build_inputs
         ]
         return [
-            self._result(r)
+            self._result(r, timeout)
             for r in self._pool.map_with_error_catching(lambda job: _build_and_export(*job), jobs)
         ]
 
-    def _result(self, outcome) -> BuilderResult:
+    @staticmethod
+    def _result(outcome, timeout: float) -> BuilderResult:
         if outcome.status == StatusKind.COMPLETE:
             return BuilderResult(outcome.value, None)
         if outcome.status == StatusKind.TIMEOUT:
-            return BuilderResult(
-                None, f"LocalBuilder: Timeout, killed after {self.timeout_sec} seconds"
-            )
+            return BuilderResult(None, f"LocalBuilder: Timeout, killed after {timeout} seconds")
         return BuilderResult(None, f"LocalBuilder: An exception occurred\n{outcome.value}")
 
 
@@ -146,6 +160,12 @@ def remove_artifact(result: BuilderResult) -> None:
     shutil.rmtree(os.path.dirname(result.artifact_path), ignore_errors=True)
 
 
-def local_builder(*, max_workers: int | None = None, timeout_sec: float = 30.0) -> PooledBuilder:
-    """The builder ms_heron tunes with (any target)."""
-    return PooledBuilder(max_workers=max_workers, timeout_sec=timeout_sec)
+def local_builder(
+    *,
+    max_workers: int | None = None,
+    timeout_sec: float = DEFAULT_TIMEOUT_S,
+    deadline: float | None = None,
+) -> PooledBuilder:
+    """The builder ms_heron tunes with (any target), each round's timeout capped by
+    ``deadline``."""
+    return PooledBuilder(max_workers=max_workers, timeout_sec=timeout_sec, deadline=deadline)

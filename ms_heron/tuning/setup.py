@@ -100,7 +100,7 @@ def prepare(
 
 def builder_for(deadline: float | None) -> ms.builder.Builder:
     """ms_heron's builder, its timeout capped by the deadline."""
-    return local_builder(timeout_sec=budget_timeout(deadline))
+    return local_builder(deadline=deadline)
 
 
 def runner_for(target: Target, *, cold: bool, deadline: float | None) -> ms.runner.Runner:
