@@ -69,7 +69,6 @@ CORPUS = {
     "torch-bert-dynamic": ("dynamic", "torch-bert"),
 }
 PER_ROUND = 16
-TRIALS = 1_000_000  # the budget ends tuning
 TIMING_ROUNDS = 5
 
 
@@ -131,7 +130,7 @@ def tune_one(
     from ms_heron.relax.passes import skipped_passes
     from ms_heron.report.baselines import onnxruntime_session, reference_outputs
     from ms_heron.tuning import RunSpec, TuningRun
-    from ms_heron.tuning.budget import deadline_after
+    from ms_heron.tuning.budget import BUDGET_BOUND_TRIALS, deadline_after
 
     model = graph(name, exports)
     path = work_root / f"{name}.onnx"
@@ -141,7 +140,9 @@ def tune_one(
     run = TuningRun.create(
         work_root / name, RunSpec.of_model(path, model.input_shapes(), host_target(), seed=0)
     )
-    state = run.tune(TRIALS, deadline=deadline_after(budget_s), num_trials_per_iter=PER_ROUND)
+    state = run.tune(
+        BUDGET_BOUND_TRIALS, deadline=deadline_after(budget_s), num_trials_per_iter=PER_ROUND
+    )
     executable = run.compile()
     executable.export_library(str(out / f"{name}_ms_heron.so"))
     got = run_model(executable, model.inputs)

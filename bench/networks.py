@@ -72,8 +72,6 @@ NETWORKS = (
 ARMS = ("ms_heron", "MetaSchedule default")
 #: Candidates per task round, as ``ms-heron tune-model`` measures them.
 PER_ROUND = 16
-#: More than any budget here can measure: the budget ends tuning.
-TRIALS = 1_000_000
 TIMING_ROUNDS = 7
 #: The race, at the times a user waits: each arm's database as it stood at these minutes of its
 #: tuning (those inside its budget), and at its end, is compiled and timed with the rest, beside the
@@ -204,7 +202,7 @@ def _tune_and_export(name: str, setup: Setup, out: pathlib.Path) -> tuple[dict, 
     # pylint: disable=import-outside-toplevel
     from ms_heron.records import first_records
     from ms_heron.tuning import RunSpec, TuningRun
-    from ms_heron.tuning.budget import deadline_after
+    from ms_heron.tuning.budget import BUDGET_BOUND_TRIALS, deadline_after
 
     work_root = setup.work_root
     model = models.ZOO[name]() if name in models.ZOO else corpus.graph(name, setup.exports)
@@ -242,7 +240,7 @@ def _tune_and_export(name: str, setup: Setup, out: pathlib.Path) -> tuple[dict, 
             arm_run.progress()[-1]
             if as_it_stands
             else arm_run.tune(
-                TRIALS,
+                BUDGET_BOUND_TRIALS,
                 search="heron" if ours else "metaschedule",
                 deadline=deadline_after(setup.budgets[arm]),
                 num_trials_per_iter=PER_ROUND,

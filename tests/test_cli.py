@@ -16,16 +16,11 @@ from conftest import HOST_DOT, HOST_DTYPE, ms_heron_cli
 import ms_heron
 from ms_heron import workloads
 from ms_heron.cli import _parser
-from ms_heron.cli.common import (
-    BUDGET_BOUND_TRIALS,
-    DEFAULT_TRIALS,
-    trials_and_budget,
-    trials_done,
-)
+from ms_heron.cli.common import DEFAULT_TRIALS, trials_and_budget, trials_done
 from ms_heron.hardware.targets import host_target, num_cores
 from ms_heron.records import json_lines, measured_seconds
 from ms_heron.tuning import TuningRun, workdir
-from ms_heron.tuning.budget import LATE_ROUND
+from ms_heron.tuning.budget import BUDGET_BOUND_TRIALS, LATE_ROUND
 
 
 def test_demo_rejects_old_target_string():

@@ -12,7 +12,7 @@ import sys
 import threading
 
 from ..errors import HeronError
-from ..tuning.budget import budget_timeout
+from ..tuning.budget import BUDGET_BOUND_TRIALS, budget_timeout
 from ..tuning.measure import Tracker
 
 
@@ -63,10 +63,6 @@ def runner(args: argparse.Namespace, *, cold: bool, deadline: float | None):
 
 #: Records a run holds in the end when the user gives neither ``--trials`` nor ``--time-budget``.
 DEFAULT_TRIALS = 200
-#: What a run asks for when only ``--time-budget`` bounds it: more than any budget measures, so the
-#: budget ends tuning, not a count the user never chose (ViT's 17 tasks reached 200 records in 2
-#: of the 6 minutes asked for).
-BUDGET_BOUND_TRIALS = 1_000_000
 
 
 def add_trials_and_budget(parser: argparse.ArgumentParser, records: str) -> None:

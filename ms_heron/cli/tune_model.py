@@ -9,13 +9,12 @@ import re
 import time
 
 from ..hardware.targets import cpu_name, num_cores, parse_target
-from ..tuning.budget import deadline_after
+from ..tuning.budget import BUDGET_BOUND_TRIALS, deadline_after
 from ..tuning.loop import TRIALS_PER_ROUND
 from ..tuning.run import TuningRun
 from ..tuning.store import STORE_ENV, RecordStore
 from ..tuning.workdir import RunSpec
 from .common import (
-    BUDGET_BOUND_TRIALS,
     Interrupts,
     UsageError,
     add_measure_options,
