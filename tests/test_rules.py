@@ -391,6 +391,15 @@ def test_multi_level_spm_adds_tile_buffers_as_a_second_space(int8_target):
     ]
     assert sorted(copies) == [f"{activation}_global", "W_global"]
     check_random_samples(packed, workload, int8_target)
+    # a constant weight arrives in the tile's order (RewriteLayout): only the activation is copied
+    free = dataclasses.replace(workload, func=workload.func.with_attr("layout_free_buffers", [1]))
+    copied = {
+        n
+        for space in stock_design_spaces(free.func, rules, int8_target)
+        for n in block_names(space)
+        if SPM_LEVEL in space.get(space.get_sblock(n)).annotations
+    }
+    assert copied == {f"{activation}_global"}
 
 
 def test_multi_scope_spm_only_on_targets_with_scratchpads(cpu_target):
