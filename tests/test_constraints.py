@@ -208,6 +208,37 @@ def test_register_tile_holds_enough_accumulators_to_hide_fma_latency(cpu_target)
         assert model.violations(Solver(model, seed=0).sample()) == []
 
 
+def test_register_tile_loads_no_more_than_it_multiplies_where_the_block_allows(cpu_target):
+    """``MR`` broadcasts and ``NR / lanes`` vector loads per micro-kernel step, for ``MR x NR /
+    lanes`` FMAs: every sample of a GEMM's space loads no more than it multiplies, a load-bound
+    8 x 1-vector tile is named as breaking it, and a GEMM one vector wide, whose every tile loads
+    one more than it multiplies, keeps a solvable model without it."""
+    width = vector_bytes(cpu_target)
+    lanes = width // 4
+    name = "register_tile[C]: broadcasts + vector loads <= FMAs per step"
+    workload = workloads.make("gemm", "fp32", M=32, N=8 * lanes, K=24)
+    for index, space in enumerate(_spaces(workload, cpu_target)):
+        model = derive(space, cpu_target)
+        assert [c.name for c in model.constraints if "loads <=" in c.name] == [name]
+        for values in Solver(model, seed=index).samples(20):
+            full = model.evaluate(values)
+            rows = full["register_tile[C].rows"]
+            vectors = -(-full["register_tile[C].lane_bytes"] // width)
+            assert rows + vectors <= rows * vectors, values
+        row_tile = next(d for d in model.decisions if d.kind == "tile" and d.extent == 32)
+        lane_tile = next(d for d in model.decisions if d.kind == "tile" and d.extent == 8 * lanes)
+        narrow = Solver(model, seed=0).sample()
+        narrow.update(dict(zip(row_tile.variables, [1, 1, 4, 8])))
+        narrow.update(dict(zip(lane_tile.variables, [2, 1, 4, lanes])))
+        assert name in model.violations(narrow)
+        assert name not in model.violations(narrow, performance=False)
+    one_vector = workloads.make("gemm", "fp32", M=16, N=lanes, K=24)
+    for space in _spaces(one_vector, cpu_target):
+        model = derive(space, cpu_target)
+        assert not [c for c in model.constraints if "loads <=" in c.name]
+        assert model.violations(Solver(model, seed=0).sample()) == []
+
+
 def test_vectorized_lanes_are_a_power_of_two(cpu_target):
     """A 48- or 96-lane accumulator (N=96 allows both) lowers to scalar shuffles: samples take
     power-of-two lanes only, a 48-lane decision is named, and the space without performance

@@ -21,7 +21,7 @@ from ..schedule.annotations import (
 )
 from .geometry import add_summed_bytes, dtype_bytes, read_window_dims
 from .model import MAX_BOUND, Constraint, ConstraintModel, Footprint, ObjectiveStage
-from .solver import maximum
+from .solver import maximum, minimum
 from .walk import Loop, Walk
 
 #: Balanced parallel jobs keep every core busy for at least this share of the loop.
@@ -46,7 +46,7 @@ def add_cpu_constraints(walk: Walk) -> None:
     """What needs the whole walk: the micro-kernel model and the tile buffers within L2."""
     if not walk.options.cache_capacity or not is_cpu(walk.target):
         return
-    latency = _add_micro_kernel(walk.model, walk.space, walk.nest, walk.target)
+    pending = _add_micro_kernel(walk.model, walk.space, walk.nest, walk.target)
     limit = cpu_cache_bytes(walk.target)["L2"]
     add_summed_bytes(
         walk.model,
@@ -55,8 +55,8 @@ def add_cpu_constraints(walk: Walk) -> None:
         "memory[{block}]: tile buffers {buffers} <= L2 {limit} B",
         performance=True,
     )
-    for pending in latency:  # last: how many accumulators are reachable depends on all the rest
-        pending.add(walk.model, fma_chains(walk.target))
+    for bound in pending:  # last: what a register tile can reach depends on all the rest
+        bound.add(walk.model, fma_chains(walk.target))
 
 
 def _loop_extent(model: ConstraintModel, loop: Loop | None, name: str):
@@ -163,7 +163,7 @@ def _add_vector(model: ConstraintModel, loop: Loop | None, options, name: str) -
         )
 
 
-def _add_micro_kernel(model, space, nest, target) -> list[_Latency]:
+def _add_micro_kernel(model, space, nest, target) -> list[_Loads | _Latency]:
     """BLIS's analytical model (Low et al., TOMS 2016) over each CPU block tiled ``...R..S``.
 
     The spatial levels inside the last reduction level are the register micro-tile: ``MR`` rows
@@ -172,14 +172,15 @@ def _add_micro_kernel(model, space, nest, target) -> list[_Latency]:
     spatial loops between the two (if any) sweep the micro-tiles of one.
 
     * ``register``: ``MR x ceil(NR / lanes)`` accumulators, ``ceil(NR / lanes)`` vectors of the
-      streamed operand and one broadcast fit the target's vector registers, and (fp) there are at
-      least as many accumulators as FMAs the core keeps in flight (latency x ports, measured);
+      streamed operand and one broadcast fit the target's vector registers; a step loads no more
+      than it multiplies (where the block allows it); and (fp) there are at least as many
+      accumulators as FMAs the core keeps in flight (latency x ports, measured);
     * ``L1``: what one micro-tile reads during the last reduction level (the ``MR x KC`` sliver and
       the ``KC x NR`` panel for a GEMM; affine windows for convolutions) fits L1;
     * ``L2``: what the block reads during one step of the first reduction level (the ``MC x KC``
       and ``KC x NC`` blocks) fits L2.
     """
-    caches, latency = cpu_cache_bytes(target), []
+    caches, pending = cpu_cache_bytes(target), []
     for block_name, tiled in nest.items():
         if block_name is None:
             continue
@@ -190,7 +191,7 @@ def _add_micro_kernel(model, space, nest, target) -> list[_Latency]:
         levels = split_by_structure(structure, iter_kinds(space, rv), tiled)
         names = list(levels)
         micro = [lp for n in names[structure.rfind("R") + 1 :] for lp in levels[n]]
-        latency += _add_registers(model, space.get(rv), block_name, micro, target)
+        pending += _add_registers(model, space.get(rv), block_name, micro, target)
         _add_parallel_traffic(model, space.get(rv), block_name, levels)
         between = names[structure.find("R") + 1 : structure.rfind("R")]
         _add_whole_reduction(
@@ -209,12 +210,12 @@ def _add_micro_kernel(model, space, nest, target) -> list[_Latency]:
         for cache, first in (("L1", structure.rfind("R")), ("L2", structure.find("R") + 1)):
             inside = [lp for n in names[first:] for lp in levels[n]]
             _add_working_set(model, space.get(rv), block_name, inside, cache, caches[cache])
-    return latency
+    return pending
 
 
-def _add_registers(model, block, block_name: str, micro: list, target) -> list[_Latency]:
-    """The ``register`` constraints; returns the accumulator count's latency bound, to be added
-    last."""
+def _add_registers(model, block, block_name: str, micro: list, target) -> list[_Loads | _Latency]:
+    """The ``register`` constraints; returns the bounds that depend on the whole model (loads per
+    step, then the accumulator count's latency bound), to be added last."""
     factors = [f for lp in micro for f in lp.factors]
     if not factors or all(isinstance(f, int) for f in factors):
         return []  # fixed by the trace (intrinsic-sized tiles): nothing to choose
@@ -248,8 +249,9 @@ def _add_registers(model, block, block_name: str, micro: list, target) -> list[_
     model.cp.AddMultiplicationEquality(accumulators, [mr, vectors])
     model.cp.Add(accumulators + vectors + 1 <= registers)
     model.maximize("registers", [(accumulators, 1)])
+    pending: list[_Loads | _Latency] = []
     if not tiles and not isinstance(mr, int):
-        _add_load_objectives(
+        excess = _add_load_objectives(
             model,
             name,
             mr,
@@ -257,6 +259,9 @@ def _add_registers(model, block, block_name: str, micro: list, target) -> list[_
             accumulators,
             width // dtype_bytes(out.source.dtype),
             registers,
+        )
+        pending.append(
+            _Loads(name=name, excess=excess, rows=tuple(rows), lanes=tuple(lanes), width=width)
         )
     if not tiles and len(micro) > 1:
         _add_contiguity_objective(model, micro[-2])
@@ -286,10 +291,8 @@ def _add_registers(model, block, block_name: str, micro: list, target) -> list[_
             performance=True,
         )
     )
-    return (
-        []
-        if intrinsic
-        else [
+    if not intrinsic:
+        pending.append(
             _Latency(
                 name=name,
                 accumulators=accumulators,
@@ -297,20 +300,21 @@ def _add_registers(model, block, block_name: str, micro: list, target) -> list[_
                 lanes=tuple(lanes),
                 width=width,
             )
-        ]
-    )
+        )
+    return pending
 
 
-def _add_load_objectives(
-    model, name: str, mr, vectors, accumulators, lanes: int, registers: int
-) -> None:
+def _add_load_objectives(model, name: str, mr, vectors, accumulators, lanes: int, registers: int):
     """Each step of the micro-kernel loads ``MR`` broadcasts and ``NR / lanes`` vectors for ``MR x
     NR / lanes`` FMAs. First no more loads than FMAs (x86 cores issue as many loads as FMAs per
     cycle: a 16 x 1-vector tile is load-bound where 8 x 2 and 4 x 4 are not), then the fewest cache
     lines per step (``MR / lanes`` of broadcast rows, ``NR / lanes`` of the streamed panel): a BERT
-    GEMM with cold weights ran 2.0 ms with 8 x 2 vectors, 2.3 ms with 4 x 4."""
-    _minimize_excess(model, "loads", f"{name}.load_excess", mr + vectors - accumulators, registers)
+    GEMM with cold weights ran 2.0 ms with 8 x 2 vectors, 2.3 ms with 4 x 4. Returns the loads'
+    excess over the FMAs (a variable), which :class:`_Loads` bounds once the model is whole."""
     model.maximize("lines", [(mr, -1), (vectors, -lanes)])
+    return _minimize_excess(
+        model, "loads", f"{name}.load_excess", mr + vectors - accumulators, registers
+    )
 
 
 def _add_contiguity_objective(model, innermost_row: Loop) -> None:
@@ -326,12 +330,48 @@ def _add_contiguity_objective(model, innermost_row: Loop) -> None:
         model.maximize("contiguous", terms)
 
 
-def _minimize_excess(model, stage: ObjectiveStage, name: str, amount, upper: int) -> None:
+def _minimize_excess(model, stage: ObjectiveStage, name: str, amount, upper: int):
     """The stage ``stage``: ``amount`` (a linear expression, at most ``upper``) no more than 0, or
-    as little over it as the model allows: a limit the analytical choice keeps where it can."""
+    as little over it as the model allows: a limit the analytical choice keeps where it can.
+    Returns the excess, a variable."""
     excess = model.cp.NewIntVar(0, upper, name)
     model.cp.AddMaxEquality(excess, [amount, 0])
     model.maximize(stage, [(excess, -1)])
+    return excess
+
+
+@dataclass(kw_only=True, frozen=True)
+class _Loads:
+    """No more loads than FMAs per micro-kernel step, ``MR + NR / lanes <= MR x NR / lanes``, for
+    every program of the space, where the rest of the model allows it (a one-row GEMV does not).
+    The analytical choice already kept it; the search sampled the rest: a 200-trial int8 GEMM
+    search for AVX-512 VNNI ended on a 16 x 1-vector tile, 1.28x slower than 4 x 4 (Emerald
+    Rapids), and the 14 x 1 tiles of AVX2 ran ResNet-50's convolutions 1.2-2.4x slower than 4 x 2
+    (Zen 3)."""
+
+    name: str
+    excess: object  # the CP-SAT variable: loads over FMAs per step, or 0
+    rows: tuple
+    lanes: tuple
+    width: int
+
+    def add(self, model: ConstraintModel, _chains: int) -> None:
+        if minimum(model, self.excess) != 0:
+            return
+        model.cp.Add(self.excess == 0)
+
+        def balanced(v, rows=self.rows, lanes=self.lanes, width=self.width):
+            mr, vectors = _value(v, rows), -(-_value(v, lanes) // width)
+            return mr + vectors <= mr * vectors
+
+        model.add(
+            Constraint(
+                name=f"{self.name}: broadcasts + vector loads <= FMAs per step",
+                kind="register",
+                holds=balanced,
+                performance=True,
+            )
+        )
 
 
 @dataclass(kw_only=True, frozen=True)

@@ -206,8 +206,21 @@ def _cp_solver() -> cp_model.CpSolver:
 def maximum(model: ConstraintModel, variable, time_limit_s: float = 2.0) -> int | None:
     """The largest value ``variable`` (a variable of ``model.cp``) takes in a solution of the model
     (the best found within the time limit), or None if the model has no solution."""
+    return _extreme(model, variable, time_limit_s, largest=True)
+
+
+def minimum(model: ConstraintModel, variable, time_limit_s: float = 2.0) -> int | None:
+    """The smallest value ``variable`` takes in a solution of the model, as :func:`maximum`."""
+    return _extreme(model, variable, time_limit_s, largest=False)
+
+
+def _extreme(model: ConstraintModel, variable, time_limit_s: float, *, largest: bool) -> int | None:
     cp = model.cp.clone()
-    cp.Maximize(cp.get_int_var_from_proto_index(variable.Index()))
+    proto = cp.get_int_var_from_proto_index(variable.Index())
+    if largest:
+        cp.Maximize(proto)
+    else:
+        cp.Minimize(proto)
     solver = _cp_solver()
     solver.parameters.num_workers = 1
     solver.parameters.max_time_in_seconds = time_limit_s
