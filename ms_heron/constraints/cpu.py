@@ -344,7 +344,7 @@ def _minimize_excess(model, stage: ObjectiveStage, name: str, amount, upper: int
 class _Loads:
     """No more loads than FMAs per micro-kernel step, ``MR + NR / lanes <= MR x NR / lanes``, for
     every program of the space, where the rest of the model allows it (a one-row GEMV does not).
-    The analytical choice already kept it; the search sampled the rest: a 200-trial int8 GEMM
+    The analytical choice already kept it; the search sampled the rest: a 64-trial int8 GEMM
     search for AVX-512 VNNI ended on a 16 x 1-vector tile, 1.28x slower than 4 x 4 (Emerald
     Rapids), and the 14 x 1 tiles of AVX2 ran ResNet-50's convolutions 1.2-2.4x slower than 4 x 2
     (Zen 3)."""
