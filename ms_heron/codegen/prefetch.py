@@ -138,7 +138,7 @@ def _prefetch_reads(realize, loops: list, params: list, out: dict, limits: _Limi
         for k, r in pairs:
             inner = loops[loops.index(r) :]
             spread = _spread_loops(inner, reduced)
-            found = _panel_prefetch(buffer, region.region, k, r, inner, spread, analyzer, limits)
+            found = _panel_prefetch(buffer, region.region, k, inner, spread, analyzer, limits)
             if found is not None:
                 last, statement = found
                 out.setdefault(last.name, []).append((last, statement))
@@ -197,11 +197,12 @@ def _spread_loops(inner: list, reduced: set) -> list:
 
 
 def _panel_prefetch(
-    buffer, region, k, r, inner: list, spread: list, analyzer: Analyzer, limits: _Limits
+    buffer, region, k, inner: list, spread: list, analyzer: Analyzer, limits: _Limits
 ):
     """The prefetch loop for ``buffer``'s panel of ``k + 1``, spread over the iterations of
     ``spread`` (as many of those loops as leave a cache line per iteration), and the variable of
-    the loop whose body it starts (None: the read does not fit)."""
+    the loop whose body it starts (None: the read does not fit). ``inner``: the loops from ``r``
+    (``inner[0]``) to the block."""
     shape = [int(d) for d in buffer.shape]
     strides = [math.prod(shape[i + 1 :]) for i in range(len(shape))]
     first = sum((_i64(rng.min) * _i64(s) for rng, s in zip(region, strides)), _i64(0))
@@ -222,16 +223,17 @@ def _panel_prefetch(
         and all(isinstance(m, tirx.IntImm) for m in moves)
         and int(moves[0]) == int(moves[1]) == int(size)  # adjacent panels, one per k
         and MIN_PANEL_BYTES <= int(size) * bytes_per <= limits.l2_panel
-        and _constant_in(analyzer, first, r)  # every row tile reads the same panel
+        and _constant_in(analyzer, first, inner[0])  # every row tile reads the same panel
     ):
         return None
     lines = -(-int(size) * bytes_per // CACHE_LINE)
     while len(spread) > 1 and math.prod(_extent(lp) for lp in spread) > lines:
         spread = spread[:-1]  # at least a line per iteration
-    iteration = _i64(0)
+    iteration, iterations = _i64(0), 1
     for loop in spread:
         iteration = iteration * _i64(_extent(loop)) + _i64(loop.loop_var - loop.min)
-    per_iteration = -(-lines // math.prod(_extent(lp) for lp in spread))
+        iterations *= _extent(loop)
+    per_iteration = -(-lines // iterations)
     per_line = CACHE_LINE // bytes_per
     total = math.prod(shape)
     p = tirx.Var("prefetch_line", "int64")

@@ -279,7 +279,7 @@ def _add_registers(model, block, block_name: str, micro: list, target) -> list[_
         )
 
     def used(v, rows=tuple(rows), lanes=tuple(lanes)):
-        vec = -(-_value(v, lanes) // width)
+        vec = _vectors(v, lanes, width)
         return _value(v, rows) * vec + vec + 1
 
     model.derived[name] = used
@@ -343,7 +343,8 @@ def _minimize_excess(model, stage: ObjectiveStage, name: str, amount, upper: int
 @dataclass(kw_only=True, frozen=True)
 class _Loads:
     """No more loads than FMAs per micro-kernel step, ``MR + NR / lanes <= MR x NR / lanes``, for
-    every program of the space, where the rest of the model allows it (a one-row GEMV does not).
+    every program of the space, where the rest of the model allows it (a block one vector wide
+    does not: each of its steps loads one more than it multiplies).
     The analytical choice already kept it; the search sampled the rest: a 64-trial int8 GEMM
     search for AVX-512 VNNI ended on a 16 x 1-vector tile, 1.28x slower than 4 x 4 (Emerald
     Rapids), and the 14 x 1 tiles of AVX2 ran ResNet-50's convolutions 1.2-2.4x slower than 4 x 2
@@ -361,7 +362,7 @@ class _Loads:
         model.cp.Add(self.excess == 0)
 
         def balanced(v, rows=self.rows, lanes=self.lanes, width=self.width):
-            mr, vectors = _value(v, rows), -(-_value(v, lanes) // width)
+            mr, vectors = _value(v, rows), _vectors(v, lanes, width)
             return mr + vectors <= mr * vectors
 
         model.add(
@@ -396,7 +397,7 @@ class _Latency:
         model.cp.Add(self.accumulators >= need)
 
         def count(v, rows=self.rows, lanes=self.lanes, width=self.width):
-            return _value(v, rows) * -(-_value(v, lanes) // width)
+            return _value(v, rows) * _vectors(v, lanes, width)
 
         model.add(
             Constraint(
@@ -425,6 +426,11 @@ def _fills_vectors(model, factors, element_bytes: int, width: int) -> bool:
 
 def _value(values, factors) -> int:
     return math.prod(values[f] if not isinstance(f, int) else f for f in factors)
+
+
+def _vectors(values, lanes, width: int) -> int:
+    """The vector registers the register tile's lanes (``lanes``' factors, in bytes) take."""
+    return -(-_value(values, lanes) // width)
 
 
 def _read_windows(
