@@ -4,8 +4,8 @@ Perfect tiling splits an extent into its divisors, so a prime extent (ViT's 197 
 sequence, 771 channels) leaves only tiles of 1 or of the whole extent, and an innermost extent that
 is not a multiple of the vector lanes (1000 classes) leaves a partial vector in every row.
 TensorIR's ``pad_einsum`` pads the block's iteration domain instead: the inputs are copied into
-zero-padded buffers once per call, the block computes the padded problem, and the result is copied
-back (fused into the tile's write-back by the tiling rule, as any element-wise consumer is).
+zero-padded buffers once per call, the block computes the padded problem, and its consumer reads the
+result back (:mod:`ms_heron.schedule.padding`), fused into the tile's write-back by the tiling rule.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from ..schedule.analysis import (
 )
 from ..schedule.annotations import iter_kinds
 from ..schedule.options import check, heron_object
+from ..schedule.padding import pad_einsum
 from .base import HeronRule
 from .tensorize import matching_intrinsics
 
@@ -87,7 +88,7 @@ class PadExtents(HeronRule):
             return [sch]
         padded = sch.copy()
         try:
-            padded.pad_einsum(block, padding)
+            pad_einsum(padded, block, padding)
         except ScheduleError:  # TVM's own conditions (trivial binding, no opaque access) not met
             return [sch]
         return [sch, padded]

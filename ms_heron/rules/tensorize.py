@@ -22,6 +22,7 @@ from ..schedule.analysis import extents, is_tiled, padded_volume_ratio, param_in
 from ..schedule.annotations import AUTO_TENSORIZE, BLOCKIZED, NARROW_WEIGHTS, iter_kinds
 from ..schedule.operand_layout import match_operands, prepare_operands, widen_activation
 from ..schedule.options import check, heron_object
+from ..schedule.padding import pad_einsum
 from .base import HeronRule
 
 
@@ -194,7 +195,7 @@ class Tensorize(HeronRule):
         padded = sch.copy()
         try:
             copies = _reindexed_reads(padded, block)
-            padded.pad_einsum(block, multiples)
+            pad_einsum(padded, block, multiples)
             for copy in copies:  # gathered and zero-padded in one pass
                 padded.compute_inline(copy)
         except ScheduleError:  # TVM's own conditions (trivial binding, no opaque access) not met
