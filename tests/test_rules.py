@@ -577,6 +577,10 @@ def test_lane_reduction_fuses_a_norms_two_reduction_axes(cpu_target):
 # -- PadExtents -------------------------------------------------------------------------------
 
 
+def _is_padded(space) -> bool:
+    return any(i.kind.name == "PadEinsum" for i in space.trace.insts)
+
+
 def test_prime_extent_is_padded_into_a_space_with_real_tiles(cpu_target):
     """A GEMM with M = 127 (prime): with ``tile_extents`` (on by default), besides the space as
     it is, HeronSpace yields one padded by ``pad_einsum`` to 128, whose tiles of M are neither 1 nor
@@ -594,9 +598,9 @@ def test_prime_extent_is_padded_into_a_space_with_real_tiles(cpu_target):
     without = design_spaces(
         workload.func, cpu_target, HeronSpace(rules=rules_off, include_default_spaces=False)
     )
-    assert not any(i.kind.name == "PadEinsum" for s in without for i in s.trace.insts)
+    assert not any(_is_padded(s) for s in without)
     spaces = design_spaces(workload.func, cpu_target, HeronSpace(include_default_spaces=False))
-    padded = [s for s in spaces if any(i.kind.name == "PadEinsum" for i in s.trace.insts)]
+    padded = [s for s in spaces if _is_padded(s)]
     assert padded and len(padded) < len(spaces)  # padding is a choice: the unpadded spaces stay
     space = padded[0]
     m_tiles = next(
@@ -645,7 +649,7 @@ def test_a_padded_gemms_epilogue_runs_in_its_tiles_write_back(cpu_target):
         lambda x, y, z: x.astype(np.float64) @ y + z,
     )
     spaces = design_spaces(workload.func, cpu_target, HeronSpace(include_default_spaces=False))
-    padded = [s for s in spaces if any(i.kind.name == "PadEinsum" for i in s.trace.insts)]
+    padded = [s for s in spaces if _is_padded(s)]
     assert padded
     for space in padded:
         assert "C_pad" not in block_names(space)  # pad_einsum's copy-back, inlined into D
