@@ -15,13 +15,14 @@ import onnx
 import pytest
 import tvm
 from conftest import ms_heron_cli
-from rule_helpers import finished, stock_design_spaces
+from rule_helpers import allocations, block_names, finished, stock_design_spaces
 from tvm import relax
 from tvm.s_tir import Schedule, TensorIntrin
 from tvm.s_tir import meta_schedule as ms
 from tvm.target import Target
 
 from ms_heron import HeronSearch, HeronSpace, workloads
+from ms_heron.constraints import Solver, derive, replay
 from ms_heron.hardware.dot_products import (
     DOT_PRODUCTS,
     VNNI,
@@ -31,7 +32,8 @@ from ms_heron.hardware.dot_products import (
     native_dtype,
     require_dot_product,
 )
-from ms_heron.hardware.peak import dot_peak_gops, fma_peak_gops
+from ms_heron.hardware.peak import dot_chains, dot_peak_gops, fma_peak_gops
+from ms_heron.hardware.probes import PEAK_CHAINS
 from ms_heron.hardware.targets import (
     ISA_MCPU,
     TargetError,
@@ -47,6 +49,8 @@ from ms_heron.report.baselines import reference_outputs
 from ms_heron.rules import MultiLevelTiling, Tensorize
 from ms_heron.schedule.annotations import NARROW_WEIGHTS
 from ms_heron.schedule.operand_layout import widen_activation
+from ms_heron.schedule.register_tile import row_multiple
+from ms_heron.space import default_postprocs, design_spaces
 from ms_heron.testing import models
 from ms_heron.testing.int8 import adversarial_inputs
 from ms_heron.tuning import tune_model
@@ -175,6 +179,58 @@ def test_every_dot_product_tensorizes_a_gemm_and_a_conv_emits_its_instruction_an
             f"{dot.isa} to run it"
         )
     for seed in range(3):
+        run_and_check(lib, workload, inputs=adversarial_inputs(workload, seed, dot))
+
+
+def _register_tile(model, values, width: int) -> tuple[int, int]:
+    """A tensorized GEMM's micro-tile, ``(rows, weight vectors)``, in the model's ``values``."""
+    full = model.evaluate(values)
+    return full["register_tile[C_o].rows"], -(-full["register_tile[C_o].lane_bytes"] // width)
+
+
+def test_avx_vnni_pads_a_gemms_rows_for_a_register_tile_that_keeps_both_ports_busy():
+    """``vpdpbusd`` keeps both ports busy only with latency x ports accumulators (10 on an Emerald
+    Rapids; 10 assumed for a CPU that is not the host). On AVX-VNNI's 16 ``ymm`` registers, a
+    128-row GEMM's power-of-two tiles hold 8 at most (4 x 2; 8 x 2 spills): Tensorize adds a space
+    with the rows padded to 132, 66 for each of 2 cores. Its analytical choice is a 6 x 2 tile,
+    every sample holds enough accumulators, and the kernel is bit-exact on adversarial inputs (where
+    the host runs AVX-VNNI). AVX-512's 32 registers hold an 8 x 2 tile without padding."""
+    dot = next(d for d in DOT_PRODUCTS if d.isa == "AVX-VNNI")
+    target = _target(dot)
+    chains = dot_chains(target, dot)
+    assert 2 <= chains <= PEAK_CHAINS
+    tile = dict(registers=16, chains=10, cores=2)
+    assert row_multiple([128], 8, **tile) == 12
+    assert row_multiple([1024], 128, **tile) == 24  # 1032: 2 outer tiles a core
+    assert row_multiple([128], 8, **{**tile, "registers": 32}) is None
+    assert row_multiple([28], 8, **tile) == 10  # 30 rows, 5 x 2 tiles (36 for 6 x 2: 29% more)
+    assert row_multiple([7], 8, **tile) is None  # 10 rows: 43% more work
+    workload = workloads.gemm(M=128, N=64, K=64, dot=dot)
+    spaces = design_spaces(workload.func, target, HeronSpace(include_default_spaces=False))
+    padded = [s for s in spaces if "A_pad" in block_names(s)]
+    if chains <= 8:
+        assert not padded, f"{cpu_name(target)}: 4 x 2 holds {chains} accumulators"
+        return
+    assert padded
+    for index, space in enumerate(padded):
+        assert allocations(space.mod)["A_pad"] == 132 * 64
+        model = derive(space, target)
+        analytical = Solver(model, seed=0).analytical()
+        assert {_register_tile(model, v, 32) for v in analytical.values()} == {(6, 2)}
+        for values in Solver(model, seed=index).samples(20):
+            rows, vectors = _register_tile(model, values, 32)
+            assert rows * vectors >= min(chains, 12), values
+    trace = space.trace.simplified(remove_postproc=True)
+    sch = replay(model, trace, workload.func, next(iter(analytical.values())))
+    assert all(p.apply(sch) for p in default_postprocs())
+    lib = build(sch.mod, target)
+    assert "vpdpbusd" in lib.mod.inspect_source("asm")
+    if not runs_here(target):
+        pytest.skip(
+            f"compiled for alderlake; the host CPU ({cpu_name(host_target())}) has no AVX-VNNI to "
+            "run it"
+        )
+    for seed in range(2):
         run_and_check(lib, workload, inputs=adversarial_inputs(workload, seed, dot))
 
 

@@ -8,7 +8,8 @@ import pytest
 import tvm
 from tvm.target import Target
 
-from ms_heron.hardware.peak import fma_chains, fma_peak_gops
+from ms_heron.hardware.dot_products import VNNI, dot_product
+from ms_heron.hardware.peak import dot_chains, fma_chains, fma_peak_gops
 from ms_heron.hardware.probes import fma_kernel
 from ms_heron.hardware.targets import (
     CACHES_ENV,
@@ -96,16 +97,20 @@ def test_a_peak_measured_again_keeps_the_higher_measurement(cpu_target):
         fma_peak_gops.cache_clear()
 
 
-def test_fma_chains_are_measured_on_the_host_and_assumed_elsewhere(cpu_target):
-    """Independent FMA chains one core keeps in flight (latency x ports): measured here, where one
-    chain must be several times slower per FMA than many; 8 for a CPU that is not this one."""
+def test_fma_and_vpdpbusd_chains_are_measured_on_the_host_and_assumed_elsewhere(cpu_target):
+    """Independent FMA (and ``vpdpbusd``) chains one core keeps in flight (latency x ports):
+    measured here, where one chain must be several times slower per step than many; 8 (10) for a
+    CPU that is not this one."""
     assert 2 <= fma_chains(cpu_target) <= 12
+    dot = dot_product(cpu_target)
+    if dot is not None and dot.form == "vpdpbusd":
+        assert 2 <= dot_chains(cpu_target, dot) <= 12
     # an Arm CPU: any x86 one may run here (x86-64-v4 code runs on a Zen 4, whose zmm FMA needs 4
     # chains)
     other = Target(
         {"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "neoverse-v1", "num-cores": 2}
     )
-    assert not runs_here(other) and fma_chains(other) == 8
+    assert not runs_here(other) and fma_chains(other) == 8 and dot_chains(other, VNNI) == 10
 
 
 def test_cores_respect_cpu_affinity_and_the_container_quota(tmp_path):

@@ -11,9 +11,11 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
-from ..hardware.peak import fma_chains
+from ..hardware.dot_products import by_name
+from ..hardware.peak import dot_chains, fma_chains
 from ..hardware.targets import cpu_cache_bytes, is_cpu, num_cores, vector_bytes, vector_registers
 from ..schedule.annotations import (
+    AUTO_TENSORIZE,
     TILING_STRUCTURE,
     block_annotations,
     iter_kinds,
@@ -56,7 +58,7 @@ def add_cpu_constraints(walk: Walk) -> None:
         performance=True,
     )
     for bound in pending:  # last: what a register tile can reach depends on all the rest
-        bound.add(walk.model, fma_chains(walk.target))
+        bound.add(walk.model)
 
 
 def _loop_extent(model: ConstraintModel, loop: Loop | None, name: str):
@@ -291,7 +293,8 @@ def _add_registers(model, block, block_name: str, micro: list, target) -> list[_
             performance=True,
         )
     )
-    if not intrinsic:
+    chains = _chains(block, target, intrinsic)
+    if chains is not None:
         pending.append(
             _Latency(
                 name=name,
@@ -299,9 +302,21 @@ def _add_registers(model, block, block_name: str, micro: list, target) -> list[_
                 rows=tuple(rows),
                 lanes=tuple(lanes),
                 width=width,
+                chains=chains,
             )
         )
     return pending
+
+
+def _chains(block, target, intrinsic: bool) -> int | None:
+    """The accumulators a register tile of ``block`` needs to keep its units busy: the vector FMA's
+    chains, or those of the dot product it is tensorized with where that one accumulates in place
+    (``vpdpbusd``); None for other intrinsics (a widening dot product's chain is a one-cycle
+    ``vpaddd``; an AMX tile holds its own accumulator)."""
+    if not intrinsic:
+        return fma_chains(target)
+    dot = by_name(str(block.annotations.get(AUTO_TENSORIZE, "")))
+    return dot_chains(target, dot) if dot is not None and dot.form == "vpdpbusd" else None
 
 
 def _add_load_objectives(model, name: str, mr, vectors, accumulators, lanes: int, registers: int):
@@ -356,7 +371,7 @@ class _Loads:
     lanes: tuple
     width: int
 
-    def add(self, model: ConstraintModel, _chains: int) -> None:
+    def add(self, model: ConstraintModel) -> None:
         if minimum(model, self.excess) != 0:
             return
         model.cp.Add(self.excess == 0)
@@ -378,20 +393,21 @@ class _Loads:
 @dataclass(kw_only=True, frozen=True)
 class _Latency:
     """BLIS's ``MR x NR / lanes >= N_vfma x L_vfma`` for one register tile: enough independent
-    accumulators that an FMA issues on every port every cycle (fewer leave the units waiting on the
-    previous FMA's result)."""
+    accumulators (``chains``, latency x ports) that an FMA or dot product issues on every port
+    every cycle (fewer leave the units waiting on the previous one's result)."""
 
     name: str
     accumulators: object  # the CP-SAT variable
     rows: tuple
     lanes: tuple
     width: int
+    chains: int
 
-    def add(self, model: ConstraintModel, chains: int) -> None:
+    def add(self, model: ConstraintModel) -> None:
         """Bound the accumulators by ``chains``, or by the most the rest of the model allows (a
         small block keeps every core busy before it fills the pipelines)."""
         reachable = maximum(model, self.accumulators)
-        need = min(chains, reachable or 0)
+        need = min(self.chains, reachable or 0)
         if need <= 1:
             return
         model.cp.Add(self.accumulators >= need)
@@ -401,7 +417,7 @@ class _Latency:
 
         model.add(
             Constraint(
-                name=f"{self.name}: accumulators >= {need} (FMA latency x FMA ports)",
+                name=f"{self.name}: accumulators >= {need} (latency x ports)",
                 kind="register",
                 holds=lambda v, c=count, k=need: c(v) >= k,
                 performance=True,

@@ -47,6 +47,8 @@ _OPS_PER_TILE_PRODUCT = 2 * 16 * 16 * 64  # one tdpbusd: a 16 x 16 int32 tile ov
 _AMX_TILE_PRODUCTS = 4  # per iteration of the AMX probe
 #: What :func:`fma_chains` answers for a CPU that is not this host (a 4-cycle FMA on 2 ports).
 _DEFAULT_FMA_CHAINS = 8
+#: What :func:`dot_chains` answers for a CPU that is not this host.
+_DEFAULT_DOT_CHAINS = 10
 
 Probe = TypeVar("Probe", bound=Callable)
 
@@ -217,12 +219,35 @@ def share_of_bound(bound_s: float, best_s: float) -> float:
 @once_per_target
 def fma_chains(target: Target, iters: int = 200_000) -> int:
     """Independent vector-FMA accumulators one core needs to issue an FMA on every port every cycle:
-    FMA latency x FMA ports (BLIS's ``N_vfma x L_vfma``), measured on the host as the time of one
-    chain over the time per FMA of :data:`PEAK_CHAINS` chains (about 0.1 s, once per process).
-    Another CPU than the host gets 8 (a 4-cycle FMA on 2 ports)."""
+    FMA latency x FMA ports (BLIS's ``N_vfma x L_vfma``), measured on the host
+    (:func:`_chains_needed`). Another CPU than the host gets 8 (a 4-cycle FMA on 2 ports)."""
     if not runs_here(target):
         return _DEFAULT_FMA_CHAINS
     lanes = vector_bytes(target) // 4
-    one = best_seconds(fma_kernel(1, iters, lanes, 1), target, FMA_COEF, (1, lanes))
-    many = best_seconds(fma_kernel(1, iters, lanes), target, FMA_COEF, (1, lanes)) / PEAK_CHAINS
+    return _chains_needed(
+        lambda chains: best_seconds(
+            fma_kernel(1, iters, lanes, chains), target, FMA_COEF, (1, lanes)
+        )
+    )
+
+
+@once_per_target
+def dot_chains(target: Target, dot: DotProduct, iters: int = 200_000) -> int:
+    """:func:`fma_chains` for the dot product ``dot``, which must accumulate in place
+    (``vpdpbusd``: its latency is the chain's; the widening forms' chain is their ``vpaddd``).
+    Another CPU than the host gets 10 (a 5-cycle ``vpdpbusd`` on 2 ports, Intel's since Ice
+    Lake)."""
+    if not runs_here(target):
+        return _DEFAULT_DOT_CHAINS
+    coef = np.array([0x01010101, 0x01010101], "int32")
+    return _chains_needed(
+        lambda chains: best_seconds(dot_kernel(dot, 1, iters, chains), target, coef, (1, dot.lanes))
+    )
+
+
+def _chains_needed(seconds_with: Callable[[int], float]) -> int:
+    """Latency x ports of an instruction, from its probe's time with ``chains`` independent
+    accumulators (``seconds_with(chains)``): one chain's time over the time per step of
+    :data:`PEAK_CHAINS` chains (about 0.1 s, once per process)."""
+    one, many = seconds_with(1), seconds_with(PEAK_CHAINS) / PEAK_CHAINS
     return max(1, min(PEAK_CHAINS, round(one / many)))

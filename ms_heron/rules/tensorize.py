@@ -1,6 +1,7 @@
 """Heron's Tensorize rule (AMX and the x86 dot products on CPU; WMMA has its own rule)."""
 
 import itertools
+import math
 
 from tvm import tirx
 from tvm.s_tir import Schedule, TensorIntrin
@@ -10,7 +11,8 @@ from tvm.s_tir.schedule.analysis import get_tensorize_loop_mapping
 from tvm.s_tir.schedule.transform import tile_with_tensor_intrin
 
 from ..hardware.dot_products import VNNI, by_name, dot_products
-from ..hardware.targets import has_amx
+from ..hardware.peak import dot_chains
+from ..hardware.targets import has_amx, num_cores, vector_registers
 from ..intrinsics import (
     AMX_MAX_PADDING_WASTE,
     DOT_MAX_PADDING_WASTE,
@@ -23,6 +25,7 @@ from ..schedule.annotations import AUTO_TENSORIZE, BLOCKIZED, NARROW_WEIGHTS, it
 from ..schedule.operand_layout import match_operands, prepare_operands, widen_activation
 from ..schedule.options import check, heron_object
 from ..schedule.padding import pad_einsum
+from ..schedule.register_tile import row_multiple
 from .base import HeronRule
 
 
@@ -126,17 +129,22 @@ class Tensorize(HeronRule):
             ensure_registered(self.target)
         spaces = []
         for _, family in itertools.groupby(candidates, key=is_amx):
-            space = next(
-                (w for w in (self._tensorized(sch, block, i) for i in family) if w is not None),
-                None,
-            )
-            if space is not None:
-                spaces.append(space)
+            for intrin in family:
+                space = self._tensorized(sch, block, intrin)
+                if space is None:
+                    continue
+                rows = self._register_rows(sch, block, intrin)
+                padded = self._tensorized(sch, block, intrin, rows=rows) if rows else None
+                spaces += [space] if padded is None else [space, padded]
+                break
         return spaces or [sch]
 
-    def _tensorized(self, sch: Schedule, block: SBlockRV, intrin: str) -> Schedule | None:
+    def _tensorized(
+        self, sch: Schedule, block: SBlockRV, intrin: str, *, rows: tuple[int, int] | None = None
+    ) -> Schedule | None:
         """A copy of ``sch`` with ``block`` split for ``intrin`` and marked for tensorizing, or
-        None."""
+        None. ``rows``: an iterator and the multiple to pad it to as well (:meth:`_register_rows`).
+        """
         desc = TensorIntrin.get(intrin).desc
         if _dtypes(sch, block) != _block_dtypes(intrin):
             return None
@@ -151,6 +159,7 @@ class Tensorize(HeronRule):
             desc,
             min(self.max_waste, AMX_MAX_PADDING_WASTE) if amx else self.max_waste,
             pad_reduction=not amx,
+            rows=rows,
         )
         # AMX reads VNNI's packed operands (see ms_heron.intrinsics.amx): VNNI's tile matches them.
         layout = TensorIntrin.get(VNNI.name).desc if amx else desc
@@ -172,20 +181,61 @@ class Tensorize(HeronRule):
         work.annotate(block, BLOCKIZED, 1)
         return work
 
+    def _register_rows(self, sch: Schedule, block: SBlockRV, intrin: str) -> tuple[int, int] | None:
+        """The innermost row iterator (spatial, outside the intrinsic) of ``block`` and the multiple
+        to pad it to for a register tile that keeps every port of the dot product busy
+        (:func:`~ms_heron.schedule.register_tile.row_multiple`); None where the rows' divisors give
+        one already. Only for a dot product that accumulates in place (``vpdpbusd``): the widening
+        forms' chains run through a one-cycle ``vpaddd``."""
+        dot = by_name(intrin)
+        if dot is None or dot.form != "vpdpbusd" or not self.pad:
+            return None
+        mapping = get_tensorize_loop_mapping(
+            sch, block, TensorIntrin.get(intrin).desc, allow_padding=True
+        )
+        loops, kinds = sch.get_loops(block), iter_kinds(sch, block)
+        if mapping is None or len(loops) != len(kinds):
+            return None
+        mapped = [
+            any(sch.get(loop).same_as(ref.stmt) for ref in mapping.loop_map) for loop in loops
+        ]
+        rows = [i for i, (kind, m) in enumerate(zip(kinds, mapped)) if kind == "S" and not m]
+        lanes = [i for i, (kind, m) in enumerate(zip(kinds, mapped)) if kind == "S" and m]
+        if not rows or len(lanes) != 1:
+            return None
+        sizes = extents(sch.get(block))
+        multiple = row_multiple(
+            [sizes[i] for i in rows],
+            -(-sizes[lanes[0]] // dot.lanes),
+            registers=vector_registers(self.target),
+            chains=dot_chains(self.target, dot),
+            cores=num_cores(self.target),
+        )
+        return (rows[-1], multiple) if multiple else None
+
     def _padded_to_intrinsic(
-        self, sch: Schedule, block: SBlockRV, desc, max_waste: float, *, pad_reduction: bool
+        self,
+        sch: Schedule,
+        block: SBlockRV,
+        desc,
+        max_waste: float,
+        *,
+        pad_reduction: bool,
+        rows: tuple[int, int] | None = None,
     ) -> Schedule | None:
         """A copy of ``sch`` (to be split for the intrinsic), padded when the intrinsic's tiles
         divide the block only after padding within ``max_waste`` (and, unless ``pad_reduction``,
-        on spatial iterators alone); None when they cannot."""
+        on spatial iterators alone), and ``rows`` given; None when they cannot."""
         mapping = get_tensorize_loop_mapping(sch, block, desc, allow_padding=self.pad)
         if mapping is None:
             return None
         paddings = mapping.block_iter_paddings
-        if paddings is None:
-            return sch.copy()
-        multiples = [int(p) for p in paddings]
         sizes = extents(sch.get(block))
+        multiples = [1] * len(sizes) if paddings is None else [int(p) for p in paddings]
+        if rows is not None:
+            multiples[rows[0]] = math.lcm(multiples[rows[0]], rows[1])
+        if all(m == 1 for m in multiples):
+            return sch.copy()
         if padded_volume_ratio(sizes, multiples) > 1 + max_waste:
             return None
         if not pad_reduction and any(
