@@ -9,6 +9,7 @@ from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from tvm.s_tir.schedule import SBlockRV, ScheduleError
 from tvm.s_tir.schedule.analysis import get_tensorize_loop_mapping
 from tvm.s_tir.schedule.transform import tile_with_tensor_intrin
+from tvm.tirx.analysis import undefined_vars
 
 from ..hardware.dot_products import VNNI, by_name, dot_products
 from ..hardware.peak import dot_chains
@@ -186,7 +187,9 @@ class Tensorize(HeronRule):
         to pad it to for a register tile that keeps every port of the dot product busy
         (:func:`~ms_heron.schedule.register_tile.row_multiple`); None where the rows' divisors give
         one already. Only for a dot product that accumulates in place (``vpdpbusd``): the widening
-        forms' chains run through a one-cycle ``vpaddd``."""
+        forms' chains run through a one-cycle ``vpaddd``. Not where an input's index moves with
+        the rows inside an expression (a 3x3 convolution's ``h + kh``): padding those rows copies
+        the input once per kernel tap (im2col)."""
         dot = by_name(intrin)
         if dot is None or dot.form != "vpdpbusd" or not self.pad:
             return None
@@ -201,7 +204,7 @@ class Tensorize(HeronRule):
         ]
         rows = [i for i, (kind, m) in enumerate(zip(kinds, mapped)) if kind == "S" and not m]
         lanes = [i for i, (kind, m) in enumerate(zip(kinds, mapped)) if kind == "S" and m]
-        if not rows or len(lanes) != 1:
+        if not rows or len(lanes) != 1 or not _read_bare(sch.get(block), rows[-1]):
             return None
         sizes = extents(sch.get(block))
         multiple = row_multiple(
@@ -251,6 +254,16 @@ class Tensorize(HeronRule):
         except ScheduleError:  # TVM's own conditions (trivial binding, no opaque access) not met
             return None
         return padded
+
+
+def _read_bare(blk, index: int) -> bool:
+    """Whether every read of ``blk`` indexes by its ``index``-th iterator bare, if at all."""
+    var = blk.iter_vars[index].var
+    return all(
+        r.min.same_as(var) or not any(v.same_as(var) for v in undefined_vars(r.min))
+        for region in blk.reads
+        for r in region.region
+    )
 
 
 def _weights_are_narrow(sch: Schedule, block: SBlockRV) -> bool:
