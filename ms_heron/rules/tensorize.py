@@ -85,7 +85,9 @@ class Tensorize(HeronRule):
     The intrinsics come in families (AMX tiles of every reduction depth, a dot product): the first
     of each family that fits makes a design space of its own, so that on an AMX host the search
     measures a tile kernel against a VNNI one instead of the rule guessing which is faster for this
-    shape.
+    shape. A ``vpdpbusd`` space whose rows leave no register tile enough accumulators (AVX-VNNI's 16
+    registers and a 1024-row GEMM) comes with a second one, its rows padded for a tile that has
+    them (:meth:`_register_rows`).
 
     Parameters
     ----------
