@@ -1,14 +1,11 @@
 """Heron's Add-Cache-Stage rule (and, with a fusible consumer, stage fusion at the same levels)."""
 
 from tvm.s_tir import Schedule
-from tvm.s_tir.schedule import SBlockRV, ScheduleError
+from tvm.s_tir.schedule import SBlockRV
 
-from ..schedule import unchecked
 from ..schedule.analysis import (
-    consumers,
     fusible_consumer,
     is_tiled,
-    strictly_inlinable,
     tile_levels,
     transposed_lane_dim,
     working_block,
@@ -34,11 +31,6 @@ class AddCacheStage(HeronRule):
     stored lanes-last so its vectors are contiguous, and a fusible consumer follows it at the same
     level: accumulating in the output itself would gather and scatter every lane.
 
-    The consumer's other producers that :class:`AlwaysInline` would inline anyway (a dynamic
-    quantization's zero point, cast at the root) are inlined first: left at the root, they keep
-    the consumer from moving under the tile loop, and the epilogue (BERT int8's dequantization,
-    bias and residual add) makes a pass of its own over the output.
-
     Acts only on a block :class:`MultiLevelTiling` tiled (its tiling annotation); put it after.
 
     Parameters
@@ -61,7 +53,6 @@ class AddCacheStage(HeronRule):
         block = working_block(sch, block)
         if not is_tiled(sch, block):
             return [sch]
-        _inline_side_producers(sch, block)
         out = []
         for level in self.levels:
             fork = sch.copy() if len(self.levels) > 1 else sch
@@ -83,21 +74,6 @@ class AddCacheStage(HeronRule):
                 fork.annotate(consumer, CACHE_LEVEL, level)
             out.append(fork)
         return out or [sch]
-
-
-def _inline_side_producers(sch: Schedule, block: SBlockRV) -> None:
-    """Inline the strictly inlinable producers of ``block``'s single consumer other than
-    ``block``."""
-    following = consumers(sch, block)
-    if len(following) != 1:
-        return
-    name = unchecked.get(sch, block).name_hint
-    for producer in unchecked.get_producers(sch, following[0]):
-        if unchecked.get(sch, producer).name_hint != name and strictly_inlinable(sch, producer):
-            try:
-                sch.compute_inline(producer)
-            except ScheduleError:  # TVM's own conditions not met: the consumer stays unfused
-                pass
 
 
 def _moved_last(dim: int):
