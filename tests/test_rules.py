@@ -620,8 +620,15 @@ def test_prime_extent_is_padded_into_a_space_with_real_tiles(cpu_target):
     )
 
 
-def _gemm_and_epilogue(M: int, N: int, K: int) -> Workload:
-    """fp32 ``A @ W + R``: a GEMM and its residual add."""
+def test_a_padded_gemms_epilogue_runs_in_its_tiles_write_back(cpu_target):
+    """A GEMM with M = 197 (ViT's tokens) and a residual add: in every padded space of HeronSpace
+    the add reads the padded result itself, under the GEMM's parallel tile loop, instead of a
+    copy-back block standing in as the fused consumer while the add runs as a pass of its own over
+    the whole output; the samples compute the right answer."""
+    from ms_heron.space import HeronSpace, design_spaces  # pylint: disable=import-outside-toplevel
+    from ms_heron.workloads.suite import _workload  # pylint: disable=import-outside-toplevel
+
+    M, N, K = 197, 64, 32
     a = te.placeholder((M, K), "float32", name="A")
     w = te.placeholder((K, N), "float32", name="W")
     res = te.placeholder((M, N), "float32", name="R")
@@ -632,9 +639,7 @@ def _gemm_and_epilogue(M: int, N: int, K: int) -> Workload:
     def inputs(rng):
         return [rng.uniform(-1, 1, s).astype("float32") for s in [(M, K), (K, N), (M, N)]]
 
-    from ms_heron.workloads.suite import _workload  # the same packaging the suite uses
-
-    return _workload(
+    workload = _workload(
         "custom",
         "fp32",
         dict(M=M, N=N, K=K),
@@ -643,28 +648,13 @@ def _gemm_and_epilogue(M: int, N: int, K: int) -> Workload:
         inputs,
         lambda x, y, z: x.astype(np.float64) @ y + z,
     )
-
-
-def _epilogue_in_write_back(space) -> bool:
-    """Whether block ``D`` runs under the GEMM ``C``'s outermost (parallel) tile loop."""
-    gemm_loops, epilogue_loops = (space.get_loops(space.get_sblock(b)) for b in ("C", "D"))
-    return space.get(epilogue_loops[0]).same_as(space.get(gemm_loops[0]))
-
-
-def test_a_padded_gemms_epilogue_runs_in_its_tiles_write_back(cpu_target):
-    """A GEMM with M = 197 (ViT's tokens) and a residual add: in every padded space of HeronSpace
-    the add reads the padded result itself, under the GEMM's parallel tile loop, instead of a
-    copy-back block standing in as the fused consumer while the add runs as a pass of its own over
-    the whole output; the samples compute the right answer."""
-    from ms_heron.space import HeronSpace, design_spaces  # pylint: disable=import-outside-toplevel
-
-    workload = _gemm_and_epilogue(197, 64, 32)
     spaces = design_spaces(workload.func, cpu_target, HeronSpace(include_default_spaces=False))
     padded = [s for s in spaces if _is_padded(s)]
     assert padded
     for space in padded:
         assert "C_pad" not in block_names(space)  # pad_einsum's copy-back, inlined into D
-        assert _epilogue_in_write_back(space)
+        gemm_loops, add_loops = (space.get_loops(space.get_sblock(b)) for b in ("C", "D"))
+        assert space.get(add_loops[0]).same_as(space.get(gemm_loops[0]))
         check_random_samples(space, workload, cpu_target, samples=1)
 
 
