@@ -21,6 +21,7 @@ from ..schedule.annotations import (
     iter_kinds,
     split_by_structure,
 )
+from ..schedule.register_tile import loads_balanced, registers_used
 from .geometry import add_summed_bytes, dtype_bytes, read_window_dims
 from .model import MAX_BOUND, Constraint, ConstraintModel, Footprint, ObjectiveStage
 from .solver import maximum, minimum
@@ -281,8 +282,7 @@ def _add_registers(model, block, block_name: str, micro: list, target) -> list[_
         )
 
     def used(v, rows=tuple(rows), lanes=tuple(lanes)):
-        vec = _vectors(v, lanes, width)
-        return _value(v, rows) * vec + vec + 1
+        return registers_used(_value(v, rows), _vectors(v, lanes, width))
 
     model.derived[name] = used
     model.add(
@@ -377,8 +377,7 @@ class _Loads:
         model.cp.Add(self.excess == 0)
 
         def balanced(v, rows=self.rows, lanes=self.lanes, width=self.width):
-            mr, vectors = _value(v, rows), _vectors(v, lanes, width)
-            return mr + vectors <= mr * vectors
+            return loads_balanced(_value(v, rows), _vectors(v, lanes, width))
 
         model.add(
             Constraint(

@@ -23,13 +23,24 @@ _OUTER = 8
 _SPARE_WASTE = 0.01
 
 
+def registers_used(rows: int, vectors: int) -> int:
+    """Vector registers a ``rows x vectors`` tile takes: its accumulators, the streamed operand's
+    vectors and one broadcast."""
+    return rows * vectors + vectors + 1
+
+
+def loads_balanced(rows: int, vectors: int) -> bool:
+    """Whether a step of the tile loads (``rows`` broadcasts, ``vectors`` vectors) no more than it
+    multiplies (``rows x vectors``): x86 cores issue as many loads as multiply-adds per cycle."""
+    return rows + vectors <= rows * vectors
+
+
 def useful_accumulators(rows: int, vectors: int, *, registers: int, chains: int) -> int:
     """The accumulators of a ``rows x vectors`` tile that keep the units busy (at most
     ``chains``); 0 where the tile does not fit the registers or loads more than it multiplies."""
-    accumulators = rows * vectors
-    if accumulators + vectors + 1 > registers or rows + vectors > accumulators:
+    if registers_used(rows, vectors) > registers or not loads_balanced(rows, vectors):
         return 0
-    return min(accumulators, chains)
+    return min(rows * vectors, chains)
 
 
 def row_multiple(
