@@ -5,37 +5,54 @@ import subprocess
 import sys
 
 import pytest
+import tvm
 from rule_helpers import stock_design_spaces
 from tvm.s_tir import Schedule
 from tvm.s_tir.schedule.transform import tile_with_tensor_intrin
 from tvm.target import Target
 
 from ms_heron import workloads
+from ms_heron.codegen import finish_amx_kernels
 from ms_heron.hardware.dot_products import VNNI
 from ms_heron.hardware.peak import amx_peak_gops, dot_peak_gops, int8_peak
 from ms_heron.hardware.targets import TargetError, has_amx
 from ms_heron.intrinsics import ensure_registered, is_amx
 from ms_heron.intrinsics.amx import intrinsic_name
-from ms_heron.rules import Tensorize
+from ms_heron.rules import AddCacheStage, MultiLevelTiling, Tensorize
 from ms_heron.schedule.annotations import AUTO_TENSORIZE
+from ms_heron.testing.int8 import adversarial_inputs
 from ms_heron.tuning.api import best_schedule, tune_workload
 from ms_heron.workloads.evaluate import build, run_and_check
 
 #: A VNNI CPU that is not this machine: the OS's tile grant cannot be asked for it.
 OTHER_CPU = Target({"kind": "llvm", "mcpu": "znver4", "num-cores": 2})
+#: An AMX CPU to compile tile code for (and inspect) on any host.
+SAPPHIRE_RAPIDS = Target({"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": 2})
 
 
-def _tensorized_gemm(M: int, N: int, K: int, depth: int):
+def _tensorized_gemm(M: int, N: int, K: int, depth: int, *, walk: str = "columns"):
     """The suite's int8 GEMM (weights already in VNNI's packed layout) split by hand for the AMX
-    intrinsic of reduction ``64 * depth``."""
+    intrinsic of reduction ``64 * depth``: the other dimension's 32-blocks in parallel, ``walk``'s
+    in the loop inside, the reduction's calls innermost, and its init where RewriteReductionBlock
+    puts it (before the reduction's loop)."""
     ensure_registered()
     workload = workloads.gemm(M=M, N=N, K=K)
     sch = Schedule(workload.func)
     block = sch.get_sblock("C")
     outer = sch.blockize(tile_with_tensor_intrin(sch, block, intrinsic_name(depth)))
-    sch.decompose_reduction(outer, sch.get_loops(outer)[-1])
+    rows, columns, reduction = sch.get_loops(outer)
+    if walk == "rows":
+        sch.reorder(columns, rows)
+    sch.parallel(sch.get_loops(outer)[0])
+    sch.decompose_reduction(outer, reduction)
     sch.tensorize(outer, intrinsic_name(depth))
     return workload, sch
+
+
+def _finished(sch) -> str:
+    """The kernel's TIR after :func:`finish_amx_kernels`, as TVMScript."""
+    func = sch.mod["main"].with_attr("target", SAPPHIRE_RAPIDS)
+    return finish_amx_kernels()(tvm.IRModule({"main": func})).script()
 
 
 def _intrinsics(spaces) -> list[str]:
@@ -54,6 +71,72 @@ def test_the_tile_product_is_bit_exact_at_every_reduction_depth(K, depth, amx_ta
     assert "tdpbusd" in lib.mod.inspect_source("asm")
     for seed in range(2):
         run_and_check(lib, workload, seed=seed)
+
+
+def test_a_kernel_of_one_call_per_block_zeroes_its_tiles_and_configures_each_thread_once():
+    """Every call loaded the configuration (which zeroes all tiles and waits) and then its
+    accumulators from a block the init had zeroed; the finished kernel does neither. Checked in the
+    TIR compiled for Sapphire Rapids, on any host."""
+    _, sch = _tensorized_gemm(64, 64, 128, 2)
+    before = sch.mod.script()
+    assert before.count("ldtilecfg") == 1 and "C_o_init" in before  # the intrinsic's own, per call
+    finished = _finished(sch)
+    assert finished.count("ldtilecfg") == 1
+    parallel_body = finished.split("T.parallel(")[1]
+    assert "ldtilecfg" in parallel_body.split("tdpbusd")[0], "one configuration per thread, first"
+    assert finished.count("tilezero") == 4
+    assert "C_o_init" not in finished
+    assert finished.count("tileloadd64") + finished.count("tileloaddt164") == 4  # A's 2 and B's 2
+
+
+def test_a_reduction_of_several_calls_keeps_loading_its_accumulators():
+    """K = 128 in 64-deep calls: the second call adds to what the first stored."""
+    _, sch = _tensorized_gemm(64, 64, 128, 1)
+    finished = _finished(sch)
+    assert "tilezero" not in finished
+    assert "C_o_init" in finished
+    assert finished.count("tileloadd64") + finished.count("tileloaddt164") == 8
+
+
+@pytest.mark.parametrize(("walk", "streamed", "kept"), [("columns", "B", "A"), ("rows", "A", "B")])
+def test_the_operand_the_calls_walk_through_is_loaded_with_the_streaming_hint(walk, streamed, kept):
+    """Along columns each call reads a new B panel once, and the next call reuses the A strip: B
+    gets ``tileloaddt1``, which keeps it out of L1, so A stays there (and the other way along
+    rows)."""
+    tiles = {"A": ("T.uint8(4)", "T.uint8(5)"), "B": ("T.uint8(6)", "T.uint8(7)")}  # the impl's
+    _, sch = _tensorized_gemm(64, 64, 128, 2, walk=walk)
+    lines = _finished(sch).splitlines()
+    hinted = [line for line in lines if "tileloaddt164" in line]
+    plain = [line for line in lines if "tileloadd64" in line]
+    assert sorted(t for line in hinted for t in tiles[streamed] if t in line) == [*tiles[streamed]]
+    assert sorted(t for line in plain for t in tiles[kept] if t in line) == [*tiles[kept]]
+    assert len(hinted) == len(plain) == 2
+
+
+@pytest.mark.parametrize(("intrinsic", "staged"), [(intrinsic_name(2), False), (VNNI.name, True)])
+def test_an_amx_block_writes_its_output_from_the_tiles_without_a_cache_stage(intrinsic, staged):
+    """AMX's accumulators are tile registers, stored once per call: a ``cache_write`` buffer only
+    copies the output. VNNI's register tile keeps its stage (compiled for Sapphire Rapids, on
+    any host)."""
+    ensure_registered()
+    rules = [Tensorize(intrinsics=[intrinsic]), MultiLevelTiling(), AddCacheStage()]
+    spaces = stock_design_spaces(workloads.gemm(M=64, N=64, K=128).func, rules, SAPPHIRE_RAPIDS)
+    assert spaces
+    assert all(("C_global" in space.mod.script()) == staged for space in spaces)
+
+
+def test_the_finishing_pass_leaves_a_function_without_tile_calls_as_it_is(cpu_target):
+    func = workloads.gemm(M=8, N=32, K=16).func.with_attr("target", cpu_target)
+    mod = tvm.IRModule({"main": func})
+    assert finish_amx_kernels()(mod)["main"].body.same_as(func.body)
+
+
+@pytest.mark.parametrize(("K", "depth", "walk"), [(128, 2, "columns"), (128, 1, "rows")])
+def test_finished_tile_kernels_are_bit_exact_on_adversarial_inputs(K, depth, walk, amx_target):
+    workload, sch = _tensorized_gemm(64, 64, K, depth, walk=walk)
+    lib = build(sch.mod, amx_target)
+    for seed in range(2):
+        run_and_check(lib, workload, inputs=adversarial_inputs(workload, seed, VNNI))
 
 
 def test_on_an_amx_host_an_int8_gemm_gets_a_tile_space_beside_the_vnni_one(amx_target):

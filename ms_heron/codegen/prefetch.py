@@ -1,5 +1,4 @@
-"""Software prefetch of the next k-block's panel of a kernel's reused operand, and the TIR pipeline
-every ms_heron CPU build runs it in.
+"""Software prefetch of the next k-block's panel of a kernel's reused operand.
 
 Why: a model kernel reads its weights from memory (the tuner times them cold, as they run in a
 network), and a tiled GEMM stays on one k-block's weight panel while its row tiles pass over it,
@@ -29,12 +28,9 @@ from dataclasses import dataclass
 import tvm
 from tvm import s_tir, tirx
 from tvm.sym import Analyzer, IntervalSet
-from tvm.target import Target
 
 from ..hardware.targets import cpu_cache_bytes, is_cpu
-
-#: The name :func:`cpu_pipeline` registers the pipeline under.
-PIPELINE = "ms_heron_cpu"
+from .ir import loop_with_body, transformed
 
 #: The smallest panel prefetched, in bytes: a smaller one is multiplied in too few cycles for its
 #: prefetch to arrive ahead of it, and the pairs of an inner reduction loop with the register tile's
@@ -43,32 +39,6 @@ MIN_PANEL_BYTES = 4 * 1024
 
 #: x86's cache line, in bytes.
 CACHE_LINE = 64
-
-
-def cpu_pipeline() -> str:
-    """The TIR pipeline of every CPU build (``tvm.compile(..., tir_pipeline=cpu_pipeline())``):
-    :func:`inject_panel_prefetch`, then TVM's default. Registered on first use, in each process
-    (build workers included)."""
-    from tvm.tirx import compilation_pipeline  # pylint: disable=import-outside-toplevel
-
-    if PIPELINE not in compilation_pipeline.PIPELINE_MAP:
-        compilation_pipeline.register_tir_pipeline(PIPELINE, _pipeline)
-    return PIPELINE
-
-
-def tir_pipeline(target: Target) -> str:
-    """The TIR pipeline ``tvm.compile`` builds for ``target`` with: :func:`cpu_pipeline` on a CPU,
-    TVM's default elsewhere."""
-    return cpu_pipeline() if is_cpu(target) else "default"
-
-
-def _pipeline():
-    default, finalize_host, finalize_device = tvm.tirx.get_tir_pipeline("s_tir")
-    return (
-        tvm.transform.Sequential([inject_panel_prefetch(), default]),
-        finalize_host,
-        finalize_device,
-    )
 
 
 def inject_panel_prefetch() -> tvm.transform.Pass:
@@ -281,43 +251,13 @@ def _extent(loop) -> int:
 def _inserted(stmt, prefetches: dict):
     """``stmt`` with each collected prefetch loop first in its ``r`` loop's body (``prefetches``:
     loop name -> (loop variable, prefetch loop))."""
-    if isinstance(stmt, tirx.For):
-        body = _inserted(stmt.body, prefetches)
-        mine = [s for v, s in prefetches.get(stmt.loop_var.name, []) if v.same_as(stmt.loop_var)]
-        if mine:
-            body = tirx.SeqStmt([*mine, body])
-        if body.same_as(stmt.body):
-            return stmt
-        return tirx.For(
-            stmt.loop_var,
-            stmt.min,
-            stmt.extent,
-            stmt.kind,
-            body,
-            stmt.thread_binding,
-            stmt.annotations,
-            stmt.step,
-        )
-    if isinstance(stmt, tirx.SeqStmt):
-        seq = [_inserted(s, prefetches) for s in stmt.seq]
-        if all(a.same_as(b) for a, b in zip(seq, stmt.seq)):
-            return stmt
-        return tirx.SeqStmt(seq)
-    if isinstance(stmt, s_tir.SBlockRealize):
-        block = stmt.block
-        body = _inserted(block.body, prefetches)
-        if body.same_as(block.body):
-            return stmt
-        new_block = s_tir.SBlock(
-            block.iter_vars,
-            block.reads,
-            block.writes,
-            block.name_hint,
-            body,
-            block.init,
-            block.alloc_buffers,
-            block.match_buffers,
-            block.annotations,
-        )
-        return s_tir.SBlockRealize(stmt.iter_values, stmt.predicate, new_block)
-    return stmt
+
+    def first_in_loop(node):
+        if not isinstance(node, tirx.For):
+            return None
+        mine = [s for v, s in prefetches.get(node.loop_var.name, []) if v.same_as(node.loop_var)]
+        if not mine:
+            return None
+        return loop_with_body(node, tirx.SeqStmt([*mine, node.body]))
+
+    return transformed(stmt, first_in_loop)

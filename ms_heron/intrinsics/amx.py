@@ -38,6 +38,20 @@ MAX_PADDING_WASTE = 0.25
 
 _PREFIX = "ms_heron_amx_u8s8s32_"
 
+# What the implementation marks for :mod:`ms_heron.codegen.amx_tiles`, which finishes the kernel
+# once the loops around each call are known. Built without that pass, the marks change nothing.
+#: Block annotation of a tensorized call.
+KERNEL = "ms_heron.amx_kernel"
+#: Around the tile configuration each call loads (the pass loads it once per thread instead).
+TILE_CONFIG = "ms_heron.amx_tile_config"
+#: Around the four accumulator loads (the pass zeroes the tiles instead where the block was zeroed).
+ACCUMULATOR_LOADS = "ms_heron.amx_accumulator_loads"
+#: Around one operand's tile loads, with 0 for A and 1 for B (the pass gives the operand the loop
+#: around the calls walks the streaming hint).
+OPERAND_LOADS = "ms_heron.amx_operand_loads"
+#: The tile load the implementation uses.
+LOAD = "tileloadd64"
+
 
 def intrinsic_name(depth: int) -> str:
     return f"{_PREFIX}{ROWS}x{COLS}x{STEP * depth}"
@@ -78,33 +92,38 @@ def _impl(a: T.handle, b: T.handle, c: T.handle) -> None:
     with T.sblock("root"):
         T.reads(C[0:ROWS, 0:COLS], A[0:ROWS, 0:kc], B[0 : COLS // 16, 0 : kc // 4, 0:16, 0:4])
         T.writes(C[0:ROWS, 0:COLS])
-        load_tile_config()
+        T.sblock_attr({KERNEL: 1})
+        with T.attr(0, TILE_CONFIG, 1):
+            load_tile_config()
         c_stride = T.Cast("int64", sc * 4)
-        T.evaluate(tile_instruction("tileloadd64", T.uint8(0), T.address_of(C[0, 0]), c_stride))
-        T.evaluate(tile_instruction("tileloadd64", T.uint8(1), T.address_of(C[0, 16]), c_stride))
-        T.evaluate(tile_instruction("tileloadd64", T.uint8(2), T.address_of(C[16, 0]), c_stride))
-        T.evaluate(tile_instruction("tileloadd64", T.uint8(3), T.address_of(C[16, 16]), c_stride))
+        with T.attr(0, ACCUMULATOR_LOADS, 1):
+            T.evaluate(tile_instruction(LOAD, T.uint8(0), T.address_of(C[0, 0]), c_stride))
+            T.evaluate(tile_instruction(LOAD, T.uint8(1), T.address_of(C[0, 16]), c_stride))
+            T.evaluate(tile_instruction(LOAD, T.uint8(2), T.address_of(C[16, 0]), c_stride))
+            T.evaluate(tile_instruction(LOAD, T.uint8(3), T.address_of(C[16, 16]), c_stride))
         for step in range(kc // STEP):
-            T.evaluate(
-                tile_instruction(
-                    "tileloadd64", T.uint8(4), T.address_of(A[0, step * STEP]), T.Cast("int64", sa)
+            with T.attr(0, OPERAND_LOADS, 0):
+                T.evaluate(
+                    tile_instruction(
+                        LOAD, T.uint8(4), T.address_of(A[0, step * STEP]), T.Cast("int64", sa)
+                    )
                 )
-            )
-            T.evaluate(
-                tile_instruction(
-                    "tileloadd64", T.uint8(5), T.address_of(A[16, step * STEP]), T.Cast("int64", sa)
+                T.evaluate(
+                    tile_instruction(
+                        LOAD, T.uint8(5), T.address_of(A[16, step * STEP]), T.Cast("int64", sa)
+                    )
                 )
-            )
-            T.evaluate(
-                tile_instruction(
-                    "tileloadd64", T.uint8(6), T.address_of(B[0, step * 16, 0, 0]), T.int64(64)
+            with T.attr(0, OPERAND_LOADS, 1):
+                T.evaluate(
+                    tile_instruction(
+                        LOAD, T.uint8(6), T.address_of(B[0, step * 16, 0, 0]), T.int64(64)
+                    )
                 )
-            )
-            T.evaluate(
-                tile_instruction(
-                    "tileloadd64", T.uint8(7), T.address_of(B[1, step * 16, 0, 0]), T.int64(64)
+                T.evaluate(
+                    tile_instruction(
+                        LOAD, T.uint8(7), T.address_of(B[1, step * 16, 0, 0]), T.int64(64)
+                    )
                 )
-            )
             T.evaluate(tile_instruction("tdpbusd", T.uint8(0), T.uint8(4), T.uint8(6)))
             T.evaluate(tile_instruction("tdpbusd", T.uint8(1), T.uint8(4), T.uint8(7)))
             T.evaluate(tile_instruction("tdpbusd", T.uint8(2), T.uint8(5), T.uint8(6)))

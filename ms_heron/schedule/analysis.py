@@ -16,6 +16,7 @@ from tvm.s_tir.schedule.analysis import is_output_block
 from tvm.tirx.analysis import undefined_vars
 
 from ..hardware.targets import is_cpu, vector_bytes
+from ..intrinsics.amx import is_amx
 from . import unchecked
 from .annotations import (
     AUTO_TENSORIZE,
@@ -202,6 +203,11 @@ def is_tiled(sch: Schedule, block: SBlockRV) -> bool:
 
 def is_tensorized(sch: Schedule, block: SBlockRV) -> bool:
     return AUTO_TENSORIZE in block_annotations(sch, block)
+
+
+def accumulates_in_tiles(sch: Schedule, block: SBlockRV) -> bool:
+    """Whether the block is to be tensorized by AMX, whose accumulators are tile registers."""
+    return is_amx(str(block_annotations(sch, block).get(AUTO_TENSORIZE, "")))
 
 
 def is_root(sch: Schedule, block: SBlockRV) -> bool:
