@@ -34,7 +34,7 @@ from tvm import s_tir, tirx
 from tvm.target import codegen
 
 from ..intrinsics.amx import ACCUMULATOR_LOADS, KERNEL, LOAD, OPERAND_LOADS, TILE_CONFIG
-from .ir import loop_with_body, transformed, with_body
+from .ir import transformed, with_body
 
 #: The tile load that hints the data will not be reused soon (kept out of L1).
 STREAMING_LOAD = "tileloaddt164"
@@ -199,10 +199,7 @@ def _finished(body, found: _Found):
                     return transformed(node, lambda s: _streaming(s, load_id))
             return None
 
-        block = kernel.block
-        return s_tir.SBlockRealize(
-            kernel.iter_values, kernel.predicate, with_body(block, transformed(block.body, rewrite))
-        )
+        return with_body(kernel, transformed(kernel.block.body, rewrite))
 
     def post(node):
         if any(node.same_as(k) for k in found.kernels):
@@ -228,7 +225,7 @@ def _finished(body, found: _Found):
             and node.kind == tirx.ForKind.PARALLEL
             and _contains_kernel(node)
         ):
-            return loop_with_body(node, tirx.SeqStmt([config, node.body]))
+            return with_body(node, tirx.SeqStmt([config, node.body]))
         return None
 
     done = transformed(done, configured)
@@ -236,10 +233,7 @@ def _finished(body, found: _Found):
         return done
     if not isinstance(done, s_tir.SBlockRealize):
         return tirx.SeqStmt([config, done])
-    root = done.block
-    return s_tir.SBlockRealize(
-        done.iter_values, done.predicate, with_body(root, tirx.SeqStmt([config, root.body]))
-    )
+    return with_body(done, tirx.SeqStmt([config, done.block.body]))
 
 
 #: What a dropped statement becomes (its loops and sequences drop it in turn).

@@ -25,7 +25,7 @@ def transformed(stmt, post: Callable[[tirx.Stmt], tirx.Stmt | None]):
 def _with_children(stmt, walk):
     if isinstance(stmt, tirx.For):
         body = walk(stmt.body)
-        return stmt if body.same_as(stmt.body) else loop_with_body(stmt, body)
+        return stmt if body.same_as(stmt.body) else with_body(stmt, body)
     if isinstance(stmt, tirx.SeqStmt):
         seq = [walk(s) for s in stmt.seq]
         if all(a.same_as(b) for a, b in zip(seq, stmt.seq)):
@@ -45,38 +45,39 @@ def _with_children(stmt, walk):
             return stmt
         return tirx.IfThenElse(stmt.condition, then_case, else_case)
     if isinstance(stmt, s_tir.SBlockRealize):
-        block = stmt.block
-        body = walk(block.body)
-        if body.same_as(block.body):
-            return stmt
-        return s_tir.SBlockRealize(stmt.iter_values, stmt.predicate, with_body(block, body))
+        body = walk(stmt.block.body)
+        return stmt if body.same_as(stmt.block.body) else with_body(stmt, body)
     return stmt
 
 
-def loop_with_body(loop: tirx.For, body) -> tirx.For:
-    """``loop`` with ``body`` in place of its own."""
-    return tirx.For(
-        loop.loop_var,
-        loop.min,
-        loop.extent,
-        loop.kind,
-        body,
-        loop.thread_binding,
-        loop.annotations,
-        loop.step,
-    )
+#: The constructor arguments of the nodes :func:`with_body` rebuilds, in order.
+_FIELDS = {
+    tirx.For: (
+        "loop_var",
+        "min",
+        "extent",
+        "kind",
+        "body",
+        "thread_binding",
+        "annotations",
+        "step",
+    ),
+    s_tir.SBlock: (
+        "iter_vars",
+        "reads",
+        "writes",
+        "name_hint",
+        "body",
+        "init",
+        "alloc_buffers",
+        "match_buffers",
+        "annotations",
+    ),
+}
 
 
-def with_body(block: s_tir.SBlock, body) -> s_tir.SBlock:
-    """``block`` with ``body`` in place of its own."""
-    return s_tir.SBlock(
-        block.iter_vars,
-        block.reads,
-        block.writes,
-        block.name_hint,
-        body,
-        block.init,
-        block.alloc_buffers,
-        block.match_buffers,
-        block.annotations,
-    )
+def with_body(node, body):
+    """``node`` (a loop, a block, or a block's realize) with ``body`` in place of its own."""
+    if isinstance(node, s_tir.SBlockRealize):
+        return s_tir.SBlockRealize(node.iter_values, node.predicate, with_body(node.block, body))
+    return type(node)(*(body if f == "body" else getattr(node, f) for f in _FIELDS[type(node)]))

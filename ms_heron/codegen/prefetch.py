@@ -30,7 +30,7 @@ from tvm import s_tir, tirx
 from tvm.sym import Analyzer, IntervalSet
 
 from ..hardware.targets import cpu_cache_bytes, is_cpu
-from .ir import loop_with_body, transformed
+from .ir import transformed, with_body
 
 #: The smallest panel prefetched, in bytes: a smaller one is multiplied in too few cycles for its
 #: prefetch to arrive ahead of it, and the pairs of an inner reduction loop with the register tile's
@@ -258,6 +258,6 @@ def _inserted(stmt, prefetches: dict):
         mine = [s for v, s in prefetches.get(node.loop_var.name, []) if v.same_as(node.loop_var)]
         if not mine:
             return None
-        return loop_with_body(node, tirx.SeqStmt([*mine, node.body]))
+        return with_body(node, tirx.SeqStmt([*mine, node.body]))
 
     return transformed(stmt, first_in_loop)
