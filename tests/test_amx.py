@@ -17,7 +17,7 @@ from ms_heron.hardware.dot_products import VNNI
 from ms_heron.hardware.peak import amx_peak_gops, dot_peak_gops, int8_peak
 from ms_heron.hardware.targets import TargetError, has_amx
 from ms_heron.intrinsics import ensure_registered, is_amx
-from ms_heron.intrinsics.amx import intrinsic_name
+from ms_heron.intrinsics.amx import TILE_CONFIG, intrinsic_name
 from ms_heron.rules import AddCacheStage, MultiLevelTiling, Tensorize
 from ms_heron.schedule.annotations import AUTO_TENSORIZE
 from ms_heron.testing.int8 import adversarial_inputs
@@ -30,7 +30,9 @@ OTHER_CPU = Target({"kind": "llvm", "mcpu": "znver4", "num-cores": 2})
 SAPPHIRE_RAPIDS = Target({"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": 2})
 
 
-def _tensorized_gemm(M: int, N: int, K: int, depth: int, *, walk: str = "columns"):
+def _tensorized_gemm(
+    M: int, N: int, K: int, depth: int, *, walk: str = "columns", parallel: bool = True
+):
     """The suite's int8 GEMM (weights already in VNNI's packed layout) split by hand for the AMX
     intrinsic of reduction ``64 * depth``: the other dimension's 32-blocks in parallel, ``walk``'s
     in the loop inside, the reduction's calls innermost, and its init where RewriteReductionBlock
@@ -43,7 +45,8 @@ def _tensorized_gemm(M: int, N: int, K: int, depth: int, *, walk: str = "columns
     rows, columns, reduction = sch.get_loops(outer)
     if walk == "rows":
         sch.reorder(columns, rows)
-    sch.parallel(sch.get_loops(outer)[0])
+    if parallel:
+        sch.parallel(sch.get_loops(outer)[0])
     sch.decompose_reduction(outer, reduction)
     sch.tensorize(outer, intrinsic_name(depth))
     return workload, sch
@@ -51,8 +54,12 @@ def _tensorized_gemm(M: int, N: int, K: int, depth: int, *, walk: str = "columns
 
 def _finished(sch) -> str:
     """The kernel's TIR after :func:`finish_amx_kernels`, as TVMScript."""
+    return _finished_func(sch).script()
+
+
+def _finished_func(sch) -> tvm.tirx.PrimFunc:
     func = sch.mod["main"].with_attr("target", SAPPHIRE_RAPIDS)
-    return finish_amx_kernels()(tvm.IRModule({"main": func})).script()
+    return finish_amx_kernels()(tvm.IRModule({"main": func}))["main"]
 
 
 def _intrinsics(spaces) -> list[str]:
@@ -87,6 +94,17 @@ def test_a_kernel_of_one_call_per_block_zeroes_its_tiles_and_configures_each_thr
     assert finished.count("tilezero") == 4
     assert "C_o_init" not in finished
     assert finished.count("tileloadd64") + finished.count("tileloaddt164") == 4  # A's 2 and B's 2
+
+
+def test_a_serial_tile_kernel_loads_its_configuration_once_before_its_loops(amx_target):
+    """Without a parallel loop the calls run on the calling thread: one configuration, first."""
+    workload, sch = _tensorized_gemm(64, 64, 128, 2, parallel=False)
+    finished = _finished_func(sch)
+    assert finished.script().count("ldtilecfg") == 1
+    first = finished.body.block.body.seq[0]
+    assert isinstance(first, tvm.tirx.AttrStmt) and first.attr_key == TILE_CONFIG
+    lib = build(sch.mod, amx_target)
+    run_and_check(lib, workload, inputs=adversarial_inputs(workload, 0, VNNI))
 
 
 def test_a_reduction_of_several_calls_keeps_loading_its_accumulators():

@@ -24,7 +24,8 @@ What (:func:`finish_amx_kernels`), for every tensorized call (a block annotated
 3. Of A and B, the one whose tiles move with the innermost loop of more than one iteration around
    the call, while the other's do not, is loaded with the streaming hint.
 
-A function without calls is returned as it is.
+A function without calls, or of a form the pass does not know, is returned as it is: each call
+then loads its configuration and accumulators itself, as tensorized.
 """
 
 from __future__ import annotations
@@ -46,10 +47,13 @@ def finish_amx_kernels() -> tvm.transform.Pass:
     @tirx.transform.prim_func_pass(opt_level=0, name="ms_heron.FinishAmxKernels")
     def _pass(func: tirx.PrimFunc, _mod, _ctx) -> tirx.PrimFunc:
         found = _Found()
-        _find(func.body, [], found)
-        if not found.kernels:
-            return func
-        return func.with_body(_finished(func.body, found))
+        try:
+            _find(func.body, [], found)
+            if not found.kernels:
+                return func
+            return func.with_body(_finished(func.body, found))
+        except (tvm.error.InternalError, ValueError, TypeError, AttributeError):
+            return func  # a form the pass does not know: the calls as tensorized, each configured
 
     return _pass
 
