@@ -52,12 +52,8 @@ def _tensorized_gemm(
     return workload, sch
 
 
-def _finished(sch) -> str:
-    """The kernel's TIR after :func:`finish_amx_kernels`, as TVMScript."""
-    return _finished_func(sch).script()
-
-
-def _finished_func(sch) -> tvm.tirx.PrimFunc:
+def _finished(sch) -> tvm.tirx.PrimFunc:
+    """The kernel after :func:`finish_amx_kernels`."""
     func = sch.mod["main"].with_attr("target", SAPPHIRE_RAPIDS)
     return finish_amx_kernels()(tvm.IRModule({"main": func}))["main"]
 
@@ -87,7 +83,7 @@ def test_a_kernel_of_one_call_per_block_zeroes_its_tiles_and_configures_each_thr
     _, sch = _tensorized_gemm(64, 64, 128, 2)
     before = sch.mod.script()
     assert before.count("ldtilecfg") == 1 and "C_o_init" in before  # the intrinsic's own, per call
-    finished = _finished(sch)
+    finished = _finished(sch).script()
     assert finished.count("ldtilecfg") == 1
     parallel_body = finished.split("T.parallel(")[1]
     assert "ldtilecfg" in parallel_body.split("tdpbusd")[0], "one configuration per thread, first"
@@ -99,7 +95,7 @@ def test_a_kernel_of_one_call_per_block_zeroes_its_tiles_and_configures_each_thr
 def test_a_serial_tile_kernel_loads_its_configuration_once_before_its_loops(amx_target):
     """Without a parallel loop the calls run on the calling thread: one configuration, first."""
     workload, sch = _tensorized_gemm(64, 64, 128, 2, parallel=False)
-    finished = _finished_func(sch)
+    finished = _finished(sch)
     assert finished.script().count("ldtilecfg") == 1
     first = finished.body.block.body.seq[0]
     assert isinstance(first, tvm.tirx.AttrStmt) and first.attr_key == TILE_CONFIG
@@ -110,7 +106,7 @@ def test_a_serial_tile_kernel_loads_its_configuration_once_before_its_loops(amx_
 def test_a_reduction_of_several_calls_keeps_loading_its_accumulators():
     """K = 128 in 64-deep calls: the second call adds to what the first stored."""
     _, sch = _tensorized_gemm(64, 64, 128, 1)
-    finished = _finished(sch)
+    finished = _finished(sch).script()
     assert "tilezero" not in finished
     assert "C_o_init" in finished
     assert finished.count("tileloadd64") + finished.count("tileloaddt164") == 8
@@ -123,7 +119,7 @@ def test_the_operand_the_calls_walk_through_is_loaded_with_the_streaming_hint(wa
     rows)."""
     tiles = {"A": ("T.uint8(4)", "T.uint8(5)"), "B": ("T.uint8(6)", "T.uint8(7)")}  # the impl's
     _, sch = _tensorized_gemm(64, 64, 128, 2, walk=walk)
-    lines = _finished(sch).splitlines()
+    lines = _finished(sch).script().splitlines()
     hinted = [line for line in lines if "tileloaddt164" in line]
     plain = [line for line in lines if "tileloadd64" in line]
     assert sorted(t for line in hinted for t in tiles[streamed] if t in line) == [*tiles[streamed]]

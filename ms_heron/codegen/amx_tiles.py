@@ -60,24 +60,27 @@ def finish_amx_kernels() -> tvm.transform.Pass:
 
 class _Found:
     """What :func:`_find` collects: the calls, each one's streamed operand (0: A, 1: B), the calls
-    that are alone on their output block, every block by name, and the configuration."""
+    that are alone on their output block, every block by name, the configuration, and where the
+    calls run (the variables of the parallel loops around them, and whether any runs outside
+    one)."""
 
     def __init__(self):
-        self.kernels: list = []
+        self.kernels: set = set()
         self.streamed: dict = {}
         self.alone: list = []
         self.blocks: dict = {}
         self.config = None
+        self.parallel_loops: set = set()
         self.outside_parallel = False
 
-    def zeroed_inits(self) -> list:
-        """``(call, init)``: each call alone on its block, with the init that only zeroed it."""
-        pairs = []
+    def zeroed_inits(self) -> dict:
+        """Each call alone on its block -> the init that only zeroed it."""
+        pairs = {}
         for kernel in self.alone:
             name = kernel.block.name_hint
             init = self.blocks.get(name.removesuffix("_update") + "_init")
             if name.endswith("_update") and init is not None and _zeroes_output_of(init, kernel):
-                pairs.append((kernel, init))
+                pairs[kernel] = init
         return pairs
 
 
@@ -87,24 +90,31 @@ def _find(stmt, loops: list, found: _Found) -> None:
     elif isinstance(stmt, tirx.SeqStmt):
         for s in stmt.seq:
             _find(s, loops, found)
-    elif isinstance(stmt, (tirx.AttrStmt, s_tir.SBlockRealize)):
-        if isinstance(stmt, s_tir.SBlockRealize):
-            found.blocks[stmt.block.name_hint] = stmt
-        if isinstance(stmt, s_tir.SBlockRealize) and KERNEL in stmt.block.annotations:
-            found.kernels.append(stmt)
-            if _alone_on_its_block(stmt, loops):
-                found.alone.append(stmt)
-            found.outside_parallel |= not any(lp.kind == tirx.ForKind.PARALLEL for lp in loops)
-            streamed = _streamed_operand(stmt, loops)
-            if streamed is not None:
-                found.streamed[stmt] = streamed
-        if isinstance(stmt, tirx.AttrStmt) and stmt.attr_key == TILE_CONFIG:
+    elif isinstance(stmt, tirx.AttrStmt):
+        if stmt.attr_key == TILE_CONFIG:
             found.config = found.config or stmt
-        _find(stmt.body if isinstance(stmt, tirx.AttrStmt) else stmt.block.body, loops, found)
+        _find(stmt.body, loops, found)
+    elif isinstance(stmt, s_tir.SBlockRealize):
+        found.blocks[stmt.block.name_hint] = stmt
+        if KERNEL in stmt.block.annotations:
+            _add_kernel(stmt, loops, found)
+        _find(stmt.block.body, loops, found)
     elif isinstance(stmt, tirx.IfThenElse):
         _find(stmt.then_case, loops, found)
         if stmt.else_case is not None:
             _find(stmt.else_case, loops, found)
+
+
+def _add_kernel(kernel, loops: list, found: _Found) -> None:
+    found.kernels.add(kernel)
+    if _alone_on_its_block(kernel, loops):
+        found.alone.append(kernel)
+    parallel = {lp.loop_var for lp in loops if lp.kind == tirx.ForKind.PARALLEL}
+    found.parallel_loops |= parallel
+    found.outside_parallel |= not parallel
+    streamed = _streamed_operand(kernel, loops)
+    if streamed is not None:
+        found.streamed[kernel] = streamed
 
 
 def _alone_on_its_block(kernel, loops: list) -> bool:
@@ -183,20 +193,19 @@ def _streamed_operand(kernel, loops: list) -> int | None:
 
 def _finished(body, found: _Found):
     load_id = codegen.llvm_lookup_intrinsic_id(f"llvm.x86.{LOAD}")
-    pairs = found.zeroed_inits()
-    zeroed_calls = [kernel for kernel, _ in pairs]
-    dropped = [init for _, init in pairs]
+    zeroed = found.zeroed_inits()
+    dropped = set(zeroed.values())
 
     def in_kernel(kernel):
         streamed = found.streamed.get(kernel)
-        zeroed = any(kernel.same_as(k) for k in zeroed_calls)
+        zeroes = kernel in zeroed
 
         def rewrite(node):
             if not isinstance(node, tirx.AttrStmt):
                 return None
             if node.attr_key == TILE_CONFIG:
                 return tirx.Evaluate(0)
-            if node.attr_key == ACCUMULATOR_LOADS and zeroed:
+            if node.attr_key == ACCUMULATOR_LOADS and zeroes:
                 return tirx.SeqStmt([_tile_call("tilezero", c.args[1]) for c in _calls(node)])
             if node.attr_key == OPERAND_LOADS and streamed is not None:
                 if int(node.value) == streamed:
@@ -206,9 +215,9 @@ def _finished(body, found: _Found):
         return with_body(kernel, transformed(kernel.block.body, rewrite))
 
     def post(node):
-        if any(node.same_as(k) for k in found.kernels):
+        if node in found.kernels:
             return in_kernel(node)
-        if any(node.same_as(d) for d in dropped):
+        if node in dropped:
             return _NOTHING
         if isinstance(node, tirx.For) and _is_nothing(node.body):
             return _NOTHING
@@ -224,11 +233,7 @@ def _finished(body, found: _Found):
         return done
 
     def configured(node):
-        if (
-            isinstance(node, tirx.For)
-            and node.kind == tirx.ForKind.PARALLEL
-            and _contains_kernel(node)
-        ):
+        if isinstance(node, tirx.For) and node.loop_var in found.parallel_loops:
             return with_body(node, tirx.SeqStmt([config, node.body]))
         return None
 
@@ -270,17 +275,3 @@ def _streaming(node, load_id: int):
     if int(call.args[0]) != load_id:
         return None
     return _tile_call(STREAMING_LOAD, *call.args[1:])
-
-
-def _contains_kernel(stmt) -> bool:
-    if isinstance(stmt, s_tir.SBlockRealize):
-        return KERNEL in stmt.block.annotations or _contains_kernel(stmt.block.body)
-    if isinstance(stmt, (tirx.For, tirx.AttrStmt)):
-        return _contains_kernel(stmt.body)
-    if isinstance(stmt, tirx.SeqStmt):
-        return any(_contains_kernel(s) for s in stmt.seq)
-    if isinstance(stmt, tirx.IfThenElse):
-        return _contains_kernel(stmt.then_case) or (
-            stmt.else_case is not None and _contains_kernel(stmt.else_case)
-        )
-    return False
