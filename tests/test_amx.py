@@ -4,25 +4,29 @@ peak."""
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import tvm
-from rule_helpers import stock_design_spaces
+from rule_helpers import started_search, stock_design_spaces
+from tvm import te
 from tvm.s_tir import Schedule
 from tvm.s_tir.schedule.transform import tile_with_tensor_intrin
 from tvm.target import Target
 
-from ms_heron import workloads
+from ms_heron import HeronSpace, workloads
 from ms_heron.codegen import finish_amx_kernels
 from ms_heron.hardware.dot_products import VNNI
 from ms_heron.hardware.peak import amx_peak_gops, dot_peak_gops, int8_peak
 from ms_heron.hardware.targets import TargetError, has_amx
 from ms_heron.intrinsics import ensure_registered, is_amx
 from ms_heron.intrinsics.amx import TILE_CONFIG, intrinsic_name
-from ms_heron.rules import AddCacheStage, MultiLevelTiling, Tensorize
+from ms_heron.rules import AddCacheStage, AlwaysInline, MultiLevelTiling, Tensorize
 from ms_heron.schedule.annotations import AUTO_TENSORIZE
+from ms_heron.schedule.gemm_view import as_gemm
 from ms_heron.testing.int8 import adversarial_inputs
 from ms_heron.tuning.api import best_schedule, tune_workload
 from ms_heron.workloads.evaluate import build, run_and_check
+from ms_heron.workloads.workload import Workload, from_func
 
 #: A VNNI CPU that is not this machine: the OS's tile grant cannot be asked for it.
 OTHER_CPU = Target({"kind": "llvm", "mcpu": "znver4", "num-cores": 2})
@@ -56,6 +60,46 @@ def _finished(sch) -> tvm.tirx.PrimFunc:
     """The kernel after :func:`finish_amx_kernels`."""
     func = sch.mod["main"].with_attr("target", SAPPHIRE_RAPIDS)
     return finish_amx_kernels()(tvm.IRModule({"main": func}))["main"]
+
+
+def _allocated(sch) -> list[tuple[str, tuple[int, ...]]]:
+    """The dtype and shape of each buffer the function allocates."""
+    return [
+        (str(b.dtype), tuple(int(d) for d in b.shape))
+        for b in sch.mod["main"].body.block.alloc_buffers
+    ]
+
+
+def _int8_conv(size: int, kernel: int, *, relu: bool = False) -> Workload:
+    """A u8 x s8 NHWC convolution (unpadded, 64 to 32 channels) as a model's lowering gives it: its
+    weight ``[CO, KH, KW, CI]`` a layout-free constant, packed for the tiles at compile time, and
+    a ReLU after it if asked. Checked against itself, unscheduled."""
+    ci, co, wide = 64, 32, size + kernel - 1
+    x = te.placeholder((1, wide, wide, ci), "uint8", name="X")
+    w = te.placeholder((co, kernel, kernel, ci), "int8", name="W")
+    ry, rx, rc = (
+        te.reduce_axis((0, e), n) for e, n in [(kernel, "ry"), (kernel, "rx"), (ci, "rc")]
+    )
+    out = te.compute(
+        (1, size, size, co),
+        lambda n, y, x_, f: te.sum(
+            x[n, y + ry, x_ + rx, rc].astype("int32") * w[f, ry, rx, rc].astype("int32"),
+            axis=[ry, rx, rc],
+        ),
+        name="C",
+    )
+    if relu:
+        out = te.compute(out.shape, lambda *i: tvm.tirx.max(out(*i), 0), name="relu")
+    func = te.create_prim_func([x, w, out]).with_attr("layout_free_buffers", [1])
+    return from_func(func, f"conv{kernel}x{kernel}{'_relu' if relu else ''}")
+
+
+def _saturating_inputs(conv: Workload) -> list[np.ndarray]:
+    """u8 255 against s8 127 and -128 in alternate channels: every pair of products past s16."""
+    x, w = conv.random_inputs(0)
+    x[...] = 255
+    w[...] = np.where(np.arange(w.shape[-1]) % 2 == 0, 127, -128).astype(np.int8)
+    return [x, w]
 
 
 def _intrinsics(spaces) -> list[str]:
@@ -173,6 +217,62 @@ def test_a_cpu_that_is_not_this_host_gets_vnni_only(cpu_target):
     spaces = stock_design_spaces(workloads.gemm(M=32, N=32, K=64).func, [Tensorize()], OTHER_CPU)
     assert _intrinsics(spaces) == [VNNI.name]
     assert not any(is_amx(name) for name in _intrinsics(spaces))
+
+
+@pytest.mark.parametrize(("kernel", "gathered"), [(1, (64, 64)), (3, (3, 3, 64, 64))])
+def test_a_convolution_on_a_small_feature_map_is_tiled_over_its_pixels_fused(kernel, gathered):
+    """A 7 x 7 map's w padded to 32 rows would be 4.6x the work, past what AMX may pad; its 49
+    pixels fused into one row iterator pad to 64. A 3 x 3 kernel's taps go ahead of the rows in
+    the gathered input, so that each tap's rows are one strided tile. Compiled for Sapphire
+    Rapids, on any host."""
+    conv = _int8_conv(7, kernel)
+    rule = Tensorize(intrinsics=[intrinsic_name(1)])
+    spaces = stock_design_spaces(conv.func, [rule], SAPPHIRE_RAPIDS)
+    assert _intrinsics(spaces) == [intrinsic_name(1)]
+    allocated = _allocated(spaces[0])
+    assert ("uint8", gathered) in allocated  # [taps, rows, channels]
+    assert ("int32", (64, 32)) in allocated  # [rows, channels]
+
+
+def test_a_gemm_has_no_pixels_to_fuse():
+    """One row iterator: nothing to fuse, the schedule is left to the plain tile space."""
+    workload = workloads.gemm(M=8, N=32, K=64)
+    sch = Schedule(workload.func)
+    assert as_gemm(sch, sch.get_sblock("C")) is None
+
+
+def test_an_epilogue_runs_over_the_fused_pixels_inside_the_tile_loops():
+    """The convolution's ReLU goes into the copy that reads the fused result back pixel by pixel,
+    whose loops are fused the same way, so the cache stage rule puts it under the tile loops: one
+    pass over memory, as for a convolution tiled as it is."""
+    func = _int8_conv(7, 3, relu=True).func
+    rules = [AlwaysInline(), Tensorize(intrinsics=[intrinsic_name(1)]), MultiLevelTiling()]
+    rules.append(AddCacheStage(levels=(0,)))
+    (space,) = stock_design_spaces(func, rules, SAPPHIRE_RAPIDS)
+    (epilogue,) = [
+        b
+        for b in space.get_child_blocks(space.get_sblock("root"))
+        if space.get(b).writes[0].source.name == "relu"
+    ]
+    assert [int(iv.dom.extent) for iv in space.get(epilogue).iter_vars] == [49, 32]
+    assert "T.max" in space.get(epilogue).body.script()
+    assert len(space.get_loops(epilogue)) > 2, space.mod.script()
+
+
+@pytest.mark.parametrize("relu", [False, True])
+@pytest.mark.parametrize("kernel", [1, 3])
+def test_fused_pixel_tile_kernels_are_bit_exact_on_saturating_inputs(kernel, relu, amx_target):
+    """Tile kernels HeronSearch samples for the convolutions above (every rule of HeronSpace, and
+    its postprocs), built and run here."""
+    conv = _int8_conv(7, kernel, relu=relu)
+    space = HeronSpace(include_default_spaces=False)
+    strategy = started_search(conv.func, amx_target, trials=8, per_round=8, space=space)
+    tiles = [c.sch for c in strategy.generate_measure_candidates() if "amx" in str(c.sch.trace)]
+    assert tiles, "no tile kernel sampled"
+    for sch in tiles[:2]:
+        lib = build(sch.mod, amx_target)
+        run_and_check(lib, conv, inputs=_saturating_inputs(conv))
+        run_and_check(lib, conv, seed=1)
 
 
 def test_the_amx_peak_needs_amx_and_names_why():

@@ -23,6 +23,7 @@ from ..intrinsics import (
 )
 from ..schedule.analysis import extents, is_tiled, padded_volume_ratio, param_index
 from ..schedule.annotations import AUTO_TENSORIZE, BLOCKIZED, NARROW_WEIGHTS, iter_kinds
+from ..schedule.gemm_view import GemmView, as_gemm
 from ..schedule.operand_layout import match_operands, prepare_operands, widen_activation
 from ..schedule.options import check, heron_object
 from ..schedule.padding import pad_einsum
@@ -85,9 +86,11 @@ class Tensorize(HeronRule):
     The intrinsics come in families (AMX tiles of every reduction depth, a dot product): the first
     of each family that fits makes a design space of its own, so that on an AMX host the search
     measures a tile kernel against a VNNI one instead of the rule guessing which is faster for this
-    shape. A ``vpdpbusd`` space whose rows leave no register tile enough accumulators (AVX-VNNI's 16
-    registers and a 1024-row GEMM) comes with a second one, its rows padded for a tile that has
-    them (:meth:`_register_rows`).
+    shape. A convolution whose output rows fit no tile (a 7 x 7 map's w padded to 32) gets its tile
+    space over its pixels fused into one row iterator
+    (:func:`~ms_heron.schedule.gemm_view.as_gemm`). A ``vpdpbusd`` space whose rows leave no
+    register tile enough accumulators (AVX-VNNI's 16 registers and a 1024-row GEMM) comes with a
+    second one, its rows padded for a tile that has them (:meth:`_register_rows`).
 
     Parameters
     ----------
@@ -147,7 +150,28 @@ class Tensorize(HeronRule):
     ) -> Schedule | None:
         """A copy of ``sch`` with ``block`` split for ``intrin`` and marked for tensorizing, or
         None. ``rows``: an iterator and the multiple to pad it to as well (:meth:`_register_rows`).
+        An AMX tile that fits no row iterator of a convolution fits its pixels fused into one
+        (:mod:`~ms_heron.schedule.gemm_view`).
         """
+        tensorized = self._tensorized_as(sch, block, intrin, rows=rows)
+        if tensorized is not None or not is_amx(intrin):
+            return tensorized
+        fused = as_gemm(sch, block)
+        if fused is None:
+            return None
+        gemm, view = fused
+        return self._tensorized_as(gemm, block, intrin, view=view)
+
+    def _tensorized_as(
+        self,
+        sch: Schedule,
+        block: SBlockRV,
+        intrin: str,
+        *,
+        rows: tuple[int, int] | None = None,
+        view: GemmView | None = None,
+    ) -> Schedule | None:
+        """:meth:`_tensorized` on the block's iterators as they are (``view``: as fused)."""
         desc = TensorIntrin.get(intrin).desc
         if _dtypes(sch, block) != _block_dtypes(intrin):
             return None
@@ -164,6 +188,8 @@ class Tensorize(HeronRule):
             pad_reduction=not amx,
             rows=rows,
         )
+        if work is not None and view is not None and not view.settle(work, block):
+            return None
         # AMX reads VNNI's packed operands (see ms_heron.intrinsics.amx): VNNI's tile matches them.
         layout = TensorIntrin.get(VNNI.name).desc if amx else desc
         mapping = get_tensorize_loop_mapping(work, block, layout) if work is not None else None
