@@ -1,5 +1,6 @@
 """Heron's Tensorize rule (AMX and the x86 dot products on CPU; WMMA has its own rule)."""
 
+import functools
 import itertools
 import math
 
@@ -134,9 +135,15 @@ class Tensorize(HeronRule):
         if candidates:
             ensure_registered(self.target)
         spaces = []
+        # a convolution seen as a GEMM, for the tiles that fit none of its row iterators: the same
+        # view serves every depth
+        fused = functools.cache(lambda: as_gemm(sch, block))
         for _, family in itertools.groupby(candidates, key=is_amx):
             for intrin in family:
                 space = self._tensorized(sch, block, intrin)
+                if space is None and is_amx(intrin) and fused() is not None:
+                    gemm, view = fused()
+                    space = self._tensorized(gemm, block, intrin, view=view)
                 if space is None:
                     continue
                 rows = self._register_rows(sch, block, intrin)
@@ -146,23 +153,6 @@ class Tensorize(HeronRule):
         return spaces or [sch]
 
     def _tensorized(
-        self, sch: Schedule, block: SBlockRV, intrin: str, *, rows: tuple[int, int] | None = None
-    ) -> Schedule | None:
-        """A copy of ``sch`` with ``block`` split for ``intrin`` and marked for tensorizing, or
-        None. ``rows``: an iterator and the multiple to pad it to as well (:meth:`_register_rows`).
-        An AMX tile that fits no row iterator of a convolution fits its pixels fused into one
-        (:mod:`~ms_heron.schedule.gemm_view`).
-        """
-        tensorized = self._tensorized_as(sch, block, intrin, rows=rows)
-        if tensorized is not None or not is_amx(intrin):
-            return tensorized
-        fused = as_gemm(sch, block)
-        if fused is None:
-            return None
-        gemm, view = fused
-        return self._tensorized_as(gemm, block, intrin, view=view)
-
-    def _tensorized_as(
         self,
         sch: Schedule,
         block: SBlockRV,
@@ -171,7 +161,11 @@ class Tensorize(HeronRule):
         rows: tuple[int, int] | None = None,
         view: GemmView | None = None,
     ) -> Schedule | None:
-        """:meth:`_tensorized` on the block's iterators as they are (``view``: as fused)."""
+        """A copy of ``sch`` with ``block`` split for ``intrin`` and marked for tensorizing, or
+        None. ``rows``: an iterator and the multiple to pad it to as well (:meth:`_register_rows`).
+        ``view``: ``sch`` has the block's pixels fused into one row iterator
+        (:mod:`~ms_heron.schedule.gemm_view`), settled once padded.
+        """
         desc = TensorIntrin.get(intrin).desc
         if _dtypes(sch, block) != _block_dtypes(intrin):
             return None
