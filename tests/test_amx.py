@@ -241,6 +241,17 @@ def test_a_gemm_has_no_pixels_to_fuse():
     assert as_gemm(sch, sch.get_sblock("C")) is None
 
 
+def test_a_copy_back_whose_pixels_cannot_be_fused_leaves_the_view_unsettled():
+    """Where the copy back cannot be laid out over the fused rows (here a loop of it split first,
+    which ``transform_block_layout`` refuses), ``settle`` says so instead of raising: Tensorize then
+    drops the tile space rather than build a copy back that reads ``r // 7, r % 7``."""
+    sch = Schedule(_int8_conv(7, 1).func)
+    gemm, view = as_gemm(sch, sch.get_sblock("C"))
+    *_, channels = gemm.get_loops(view.scatter)
+    gemm.split(channels, [None, 8])
+    assert view.settle(gemm, gemm.get_sblock("C")) is False
+
+
 def test_an_epilogue_runs_over_the_fused_pixels_inside_the_tile_loops():
     """The convolution's ReLU goes into the copy that reads the fused result back pixel by pixel,
     whose loops are fused the same way, so the cache stage rule puts it under the tile loops: one
