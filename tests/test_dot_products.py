@@ -33,7 +33,7 @@ from ms_heron.hardware.dot_products import (
     require_dot_product,
 )
 from ms_heron.hardware.peak import dot_chains, dot_peak_gops, fma_peak_gops
-from ms_heron.hardware.probes import PEAK_CHAINS
+from ms_heron.hardware.probes import PEAK_CHAINS, dot_kernel
 from ms_heron.hardware.targets import (
     ISA_MCPU,
     TargetError,
@@ -56,17 +56,14 @@ from ms_heron.testing.int8 import adversarial_inputs
 from ms_heron.tuning import tune_model
 from ms_heron.workloads.evaluate import build, run_and_check
 
-#: An mcpu of each dot product's CPUs, best first like DOT_PRODUCTS.
-MCPU = {
-    "AVX-512 VNNI": "cascadelake",
-    "AVX-VNNI": "alderlake",
-    "AVX-512BW": "skylake-avx512",
-    "AVX2": "haswell",
-}
+
+def _mcpu(dot):
+    """A CPU with the dot product's instruction set and nothing wider."""
+    return ISA_MCPU[dot.features[0]]
 
 
 def _target(dot):
-    return Target({"kind": "llvm", "mcpu": MCPU[dot.isa], "num-cores": 2})
+    return Target({"kind": "llvm", "mcpu": _mcpu(dot), "num-cores": 2})
 
 
 def _tensorized_dense(intrin, dot, M=32, N=64, K=32):
@@ -175,7 +172,7 @@ def test_every_dot_product_tensorizes_a_gemm_and_a_conv_emits_its_instruction_an
     assert ("vpmaddubsw" in asm) == dot.narrow_weights
     if not dot.runs_on(host_target()):
         pytest.skip(
-            f"compiled for {MCPU[dot.isa]}; the host CPU ({cpu_name(host_target())}) has no "
+            f"compiled for {_mcpu(dot)}; the host CPU ({cpu_name(host_target())}) has no "
             f"{dot.isa} to run it"
         )
     for seed in range(3):
@@ -340,6 +337,23 @@ def test_code_for_a_narrower_cpu_runs_here_and_a_wider_ones_does_not():
         match=r"dot_peak_gops\(\) measures this machine; code for .* does not run on it",
     ):
         dot_peak_gops(_target(wider))
+
+
+def test_a_dot_products_peak_is_probed_in_code_for_its_instruction_set_alone():
+    """On a CPU with AVX-512 VNNI, LLVM fuses ``vpmaddwd`` and its ``vpaddd`` into ``vpdpwssd``,
+    which an AVX2 CPU lacks: a probe of the AVX2 form compiled for such a CPU measured the fused
+    instruction, not what AVX2 kernels issue. Compiled only: runs on any host."""
+    avx2 = next(d for d in DOT_PRODUCTS if d.isa == "AVX2" and d.form == "vpmaddwd")
+    vnni_cpu = Target({"kind": "llvm", "mcpu": "cascadelake", "num-cores": 2})
+    own = avx2.own_target(vnni_cpu)
+    assert own.attrs["mcpu"] == "haswell" and int(own.attrs["num-cores"]) == 2
+
+    def assembly(target):
+        return tvm.compile(dot_kernel(avx2, 1, 8), target=target).mod.inspect_source("asm")
+
+    fused, alone = assembly(vnni_cpu), assembly(own)
+    assert "vpdpwssd" in fused
+    assert "vpmaddwd" in alone and "vpdpwssd" not in alone
 
 
 def test_a_narrower_instruction_set_is_compiled_for_and_a_wider_one_refused_naming_the_cpu():
