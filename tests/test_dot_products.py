@@ -59,7 +59,7 @@ from ms_heron.workloads.evaluate import build, run_and_check
 
 def _mcpu(dot):
     """A CPU with the dot product's instruction set and nothing wider."""
-    return ISA_MCPU[dot.features[0]]
+    return ISA_MCPU[dot.isa_key]
 
 
 def _target(dot):

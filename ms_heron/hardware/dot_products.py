@@ -152,13 +152,19 @@ class DotProduct:
         multiplicand."""
         return T.reinterpret(T.broadcast(word, self.lanes), dtype=self.operand_type)
 
+    @property
+    def isa_key(self) -> str:
+        """Its instruction set as :data:`.ISA_MCPU` and ``--isa`` name it ("avx2"): the first of
+        :attr:`features`."""
+        return self.features[0]
+
     def own_target(self, target: Target) -> Target:
-        """``target`` compiled for this instruction set and nothing wider (:func:`.narrowed`; the
-        first of :attr:`features` names the set), as a CPU with only this set runs its kernels.
+        """``target`` compiled for this instruction set and nothing wider (:func:`.narrowed`), as a
+        CPU with only this set runs its kernels.
         Where ``target`` has AVX-512 VNNI, LLVM fuses ``vpmaddwd`` and its ``vpaddd`` into
         ``vpdpwssd``, which such a CPU lacks: a Zen 4's AVX2 probe read 472 GOPS for the fused
         instruction against 353 for its AVX2 code."""
-        return narrowed(target, self.features[0])
+        return narrowed(target, self.isa_key)
 
     def runs_on(self, target: Target) -> bool:
         """Whether the target's CPU has the instructions, from LLVM's feature set."""
