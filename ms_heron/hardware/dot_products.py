@@ -91,6 +91,10 @@ class DotProduct:
     narrow_weights
         Exact only on weights :func:`bytes_multiply_exactly` accepts (else for
         every s8 weight).
+    s16_values
+        Its operands hold s16 values themselves, not u8 and s8 values widened: an int8
+        convolution's products in the Winograd domain
+        (:mod:`ms_heron.relax.passes.winograd`), whose lowering bounds their sums.
     """
 
     name: str
@@ -101,6 +105,7 @@ class DotProduct:
     lanes: int
     reduction: int
     narrow_weights: bool = False
+    s16_values: bool = False
 
     @property
     def tile(self) -> tuple[int, int]:
@@ -112,6 +117,17 @@ class DotProduct:
     def widens(self) -> bool:
         """Whether it multiplies s16 (``vpmaddwd``): its operands are stored widened."""
         return self.form == "vpmaddwd"
+
+    @property
+    def widens_activation(self) -> bool:
+        """Whether its activation operand is a u8 one the schedule widens to s16 (a copy)."""
+        return self.widens and not self.s16_values
+
+    @property
+    def operand_dtypes(self) -> set[str]:
+        """The dtypes of a block it tensorizes: the activation's before any widening, the
+        weight's as stored, the accumulator's."""
+        return {"int16", "int32"} if self.s16_values else {"uint8", self.weight_dtype, "int32"}
 
     @property
     def weight_dtype(self) -> str:
@@ -235,21 +251,39 @@ DOT_PRODUCTS = (
 )
 #: AVX-512 VNNI's: AMX reads weights in its packed layout.
 VNNI = DOT_PRODUCTS[0]
+#: ``vpmaddwd`` on s16 values (:attr:`DotProduct.s16_values`), per instruction set that multiplies
+#: s16: the batched GEMM of an int8 convolution in the Winograd domain.
+S16_DOT_PRODUCTS = tuple(
+    DotProduct(
+        name=f"{d.name}_s16",
+        isa=d.isa,
+        features=d.features,
+        form=d.form,
+        instructions=d.instructions,
+        lanes=d.lanes,
+        reduction=d.reduction,
+        s16_values=True,
+    )
+    for d in DOT_PRODUCTS
+    if d.widens
+)
 
 
 def by_name(name: str) -> DotProduct | None:
-    return next((d for d in DOT_PRODUCTS if d.name == name), None)
+    return next((d for d in (*DOT_PRODUCTS, *S16_DOT_PRODUCTS) if d.name == name), None)
 
 
 def dot_products(target: Target) -> list[DotProduct]:
     """The dot products the Tensorize rule offers for ``target``, fastest first: the best exact one
     the CPU has, and before it, where that one only widens, the form for 7-bit weights of the same
-    instruction set (the rule uses it only on weights known to fit)."""
+    instruction set (the rule uses it only on weights known to fit); after it, its form for s16
+    values (the rule matches it only to blocks of s16 operands)."""
     exact = dot_product(target)
     if exact is None:
         return []
     narrow = [d for d in DOT_PRODUCTS if d.narrow_weights and d.isa == exact.isa]
-    return [*narrow, exact]
+    s16 = [d for d in S16_DOT_PRODUCTS if d.isa == exact.isa]
+    return [*narrow, exact, *s16]
 
 
 def dot_product(target: Target) -> DotProduct | None:

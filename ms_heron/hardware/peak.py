@@ -185,16 +185,20 @@ def bound_seconds(mod: IRModule, target: Target) -> float:
 
 
 def bound_parts(mod: IRModule, target: Target) -> tuple[float, float]:
-    """The kernel's flops at the FMA peak (the :func:`int8_peak` for a kernel of 8-bit integers on
-    an x86 CPU), and its arguments' bytes once through memory at the measured bandwidth, in
-    seconds; zeros for a target that is not this machine. A kernel much faster than the first was
-    timed against a peak measured too low (:func:`measure_peaks_again`), or multiplies narrow int8
-    weights by bytes, twice the exact form's work per instruction."""
+    """The kernel's flops at the FMA peak (the :func:`int8_peak` for a kernel of 8- or 16-bit
+    integers on an x86 CPU), and its arguments' bytes once through memory at the measured
+    bandwidth, in seconds; zeros for a target that is not this machine. A kernel much faster than
+    the first was timed against a peak measured too low (:func:`measure_peaks_again`), or
+    multiplies narrow int8 weights by bytes, twice the exact form's work per instruction."""
     if not runs_here(target):
         return 0.0, 0.0
     args = ArgInfo.from_prim_func(mod["main"])
     moved = sum(math.prod(int(d) for d in a.shape) * DataType(a.dtype).itemsize for a in args)
-    int8 = any(str(a.dtype) in ("int8", "uint8") for a in args) and dot_product(target) is not None
+    # s16 operands: an int8 convolution's Winograd domain, on the dot product's own instruction
+    int8 = (
+        any(str(a.dtype) in ("int8", "uint8", "int16") for a in args)
+        and dot_product(target) is not None
+    )
     ops_per_s = (int8_peak(target)[1] if int8 else fma_peak_gops(target)) * 1e9
     return (
         float(estimate_tir_flops(mod) / ops_per_s),

@@ -20,7 +20,7 @@ import functools
 from tvm.s_tir import TensorIntrin
 from tvm.script import tirx as T
 
-from ..hardware.dot_products import DOT_PRODUCTS, VNNI, DotProduct
+from ..hardware.dot_products import DOT_PRODUCTS, S16_DOT_PRODUCTS, VNNI, DotProduct
 from .library import fast_parsing, import_x86_intrinsics
 
 #: The name TVM's own x86 rules look up (``tvm.s_tir.tensor_intrin.x86.VNNI_DOT_16x4_INTRIN``).
@@ -43,7 +43,7 @@ def _parsed(dot: DotProduct):
 
     def activation(value):
         # a widened activation holds u8 values: the schedule's widening copy reads them back as u8
-        return T.cast(value if a_dtype == "uint8" else T.cast(value, "uint8"), "int32")
+        return T.cast(T.cast(value, "uint8") if dot.widens_activation else value, "int32")
 
     @T.prim_func(s_tir=True)
     def desc(
@@ -81,7 +81,7 @@ def _parsed(dot: DotProduct):
 def register_dot_products() -> None:
     """Register every dot product's intrinsic under its name (cheap; safe to call more than
     once)."""
-    for dot in DOT_PRODUCTS:
+    for dot in (*DOT_PRODUCTS, *S16_DOT_PRODUCTS):
         if TensorIntrin.get(dot.name, allow_missing=True) is None:
             TensorIntrin.register(dot.name, *_desc_and_impl(dot))
 

@@ -63,7 +63,7 @@ def _block_dtypes(intrin: str) -> set[str]:
     makes the copy). TVM's loop-mapping analysis matches the loop structure only, not the dtypes."""
     dot = by_name(intrin)
     if dot is not None:
-        return {"uint8", dot.weight_dtype, "int32"}
+        return dot.operand_dtypes
     return {str(info.dtype) for info in ArgInfo.from_prim_func(TensorIntrin.get(intrin).desc)}
 
 
@@ -192,7 +192,7 @@ class Tensorize(HeronRule):
             work, block, operands, panels_in_tile_order=amx
         ):
             return None
-        if dot is not None and dot.widens:
+        if dot is not None and dot.widens_activation:
             widen_activation(work, block, dot.activation_dtype)
         inner = tile_with_tensor_intrin(work, block, intrin)
         if inner is None:

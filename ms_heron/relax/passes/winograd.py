@@ -37,6 +37,7 @@ from tvm import IRModule, relax, te, tirx
 from tvm.relax.utils import gen_call_tir_inputs
 from tvm.s_tir import Schedule
 
+from ...hardware.dot_products import dot_product
 from ...hardware.peak import flops_per_byte as measured_flops_per_byte
 from ...hardware.targets import is_cpu, vector_bytes, vector_registers
 from .guard import never_failing
@@ -51,6 +52,9 @@ class WinogradForm:
     b_t: np.ndarray  # the input transform ``Bᵀ``, (m + 2) x (m + 2)
     g: np.ndarray  # the filter transform ``G``, (m + 2) x 3
     a_t: np.ndarray  # the output transform ``Aᵀ``, m x (m + 2)
+    # the products are 2**scale_bits times the output's (an integer form's ``G`` scaled to whole
+    # numbers); the output transform shifts them back
+    scale_bits: int = 0
 
     @property
     def side(self) -> int:
@@ -96,12 +100,20 @@ F4 = WinogradForm(
 )
 #: The forms :func:`chosen_form` picks from; the first wins a tie.
 FORMS = (F2, F4)
+#: F(2x2, 3x3) in integers for an int8 convolution: ``2G`` has whole entries, so ``U`` is 4 times
+#: ``G g Gᵀ``, within +-1152 for s8 weights, and ``V = Bᵀ d B`` within +-1020 for u8 inputs: both
+#: s16, the operands ``vpmaddwd`` multiplies. Exact where the sums stay in s32
+#: (:func:`integer_sums_fit`).
+F2_INTEGER = WinogradForm(
+    tile=2, b_t=F2.b_t, g=(2 * F2.g).astype(np.int64), a_t=F2.a_t, scale_bits=2
+)
 #: Fewer channels than this leave the batched GEMM too thin to pay for the transforms.
 MIN_CHANNELS = 16
 
 
 def winograd_weight(weight: np.ndarray, form: WinogradForm = F2) -> np.ndarray:
-    """HWIO 3x3 weights as ``U = G g Gᵀ`` per channel pair, ``[(m + 2)², in, out]``."""
+    """HWIO 3x3 weights as ``U = G g Gᵀ`` per channel pair, ``[(m + 2)², in, out]``, in the
+    weight's dtype (exact for integers: an integer form's ``G`` is whole)."""
     u = np.einsum("ei,ijco,nj->enco", form.g, weight.astype(np.float64), form.g)
     return u.reshape(-1, *weight.shape[2:]).astype(weight.dtype)
 
@@ -131,6 +143,18 @@ def chosen_form(
     return min(FORMS, key=cost)
 
 
+def integer_sums_fit(u: np.ndarray, form: WinogradForm = F2_INTEGER) -> bool:
+    """Whether every sum the integer form computes on these transformed weights ``U``
+    (``[(m + 2)², in, out]``) and any u8 input stays in s32: the products' channel sums, and the
+    output transform's sums of those, bounded by absolute values. A constraint on data, checked
+    where the weights are constants: a convolution that fails it stays direct. (s8 weights fit up to
+    about 200 input channels whatever their values; trained ones, far more.)"""
+    spread = lambda m: int(np.abs(m).sum(axis=1).max())  # noqa: E731  # the most a row adds up
+    inputs = 255 * spread(form.b_t) ** 2
+    products = inputs * int(np.abs(u.astype(np.int64)).sum(axis=1).max())
+    return products * spread(form.a_t) ** 2 <= np.iinfo(np.int32).max
+
+
 def _select(row, values: list, dtype: str):
     """``values[row]`` for a row that depends on the loops: a chain of selects between constants,
     which the code generator hoists out of the channel loop (rows holding the last value fall
@@ -142,7 +166,7 @@ def _select(row, values: list, dtype: str):
     return value
 
 
-def _row_terms(matrix: np.ndarray, row) -> list[tuple[tirx.PrimExpr, tirx.PrimExpr]]:
+def _row_terms(matrix: np.ndarray, row, dtype: str) -> list[tuple[tirx.PrimExpr, tirx.PrimExpr]]:
     """Row ``row`` of a transform matrix applied to a vector, as its nonzero terms only: per term
     the entry of the vector it reads and its coefficient. F(2x2, 3x3)'s ``Bᵀ`` has two nonzero
     entries per row and its ``Aᵀ`` three, so a 2-D transform reads 4 (or 9) inputs per output, not
@@ -154,13 +178,13 @@ def _row_terms(matrix: np.ndarray, row) -> list[tuple[tirx.PrimExpr, tirx.PrimEx
     indexed by a constant (``table[k, 3]``), so the tuned transforms read the wrong coefficients.
     """
     # per row, its (column, coefficient) terms, padded with zero terms to the longest row's count
-    per_row = [[(int(c), float(entries[c])) for c in np.flatnonzero(entries)] for entries in matrix]
+    per_row = [[(int(c), entries[c].item()) for c in np.flatnonzero(entries)] for entries in matrix]
     terms = max(len(r) for r in per_row)
-    per_row = [r + [(r[0][0], 0.0)] * (terms - len(r)) for r in per_row]
+    per_row = [r + [(r[0][0], 0)] * (terms - len(r)) for r in per_row]
     return [
         (
             _select(row, [r[term][0] for r in per_row], "int32"),
-            _select(row, [r[term][1] for r in per_row], "float32"),
+            _select(row, [r[term][1] for r in per_row], dtype),
         )
         for term in range(terms)
     ]
@@ -182,20 +206,30 @@ def padded_rows(rows: int, target: tvm.target.Target | None) -> int:
     return min(-(-rows // mr) * mr for mr in range(most, 3, -1))
 
 
-def _input_tiles(data: te.Tensor, padded_tiles: int, form: WinogradForm) -> te.Tensor:
-    """``V[side i + j, p, c] = (Bᵀ d_p B)[i, j]`` over each tile ``p``'s zero-padded input ``d_p``
-    of channel ``c``; rows past the last tile are zeros."""
+def _input_tiles(
+    data: te.Tensor,
+    padded_tiles: int,
+    form: WinogradForm,
+    out_size: tuple[int, int],
+    pad: int,
+    dtype: str,
+) -> te.Tensor:
+    """``V[side i + j, p, c] = (Bᵀ d_p B)[i, j]`` in ``dtype`` over each tile ``p``'s input ``d_p``
+    of channel ``c``, zero-padded by ``pad`` (tiles of an ``out_size`` output); rows past the last
+    tile are zeros."""
     batch, height, width, channels = (int(d) for d in data.shape)
-    side, rows, cols = form.side, form.tiles(height), form.tiles(width)
+    side, rows, cols = form.side, form.tiles(out_size[0]), form.tiles(out_size[1])
 
     def value(k, p, c):
         n, t = p // (rows * cols), p % (rows * cols)
-        total, columns = tirx.const(0.0, data.dtype), _row_terms(form.b_t, k % side)
-        for dy, row_coefficient in _row_terms(form.b_t, k // side):
+        total, columns = tirx.const(0, dtype), _row_terms(form.b_t, k % side, dtype)
+        for dy, row_coefficient in _row_terms(form.b_t, k // side, dtype):
             for dx, column_coefficient in columns:
-                y, x = (t // cols) * form.tile + dy - 1, (t % cols) * form.tile + dx - 1
+                y, x = (t // cols) * form.tile + dy - pad, (t % cols) * form.tile + dx - pad
                 inside = tirx.all(n < batch, y >= 0, y < height, x >= 0, x < width)
-                term = tirx.if_then_else(inside, data[n, y, x, c], tirx.const(0, data.dtype))
+                term = tirx.if_then_else(
+                    inside, data[n, y, x, c].astype(dtype), tirx.const(0, dtype)
+                )
                 total = total + row_coefficient * column_coefficient * term
         return total
 
@@ -242,17 +276,18 @@ def _output_tiles(
     products: te.Tensor, batch: int, height: int, width: int, form: WinogradForm
 ) -> te.Tensor:
     """``out[n, y, x, o] = (Aᵀ M_p A)[y % m, x % m]`` over tile ``p``'s products ``M_p`` of
-    channel ``o``, cropped to the image."""
+    channel ``o``, cropped to the image (shifted back by an integer form's scale)."""
     rows, cols, side, m = form.tiles(height), form.tiles(width), form.side, form.tile
-    channels = int(products.shape[2])
+    channels, dtype = int(products.shape[2]), str(products.dtype)
 
     def value(n, y, x, o):
         p = n * rows * cols + (y // m) * cols + x // m
-        total, columns = tirx.const(0.0, products.dtype), _row_terms(form.a_t, x % m)
-        for i, row_coefficient in _row_terms(form.a_t, y % m):
+        total, columns = tirx.const(0, dtype), _row_terms(form.a_t, x % m, dtype)
+        for i, row_coefficient in _row_terms(form.a_t, y % m, dtype):
             for j, column_coefficient in columns:
                 total = total + row_coefficient * column_coefficient * products[i * side + j, p, o]
-        return total
+        # exact: the products' sum is a multiple of the scale
+        return total >> form.scale_bits if form.scale_bits else total
 
     return te.compute((batch, height, width, channels), value, name="winograd_output")
 
@@ -277,28 +312,44 @@ def _pixels_per_tile(func: tirx.PrimFunc, form: WinogradForm, lanes: int | None)
     return sch.mod["main"]
 
 
-def _rewritable_weight(call: relax.Call) -> np.ndarray | None:
-    """The HWIO weight of a float32 NHWC 3x3 convolution with stride 1, padding 1, no dilation or
-    groups, a constant weight and ``MIN_CHANNELS`` or more on each side; None for any other call.
-    The attributes and shapes are checked first: only a convolution that passes is read as numpy."""
+def _convolution_weight(call: relax.Call, *, integer: bool) -> tuple[np.ndarray, int] | None:
+    """The HWIO weight and the padding (0 or 1 on every side) of an NHWC 3x3 convolution with stride
+    1, no dilation or groups, a constant weight and ``MIN_CHANNELS`` or more on each side: float32
+    (padded by 1), or with ``integer`` u8 x s16 -> s32 (the s8 weights the lowering widened for
+    ``vpmaddwd``, its input padded with the zero point before it or by 0 here); None for any other
+    call. The attributes and shapes are checked first: only a convolution that passes is read as
+    numpy."""
     if getattr(call.op, "name", "") != "relax.nn.conv2d":
         return None
     attrs, weight_shape = call.attrs, static_shape(call.args[1])
+    layout = str(attrs.kernel_layout)
+    pads = {tuple(int(p) for p in attrs.padding)} & (
+        {(0,) * 4, (1,) * 4} if integer else {(1,) * 4}
+    )
+    dtypes = (str(call.args[0].ty.dtype), str(attrs.out_dtype), str(call.args[1].ty.dtype))
     if not (
-        (attrs.data_layout, attrs.kernel_layout, str(attrs.out_layout)) == ("NHWC", "HWIO", "NHWC")
+        (str(attrs.data_layout), str(attrs.out_layout)) == ("NHWC", "NHWC")
+        and sorted(layout) == sorted("HWIO")
         and [int(s) for s in attrs.strides] == [1, 1]
         and [int(d) for d in attrs.dilation] == [1, 1]
-        and [int(p) for p in attrs.padding] == [1, 1, 1, 1]
+        and pads
         and int(attrs.groups) == 1
-        and str(call.args[0].ty.dtype) == "float32"
-        and str(attrs.out_dtype) in ("None", "", "void", "float32")  # unset: the input's
+        and (
+            dtypes == ("uint8", "int32", "int16")
+            if integer
+            # unset: the input's
+            else dtypes[0] == "float32" and dtypes[1] in ("None", "", "void", "float32")
+        )
         and static_shape(call.args[0]) is not None
         and weight_shape is not None
-        and weight_shape[:2] == [3, 3]
-        and min(weight_shape[2:]) >= MIN_CHANNELS
+        and [weight_shape[layout.index(d)] for d in "HW"] == [3, 3]
+        and min(weight_shape[layout.index(d)] for d in "IO") >= MIN_CHANNELS
     ):
         return None
-    return constant_value(call.args[1])
+    weight = constant_value(call.args[1])
+    if weight is None:
+        return None
+    return np.transpose(weight, [layout.index(d) for d in "HWIO"]), pads.pop()[0]
 
 
 @relax.expr_functor.mutator
@@ -306,38 +357,78 @@ class _Rewriter(relax.PyExprMutator):
     def __init__(self, mod: IRModule, flops_per_byte: float | None):
         super().__init__(mod)
         self.flops_per_byte = flops_per_byte  # None: measured at the first convolution rewritten
+        target = tvm.target.Target.current(allow_none=True)
+        dot = dot_product(target) if target is not None else None
+        # int8 only where the exact dot product multiplies s16: elsewhere bytes are faster
+        self.integer = dot is not None and dot.widens
+
+    def _form(self, call: relax.Call) -> tuple[WinogradForm, np.ndarray, int] | None:
+        """The form to rewrite ``call`` in, its weights transformed, and its padding; None: stays
+        direct."""
+        target = tvm.target.Target.current(allow_none=True)
+        found = _convolution_weight(call, integer=False)
+        if found is not None:
+            weight, pad = found
+            if self.flops_per_byte is None:
+                self.flops_per_byte = (
+                    math.inf if target is None else measured_flops_per_byte(target)
+                )
+            shape = tuple(static_shape(call.args[0]))
+            form = chosen_form(shape, weight.shape[3], target, self.flops_per_byte)
+            return form, winograd_weight(weight, form), pad
+        found = _convolution_weight(call, integer=self.integer) if self.integer else None
+        if found is None:
+            return None
+        weight, pad = found
+        u = winograd_weight(weight, F2_INTEGER)
+        fits = np.abs(weight.astype(np.int64)).max() <= 128 and integer_sums_fit(u)
+        return (F2_INTEGER, u, pad) if fits else None
 
     def visit_call_(self, call: relax.Call):  # pylint: disable=arguments-renamed
         call = super().visit_call_(call)
-        weight = _rewritable_weight(call)
-        if weight is None:
+        found = self._form(call)
+        if found is None:
             return call
+        form, weight, pad = found
         data, target = call.args[0], tvm.target.Target.current(allow_none=True)
-        shape = tuple(static_shape(data))
-        if self.flops_per_byte is None:
-            self.flops_per_byte = math.inf if target is None else measured_flops_per_byte(target)
-        form = chosen_form(shape, weight.shape[3], target, self.flops_per_byte)
-        batch, height, width, _ = shape
-        padded = padded_rows(batch * form.tiles(height) * form.tiles(width), target)
-        lanes = vector_bytes(target) // 4 if target is not None and is_cpu(target) else None
+        batch, height, width, _ = (int(d) for d in static_shape(data))
+        out_size = (height + 2 * pad - 2, width + 2 * pad - 2)
+        tiles = batch * form.tiles(out_size[0]) * form.tiles(out_size[1])
+        tile_dtype = "int16" if form.scale_bits else str(data.ty.dtype)
+        product_dtype = str(call.ty.dtype)
+
+        def lanes(dtype: str) -> int | None:
+            cpu = target is not None and is_cpu(target)
+            return vector_bytes(target) * 8 // tvm.DataType(dtype).bits if cpu else None
+
         func, args, output = gen_call_tir_inputs(
-            functools.partial(_input_tiles, form=form), data, padded
+            functools.partial(
+                _input_tiles, form=form, out_size=out_size, pad=pad, dtype=tile_dtype
+            ),
+            data,
+            padded_rows(tiles, target),
         )
-        transform = self.builder_.add_func(_planes_per_tile(func, lanes), "winograd_input")
+        transform = self.builder_.add_func(
+            _planes_per_tile(func, lanes(tile_dtype)), "winograd_input"
+        )
         tiles = self.builder_.emit(relax.call_tir(transform, args, output))
         products = self.builder_.emit(
-            relax.op.matmul(tiles, relax.const(winograd_weight(weight, form)))
+            relax.op.matmul(tiles, relax.const(weight), out_dtype=product_dtype)
         )
         func, args, output = gen_call_tir_inputs(
-            functools.partial(_output_tiles, form=form), products, batch, height, width
+            functools.partial(_output_tiles, form=form), products, batch, *out_size
         )
-        transform = self.builder_.add_func(_pixels_per_tile(func, form, lanes), "winograd_output")
+        transform = self.builder_.add_func(
+            _pixels_per_tile(func, form, lanes(product_dtype)), "winograd_output"
+        )
         return self.builder_.emit(relax.call_tir(transform, args, output))
 
 
 def winograd_rewrite(*, flops_per_byte: float | None = None) -> tvm.transform.Pass:
     """A pass rewriting every float32 NHWC 3x3 stride-1 convolution with constant weights as
-    Winograd's F(2x2, 3x3) or F(4x4, 3x3), whichever :func:`chosen_form` finds cheaper.
+    Winograd's F(2x2, 3x3) or F(4x4, 3x3), whichever :func:`chosen_form` finds cheaper, and on a
+    CPU whose exact int8 dot product multiplies s16 (AVX2, AVX-512BW without VNNI) every u8 x s8
+    one whose sums fit s32 as :data:`F2_INTEGER`.
 
     Parameters
     ----------
