@@ -17,6 +17,10 @@ Each computes ``lanes`` s32 sums of ``reduction`` byte products per step:
   Runtime's int8 is not exact on these CPUs), so it is exact only where no pair of weights it sums
   can leave s16 (:func:`bytes_multiply_exactly`).
 
+* ``vpmaddwd`` on s16 values (not widened bytes): the batched GEMM of an int8 convolution run in
+  the Winograd domain (:mod:`ms_heron.relax.passes.winograd`), on the CPUs above whose exact form is
+  ``vpmaddwd``.
+
 Each is exact where it is used. The intrinsics (:mod:`ms_heron.intrinsics.x86_dot`) and the peak
 probe (:mod:`.probes`) issue the same :meth:`DotProduct.step`.
 """

@@ -72,9 +72,9 @@ class Tensorize(HeronRule):
     """Condition: the block (a reduction not yet tiled) matches a tensor intrinsic the target
     executes -- TVM's loop-mapping analysis finds its description inside the block, dtypes included
     (u8 x s8 -> s32 16x4 for AVX-512 VNNI; u8 x s16 8x2 for AVX2, whose u8 activation it widens
-    too) -- and each operand either holds the
-    intrinsic's tile in place or can be packed (:mod:`.operand_layout`): a layout-free weight, or a
-    padded copy.
+    too; s16 x s16 8x2 for an int8 convolution's Winograd GEMM there) -- and each operand either
+    holds the intrinsic's tile in place or can be packed (:mod:`.operand_layout`): a layout-free
+    weight, or a padded copy.
 
     Application: where an extent the intrinsic covers is not a multiple of its tile (1000 output
     channels for VNNI's 16 lanes, 3 input channels for its 4-deep reduction), ``pad_einsum`` pads

@@ -21,8 +21,16 @@ GEMM has a quarter of the rows to reuse them over; :func:`chosen_form` weighs th
 ONNX Runtime runs these convolutions directly. In a 15-minute ResNet-50 run (Zen 3) a stage-3
 convolution (14x14, 256 channels) took 0.79 ms as F(2x2, 3x3)'s three tasks, against 1.28 ms for the
 direct kernel tuned the same way and 1.22 ms for ONNX Runtime's; the model's output stayed within
-3e-5 of ONNX Runtime's. Only NHWC float32 convolutions with constant HWIO weights are rewritten (run
+3e-5 of ONNX Runtime's. Only NHWC convolutions with constant weights are rewritten (run
 :mod:`.channels_last` first): the weights are transformed at compile time.
+
+int8 convolutions (u8 x s8, as :mod:`.quantized` writes them) are rewritten exactly, in integers,
+where the CPU's exact dot product multiplies s16 pairs (``vpmaddwd``: AVX2, AVX-512BW without
+VNNI): :data:`F2_INTEGER`'s transformed inputs and weights are s16 values, which that instruction
+multiplies at the rate it multiplies widened bytes, so the 2.25x fewer products are 2.25x fewer
+instructions. F(4x4, 3x3)'s fractions do not scale into s16, and a CPU with VNNI sums four byte
+products per instruction, which the transforms would not pay for. Each rewritten convolution's sums
+are bounded from its weights first (:func:`integer_sums_fit`): the result is numpy's, bit for bit.
 """
 
 from __future__ import annotations
