@@ -38,7 +38,6 @@ from .passes import (
     keep_int8_matmuls,
     never_failing,
     quantization_parameters_as_tensors,
-    quantize_by_reciprocal,
     record_narrow_weights,
     s16_weights,
     small_powers_as_products,
@@ -168,8 +167,6 @@ def lower_for_tuning(
         # into, so an activation there ran its formula channels-first between two transposes
         *([] if exact_math else [never_failing(relax.transform.FastMathTransform())]),
         quantization_parameters_as_tensors,
-        # after it: the reciprocals stay one-element arguments, and layers of one shape one task
-        *([] if exact_math else [quantize_by_reciprocal]),
     ]
     required = [
         relax.transform.LegalizeOps(),

@@ -30,8 +30,6 @@ says so (:mod:`.guard`).
   and convolutions (QDQ, ``MatMulInteger``, ``ConvInteger``) in the u8 x s8 form the CPU's dot
   product executes, their epilogues fused;
 * :func:`quantization_parameters_as_tensors`: quantized layers of one shape are one tuning task;
-* :func:`quantize_by_reciprocal` (fast math): quantization by a constant scale multiplies by its
-  reciprocal instead of dividing every element;
 * :func:`s16_weights`: on a CPU without VNNI, s8 weights stored widened to s16, as its exact dot
   product multiplies them, unless they are narrow;
 * :func:`record_narrow_weights` (after fusion): which s8 weights are narrow enough for the byte
@@ -56,7 +54,6 @@ from .quantized import (
     keep_int8_matmuls,
     quantization_parameters_as_tensors,
 )
-from .reciprocal_scales import quantize_by_reciprocal
 from .views import views_after_epilogues
 from .winograd import winograd_convolutions, winograd_rewrite
 
@@ -76,7 +73,6 @@ __all__ = [
     "keep_int8_matmuls",
     "never_failing",
     "quantization_parameters_as_tensors",
-    "quantize_by_reciprocal",
     "record_narrow_weights",
     "s16_weights",
     "skipped_passes",
