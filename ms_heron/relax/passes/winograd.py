@@ -370,9 +370,9 @@ class _Rewriter(relax.PyExprMutator):
         # int8 only where the exact dot product multiplies s16: elsewhere bytes are faster
         self.integer = dot is not None and dot.widens
 
-    def _form(self, call: relax.Call) -> tuple[WinogradForm, np.ndarray, int] | None:
-        """The form to rewrite ``call`` in, its weights transformed, and its padding; None: stays
-        direct."""
+    def _form(self, call: relax.Call) -> tuple[WinogradForm, np.ndarray, int, str] | None:
+        """The form to rewrite ``call`` in, its weights transformed, its padding and the dtype of
+        its transformed input tiles; None: it stays direct."""
         target = tvm.target.Target.current(allow_none=True)
         found = _convolution_weight(call, integer=False)
         if found is not None:
@@ -383,26 +383,27 @@ class _Rewriter(relax.PyExprMutator):
                 )
             shape = tuple(static_shape(call.args[0]))
             form = chosen_form(shape, weight.shape[3], target, self.flops_per_byte)
-            return form, winograd_weight(weight, form), pad
-        found = _convolution_weight(call, integer=self.integer) if self.integer else None
+            return form, winograd_weight(weight, form), pad, "float32"
+        found = _convolution_weight(call, integer=True) if self.integer else None
         if found is None:
             return None
         weight, pad = found
+        # s8 values (widened), whose transforms fit s16
+        if np.abs(weight.astype(np.int64)).max() > 128:
+            return None
         u = winograd_weight(weight, F2_INTEGER)
-        fits = np.abs(weight.astype(np.int64)).max() <= 128 and integer_sums_fit(u)
-        return (F2_INTEGER, u, pad) if fits else None
+        return (F2_INTEGER, u, pad, "int16") if integer_sums_fit(u) else None
 
     def visit_call_(self, call: relax.Call):  # pylint: disable=arguments-renamed
         call = super().visit_call_(call)
         found = self._form(call)
         if found is None:
             return call
-        form, weight, pad = found
+        form, weight, pad, tile_dtype = found
         data, target = call.args[0], tvm.target.Target.current(allow_none=True)
         batch, height, width, _ = (int(d) for d in static_shape(data))
         out_size = (height + 2 * pad - 2, width + 2 * pad - 2)
         tiles = batch * form.tiles(out_size[0]) * form.tiles(out_size[1])
-        tile_dtype = "int16" if form.scale_bits else str(data.ty.dtype)
         product_dtype = str(call.ty.dtype)
 
         def lanes(dtype: str) -> int | None:
