@@ -27,6 +27,7 @@ probe (:mod:`.probes`) issue the same :meth:`DotProduct.step`.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
@@ -258,18 +259,7 @@ VNNI = DOT_PRODUCTS[0]
 #: ``vpmaddwd`` on s16 values (:attr:`DotProduct.s16_values`), per instruction set that multiplies
 #: s16: the batched GEMM of an int8 convolution in the Winograd domain.
 S16_DOT_PRODUCTS = tuple(
-    DotProduct(
-        name=f"{d.name}_s16",
-        isa=d.isa,
-        features=d.features,
-        form=d.form,
-        instructions=d.instructions,
-        lanes=d.lanes,
-        reduction=d.reduction,
-        s16_values=True,
-    )
-    for d in DOT_PRODUCTS
-    if d.widens
+    dataclasses.replace(d, name=f"{d.name}_s16", s16_values=True) for d in DOT_PRODUCTS if d.widens
 )
 
 
