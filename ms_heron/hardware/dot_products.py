@@ -156,7 +156,7 @@ class DotProduct:
 
     def step(self, acc: tirx.PrimExpr, a: tirx.PrimExpr, b: tirx.PrimExpr) -> tirx.PrimExpr:
         """``acc`` (``int32 x lanes``) plus the dot products of ``a`` (u8 values) and ``b`` (s8
-        values), both of :attr:`operand_type`."""
+        values; both s16 values for :attr:`s16_values`), both of :attr:`operand_type`."""
         ops = [T.llvm_lookup_intrinsic_id(i) for i in self.instructions]
         out = f"int32x{self.lanes}"
         if self.form == "vpdpbusd":
