@@ -365,7 +365,7 @@ class _Rewriter(relax.PyExprMutator):
     def __init__(self, mod: IRModule, flops_per_byte: float | None):
         super().__init__(mod)
         self.flops_per_byte = flops_per_byte  # None: measured at the first convolution rewritten
-        target = tvm.target.Target.current(allow_none=True)
+        self.target = target = tvm.target.Target.current(allow_none=True)
         dot = dot_product(target) if target is not None else None
         # int8 only where the exact dot product multiplies s16: elsewhere bytes are faster
         self.integer = dot is not None and dot.widens
@@ -373,7 +373,7 @@ class _Rewriter(relax.PyExprMutator):
     def _form(self, call: relax.Call) -> tuple[WinogradForm, np.ndarray, int, str] | None:
         """The form to rewrite ``call`` in, its weights transformed, its padding and the dtype of
         its transformed input tiles; None: it stays direct."""
-        target = tvm.target.Target.current(allow_none=True)
+        target = self.target
         found = _convolution_weight(call, integer=False)
         if found is not None:
             weight, pad = found
@@ -400,7 +400,7 @@ class _Rewriter(relax.PyExprMutator):
         if found is None:
             return call
         form, weight, pad, tile_dtype = found
-        data, target = call.args[0], tvm.target.Target.current(allow_none=True)
+        data, target = call.args[0], self.target
         batch, height, width, _ = (int(d) for d in static_shape(data))
         out_size = (height + 2 * pad - 2, width + 2 * pad - 2)
         tiles = batch * form.tiles(out_size[0]) * form.tiles(out_size[1])
