@@ -485,6 +485,34 @@ def test_a_users_tvmscript_kernel_tunes_and_is_checked_against_itself_unschedule
     run_and_check(build(best_schedule(db, workload, cpu_target).mod, cpu_target), workload)
 
 
+PRINTED_KERNEL = """
+from tvm.script import ir as I
+from tvm.script import tirx as T
+
+
+@I.ir_module
+class Printed:
+    @T.prim_func(s_tir=True)
+    def main(a: T.Buffer((64, 48), "float32"), out: T.Buffer((64, 48), "float32")):
+        for i, j in T.grid(64, 48):
+            with T.sblock("double"):
+                vi, vj = T.axis.remap("SS", [i, j])
+                out[vi, vj] = a[vi, vj] * T.float32(2)
+"""
+
+
+def test_a_kernel_file_holding_an_ir_module_class_loads(tmp_path):
+    """The form ``mod.script()`` prints (``ms-heron show`` included): an ``@I.ir_module`` class,
+    which TVMScript parses from its source, found through the module's name."""
+    source = tmp_path / "printed.py"
+    source.write_text(PRINTED_KERNEL)
+    workload = load_kernel(str(source))
+    (a,) = workload.random_inputs(0)
+    assert workload.name == "Printed" and workload.output_shape == (64, 48)
+    assert abs(workload.reference([a]) - 2 * a).max() == 0
+    assert not [name for name in sys.modules if name.startswith("ms_heron_kernel_")]
+
+
 def test_stock_tune_tir_whose_builds_all_time_out_stops_after_the_first_round_naming_the_fix(
     cpu_target, tmp_path
 ):

@@ -7,6 +7,7 @@ checked against the kernel itself, unscheduled.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -153,6 +154,8 @@ def load_kernel(spec: str) -> Workload:
         f"ms_heron_kernel_{pathlib.Path(path).stem}", path
     )
     module = importlib.util.module_from_spec(module_spec)
+    # an ``@I.ir_module`` class is parsed from its source, which Python finds by its module's name
+    sys.modules[module_spec.name] = module
     try:
         module_spec.loader.exec_module(module)
     except Exception as err:  # pylint: disable=broad-except  # the user's file: any error is theirs to fix
@@ -162,6 +165,8 @@ def load_kernel(spec: str) -> Workload:
             f"{path} does not load ({type(err).__name__}: {reason}); fix the file (a kernel with "
             "T.sblock needs @T.prim_func(s_tir=True))"
         ) from None
+    finally:
+        del sys.modules[module_spec.name]
     found = {}
     for name, value in vars(module).items():
         if isinstance(value, tvm.IRModule) and len(value.functions) == 1:
