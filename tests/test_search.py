@@ -26,7 +26,7 @@ from ms_heron.tuning import (
     tune_workload,
 )
 from ms_heron.tuning.budget import LATE_ROUND, Budget, WatchedSearch
-from ms_heron.workloads import load_kernel
+from ms_heron.workloads import WorkloadError, load_kernel
 from ms_heron.workloads.evaluate import build, run_and_check, time_lib
 
 
@@ -503,7 +503,8 @@ class Printed:
 
 def test_a_kernel_file_holding_an_ir_module_class_loads(tmp_path):
     """The form ``mod.script()`` prints (``ms-heron show`` included): an ``@I.ir_module`` class,
-    which TVMScript parses from its source, found through the module's name."""
+    which TVMScript parses from its source, found through the module's name; printed as it is, with
+    its imports commented out, the error names the import to add."""
     source = tmp_path / "printed.py"
     source.write_text(PRINTED_KERNEL)
     workload = load_kernel(str(source))
@@ -511,6 +512,14 @@ def test_a_kernel_file_holding_an_ir_module_class_loads(tmp_path):
     assert workload.name == "Printed" and workload.output_shape == (64, 48)
     assert abs(workload.reference([a]) - 2 * a).max() == 0
     assert not [name for name in sys.modules if name.startswith("ms_heron_kernel_")]
+    # as printed: TVM comments its imports out
+    source.write_text(PRINTED_KERNEL.replace("from tvm.script", "# from tvm.script"))
+    with pytest.raises(WorkloadError) as raised:
+        load_kernel(str(source))
+    assert str(raised.value).endswith(
+        "(NameError: name 'I' is not defined); add `from tvm.script import ir as I` (TVM prints "
+        "its TVMScript imports commented out)"
+    )
 
 
 def test_stock_tune_tir_whose_builds_all_time_out_stops_after_the_first_round_naming_the_fix(

@@ -138,6 +138,13 @@ def _written_params(func: tirx.PrimFunc) -> list[int]:
     ]
 
 
+#: The names TVMScript's printer uses, and the imports it prints for them, commented out.
+_TVMSCRIPT_IMPORTS = {
+    "T": "from tvm.script import tirx as T",
+    "I": "from tvm.script import ir as I",
+}
+
+
 def load_kernel(spec: str) -> Workload:
     """``kernel.py`` or ``kernel.py:name``: the TVMScript PrimFunc a Python file defines (an
     IRModule with one function counts), as a Workload named after it (see :func:`from_func`)."""
@@ -161,9 +168,18 @@ def load_kernel(spec: str) -> Workload:
     except Exception as err:  # pylint: disable=broad-except  # the user's file: any error is theirs to fix
         lines = [line for line in str(err).strip().splitlines() if line.strip()]
         reason = lines[-1].strip() if lines else type(err).__name__
+        missing = (
+            _TVMSCRIPT_IMPORTS.get(getattr(err, "name", None))
+            if isinstance(err, NameError)
+            else None
+        )
+        fix = (
+            f"add `{missing}` (TVM prints its TVMScript imports commented out)"
+            if missing
+            else "fix the file (a kernel with T.sblock needs @T.prim_func(s_tir=True))"
+        )
         raise WorkloadError(
-            f"{path} does not load ({type(err).__name__}: {reason}); fix the file (a kernel with "
-            "T.sblock needs @T.prim_func(s_tir=True))"
+            f"{path} does not load ({type(err).__name__}: {reason}); {fix}"
         ) from None
     finally:
         del sys.modules[module_spec.name]
