@@ -59,7 +59,7 @@ from ms_heron.hardware.targets import (
 from ms_heron.testing import models
 
 #: fp32 as exported; int8 as ONNX Runtime's tools quantize them (QDQ for ResNet-50, dynamic for
-#: BERT-base).
+#: BERT-base), with 8-bit weights and with ``reduce_range``'s 7-bit ones.
 NETWORKS = (
     "resnet50",
     "resnet101",
@@ -68,6 +68,8 @@ NETWORKS = (
     "bert-large",
     "resnet50-int8",
     "bert-base-int8",
+    "resnet50-int8-7bit",
+    "bert-base-int8-7bit",
 )
 ARMS = ("ms_heron", "MetaSchedule default")
 #: Candidates per task round, as ``ms-heron tune-model`` measures them.

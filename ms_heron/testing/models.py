@@ -469,11 +469,13 @@ def quantized_dynamic(model: OnnxModel, *, reduce_range: bool = False) -> OnnxMo
 
 #: The model zoo by name, as the benchmarks and examples offer it (each builder's defaults: the real
 #: model sizes): whole networks (ResNet-50 and -101, MobileNetV2, BERT-base's 12 layers and
-#: BERT-large's 24 in fp32; ResNet-50 and BERT-base quantized by ONNX Runtime's tools), and one
-#: BERT-base layer and one ResNet-50 bottleneck, fp32 and int8. For a warm start from the smaller
-#: one's records: ResNet-101 has ResNet-50's convolution shapes, its third stage called more
-#: often, so its tasks are ResNet-50's with other weights; BERT-large (hidden size 1024, 16 heads
-#: of 64) shares no task with BERT-base, and its shapes lie near BERT-base's (projected).
+#: BERT-large's 24 in fp32; ResNet-50 and BERT-base quantized by ONNX Runtime's tools, with 8-bit
+#: weights and with the 7-bit ones of its ``reduce_range``, which its guide suggests for CPUs
+#: without VNNI), and one BERT-base layer and one ResNet-50 bottleneck, fp32 and int8. For a warm
+#: start from the smaller one's records: ResNet-101 has ResNet-50's convolution shapes, its third
+#: stage called more often, so its tasks are ResNet-50's with other weights; BERT-large (hidden size
+#: 1024, 16 heads of 64) shares no task with BERT-base, and its shapes lie near BERT-base's
+#: (projected).
 ZOO = {
     "resnet50": resnet50,
     "resnet101": lambda: resnet50(blocks=RESNET101_BLOCKS),
@@ -482,6 +484,8 @@ ZOO = {
     "bert-large": lambda: bert(layers=24, hidden=1024, heads=16, ffn=4096),
     "resnet50-int8": lambda: quantized_static(resnet50()),
     "bert-base-int8": lambda: quantized_dynamic(bert()),
+    "resnet50-int8-7bit": lambda: quantized_static(resnet50(), reduce_range=True),
+    "bert-base-int8-7bit": lambda: quantized_dynamic(bert(), reduce_range=True),
     "bert": bert_layer,
     "bert-int8": lambda: bert_layer(int8=True),
     "resnet": resnet_bottleneck,
