@@ -182,7 +182,7 @@ def load_kernel(spec: str) -> Workload:
             f"{path} does not load ({type(err).__name__}: {reason}); {fix}"
         ) from None
     finally:
-        del sys.modules[module_spec.name]
+        sys.modules.pop(module_spec.name, None)
     found = {}
     for name, value in vars(module).items():
         if isinstance(value, tvm.IRModule) and len(value.functions) == 1:
