@@ -29,6 +29,7 @@ from ms_heron.hardware.dot_products import (
     bytes_multiply_exactly,
     dot_product,
     dot_products,
+    narrowing_order,
     native_dtype,
     require_dot_product,
 )
@@ -110,27 +111,67 @@ def test_a_byte_multiply_is_exact_where_no_pair_of_weights_it_sums_can_leave_s16
     assert not bytes_multiply_exactly(fits.astype(np.int16), 0)  # stored widened: not bytes
 
 
-@pytest.mark.parametrize("pairs", ["fit", "saturate"])
-def test_the_lowering_multiplies_bytes_where_weight_pairs_fit_and_widens_where_one_saturates(pairs):
-    """A u8 x s8 matmul's constant weight, full range (127, -128, 1, 0 along K): its pairs down K
-    fit s16, so an AVX2 lowering keeps it s8 and marks it narrow for ``vpmaddubsw``. Transposed, two
-    127s pair up: it is stored widened for ``vpmaddwd``, and not marked."""
-    column = np.array([127, 1, -128, 0, 127, -128, 0, 1], np.int8)
-    weight = (
-        np.tile(column[:, None], (1, 8)) if pairs == "fit" else np.tile(column[None, :], (8, 1))
-    )
+def test_rows_whose_adjacent_pairs_saturate_are_paired_anew_where_an_order_fits():
+    """Rows 0 and 1 hold 127 and 100 in one column (they saturate as packed), rows 2 and 3 hold
+    -128 and -90 in another: paired across, every pair fits. Where every row holds an extreme of
+    one sign, or the rows are odd in number, no order is found."""
+    weight = np.zeros((4, 3), np.int8)
+    weight[:, 0] = [127, 100, 0, 1]
+    weight[:, 1] = [0, 0, -128, -90]
+    weight[:, 2] = [50, 60, 70, -80]
+    assert not bytes_multiply_exactly(weight, 0)
+    order = narrowing_order(weight, 0)
+    assert sorted(order.tolist()) == [0, 1, 2, 3]
+    assert bytes_multiply_exactly(weight[order], 0)
+    # the axis is the reduction's wherever it lies: here the same weight transposed
+    np.testing.assert_array_equal(narrowing_order(weight.T.copy(), 1), order)
+    assert narrowing_order(np.full((4, 3), 100, np.int8), 0) is None
+    assert narrowing_order(weight[:3], 0) is None
+
+
+def _matmul(weight: np.ndarray):
     builder = relax.BlockBuilder()
-    x = relax.Var("x", relax.TensorType((4, 8), "uint8"))
+    x = relax.Var("x", relax.TensorType((4, weight.shape[0]), "uint8"))
     with builder.function("main", [x]):
         with builder.dataflow():
             y = builder.emit_output(relax.op.matmul(x, relax.const(weight), out_dtype="int32"))
         builder.emit_func_output(y)
+    return builder.get()
+
+
+@pytest.mark.parametrize("pairs", ["fit", "fit reordered", "saturate"])
+def test_the_lowering_multiplies_bytes_where_weight_pairs_fit_and_widens_where_one_saturates(
+    pairs, tmp_path
+):
+    """A u8 x s8 matmul's constant weight, full range (127, -128, 1, 0 along K): its pairs down K
+    fit s16, so an AVX2 lowering keeps it s8 and marks it narrow for ``vpmaddubsw``. With its rows
+    shuffled, two 127s pair up as packed, but not in another order of K: the activation's columns
+    are taken in that order, and the weight's rows with them. Transposed, every row holds a 127:
+    no order fits, so it is stored widened for ``vpmaddwd``, and not marked. Each runs bit-exact
+    against u8 activations of 255."""
+    column = np.array([127, 1, -128, 0, 127, -128, 0, 1], np.int8)
+    weight = {
+        "fit": np.tile(column[:, None], (1, 8)),
+        "fit reordered": np.tile(column[[0, 4, 1, 2, 3, 5, 6, 7], None], (1, 8)),
+        "saturate": np.tile(column[None, :], (8, 1)),
+    }[pairs]
     haswell = Target({"kind": "llvm", "mcpu": "haswell", "num-cores": 2})
-    lowered = lower_for_tuning(builder.get(), None, haswell)
+    mod = _matmul(weight)
+    lowered = lower_for_tuning(mod, None, haswell)
     (func,) = [f for g, f in lowered.functions_items() if "matmul" in g.name_hint]
     weight_dtypes = {str(p.ty.dtype) for p in func.params} & {"int8", "int16"}
-    assert weight_dtypes == ({"int8"} if pairs == "fit" else {"int16"}), func.script()
-    assert (NARROW_WEIGHTS in (func.attrs or {})) == (pairs == "fit")
+    assert weight_dtypes == ({"int16"} if pairs == "saturate" else {"int8"}), func.script()
+    assert (NARROW_WEIGHTS in (func.attrs or {})) == (pairs != "saturate")
+    takes = [g.name_hint for g, _ in lowered.functions_items() if "take" in g.name_hint]
+    assert bool(takes) == (pairs == "fit reordered"), takes
+    tasks = extract_tasks(lowered, haswell)
+    db = tune_model(mod, None, haswell, str(tmp_path), 2 * len(tasks), num_trials_per_iter=2)
+    executable = compile_model(db, mod, None, haswell)
+    asm = executable.mod.imports[0].inspect_source("asm")
+    assert ("vpmaddubsw" in asm) == (pairs != "saturate")
+    x = np.full((4, 8), 255, np.uint8)
+    (got,) = run_model(executable, {"x": x})
+    np.testing.assert_array_equal(got, x.astype(np.int32) @ weight.astype(np.int32))
 
 
 def test_each_cpu_gets_its_best_dot_product_from_its_llvm_features():
@@ -423,34 +464,42 @@ def test_narrow_weights_get_the_byte_multiply_and_full_range_ones_the_exact_form
 ):
     """A QDQ model quantized with ONNX Runtime's ``reduce_range`` (7-bit weights) is tuned for an
     AVX2 CPU: its convolutions multiply bytes (``vpmaddubsw``, which cannot saturate on such
-    weights); with 8-bit weights, whose pairs could, they widen to s16 (``vpmaddwd``) instead.
-    Either way the model is within one quantization step of the graph run as written."""
+    weights). With 8-bit weights, whose pairs could, the first convolution (32 input channels)
+    pairs its channels anew and still multiplies bytes; the two with 16 input channels find no
+    such order and widen to s16 (``vpmaddwd``; the 3x3 one as integer Winograd,
+    tests/test_integer_winograd.py). Either way the model is within one quantization step of the
+    graph run as written."""
     haswell = Target({"kind": "llvm", "mcpu": "haswell", "num-cores": 2})
     model = models.quantized_static(
         models.resnet_bottleneck(size=6, channels=32, width=16), reduce_range=reduce_range
     )
     mod = from_onnx(model.proto)
     lowered = lower_for_tuning(mod, None, haswell)
-    convs = [
-        f
+    convs = {
+        g.name_hint: f
         for g, f in lowered.functions_items()
         if isinstance(f, tvm.tirx.PrimFunc) and "conv2d" in g.name_hint
-    ]
-    # with 8-bit weights the 3x3 one runs as integer Winograd (tests/test_integer_winograd.py)
-    assert len(convs) == (3 if reduce_range else 2) and all(
-        (NARROW_WEIGHTS in (f.attrs or {})) == reduce_range for f in convs
-    )
-    # the others are stored as vpmaddwd reads them, widened at compile time (on a VNNI CPU they stay
-    # s8)
-    weight_dtypes = {str(p.ty.dtype) for f in convs for p in f.params} & {"int8", "int16"}
-    assert weight_dtypes == {"int8" if reduce_range else "int16"}, weight_dtypes
+    }
+    bytes_ = {g for g, f in convs.items() if NARROW_WEIGHTS in (f.attrs or {})}
+    weight_dtypes = {
+        g: {str(p.ty.dtype) for p in f.params} & {"int8", "int16"} for g, f in convs.items()
+    }
+    takes = [g.name_hint for g, _ in lowered.functions_items() if "take" in g.name_hint]
+    if reduce_range:
+        assert len(convs) == len(bytes_) == 3 and not takes, list(convs)
+    else:
+        (first,) = bytes_
+        assert convs[first].params[0].ty.shape[-1] == 32 and len(takes) == 1
+        assert len(convs) == 2 and all(
+            dtypes == ({"int8"} if g == first else {"int16"}) for g, dtypes in weight_dtypes.items()
+        ), weight_dtypes
+    # on a VNNI CPU they stay s8, in their order
     znver4 = Target({"kind": "llvm", "mcpu": "znver4", "num-cores": 2})
-    vnni_convs = [
-        f
-        for g, f in lower_for_tuning(mod, None, znver4).functions_items()
-        if "conv2d" in g.name_hint
-    ]
-    assert not any("int16" in f.script() for f in vnni_convs)
+    vnni = lower_for_tuning(mod, None, znver4)
+    assert not any(
+        "int16" in f.script() for g, f in vnni.functions_items() if "conv2d" in g.name_hint
+    )
+    assert not any("take" in g.name_hint for g, _ in vnni.functions_items())
     tasks = extract_tasks(lowered, haswell)
     db = tune_model(
         mod, None, haswell, str(tmp_path), 4 * len(tasks), num_trials_per_iter=4, seed=0
@@ -459,7 +508,7 @@ def test_narrow_weights_get_the_byte_multiply_and_full_range_ones_the_exact_form
         warnings.simplefilter("error")  # every task tuned
         executable = compile_model(db, mod, None, haswell)
     asm = executable.mod.imports[0].inspect_source("asm")
-    assert ("vpmaddubsw" in asm) == reduce_range and ("vpmaddwd" in asm)
+    assert "vpmaddubsw" in asm and "vpmaddwd" in asm
     (got,) = run_model(executable, model.inputs)
     (expected,) = reference_outputs(model.proto, model.inputs)
     inits = {i.name: onnx.numpy_helper.to_array(i) for i in model.proto.graph.initializer}

@@ -75,6 +75,45 @@ def bytes_multiply_exactly(weights: np.ndarray, axis: int | None) -> bool:
     )
 
 
+def narrowing_order(weights: np.ndarray, axis: int) -> np.ndarray | None:
+    """An order of the reduction ``axis`` under which ``vpmaddubsw`` is exact on these s8 weights
+    (:func:`bytes_multiply_exactly`), or None where none is found.
+
+    A dot product may sum its products in any order, so a weight whose adjacent pairs saturate
+    still multiplies as bytes if its reduction rows are paired anew, the activation's channels
+    taken in the same order. In a quantized network's weights few values exceed 64 (per-channel
+    quantization maps only each channel's extreme to 127), so two rows rarely clash: rows ``i``
+    and ``j`` clash where some column's pair leaves s16 -- a sum of positive weights or of
+    negative ones past 128 (255 x 128 = 32640). Pairing rows that do not clash is a matching;
+    the most constrained row takes its most constrained partner first. An odd number of rows, or
+    a weight where pairing fails (every row holding extremes), has no order."""
+    rows = np.moveaxis(weights, axis, 0).reshape(weights.shape[axis], -1).astype(np.int16)
+    if weights.dtype != np.int8 or len(rows) % 2:
+        return None
+    limit = 128
+    clash = np.zeros((len(rows), len(rows)), bool)
+    for part in (np.clip(rows, 0, None), np.clip(-rows, 0, None)):
+        for row in np.flatnonzero((part > limit // 2).any(1)):  # only such a value can clash
+            columns = np.flatnonzero(part[row] > limit // 2)
+            clash[row] |= (part[:, columns] > limit - part[row, columns]).any(1)
+    fits = ~(clash | clash.T)
+    np.fill_diagonal(fits, False)
+    taken = len(rows) + 1  # more partners than any row has: never the least
+    partners = fits.sum(1)
+    order = []
+    for _ in range(len(rows) // 2):
+        row = np.argmin(partners)
+        mate = np.argmin(np.where(fits[row], partners, taken))
+        if not fits[row, mate]:
+            return None
+        partners -= fits[row].astype(int) + fits[mate]
+        partners[[row, mate]] = taken
+        fits[:, [row, mate]] = False
+        order += [row, mate]
+    order = np.array(order)
+    return order if bytes_multiply_exactly(np.take(weights, order, axis), axis) else None
+
+
 @dataclass(kw_only=True, frozen=True)
 class DotProduct:
     """One x86 integer dot product: ``lanes`` s32 sums of ``reduction`` u8 x s8 products per step.

@@ -116,10 +116,11 @@ def lower_for_tuning(
     (:mod:`.passes.views`), so that a transformer's bias, GELU and residual add run in the matmul's
     kernel.
     Weights that reach a TIR function as constants are marked layout-free, so schedules may store
-    them in whatever layout their kernels read best. On a CPU without VNNI, s8 ones within +-64 are
-    marked narrow (:func:`.passes.record_narrow_weights`), so that it may multiply them as bytes,
-    and the others are stored as s16 (:func:`.passes.s16_weights`), as its exact dot product reads
-    them. Floating-point convolutions run channels-last (:mod:`.passes.channels_last`), so their
+    them in whatever layout their kernels read best. On a CPU without VNNI, s8 ones whose pairs
+    cannot saturate are marked narrow (:func:`.passes.record_narrow_weights`), so that it may
+    multiply them as bytes, most others once their reduction is paired in another order, and the
+    rest are stored as s16 (:func:`.passes.s16_weights`), as its exact dot product reads them.
+    Floating-point convolutions run channels-last (:mod:`.passes.channels_last`), so their
     vector lanes run along contiguous channels, and their 3x3 ones as Winograd's F(2x2, 3x3) or
     F(4x4, 3x3), whichever costs less at ``flops_per_byte`` (:func:`.passes.winograd_rewrite`:
     None measures it on this host once per process; a run keeps the value it began with);

@@ -6,10 +6,12 @@ them per step. Where no pair of weights the faster ``vpmaddubsw`` sums (four byt
 overflow s16 (:func:`~ms_heron.hardware.dot_products.bytes_multiply_exactly`: the 7-bit weights of
 ONNX Runtime's ``reduce_range`` quantization, which its guide suggests for such CPUs, and any
 weight whose large values pair with small or opposite ones), the bytes are multiplied as they are.
-That is a constraint on data, not on shapes: the values are known only here, where the weights are
-constants, so this pass states it on the function
-(:data:`~ms_heron.schedule.annotations.NARROW_WEIGHTS`) and the Tensorize rule offers the faster
-intrinsic only to functions whose weights satisfy it.
+Most 8-bit weights fit too once their reduction rows are paired in another order
+(:func:`~ms_heron.hardware.dot_products.narrowing_order`): the weight is stored in that order and
+the activation's channels are taken in it (a copy). That is a constraint on data, not on shapes:
+the values are known only here, where the weights are constants, so this pass states it on the
+function (:data:`~ms_heron.schedule.annotations.NARROW_WEIGHTS`) and the Tensorize rule offers the
+faster intrinsic only to functions whose weights satisfy it.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from tvm.s_tir import Schedule
 from tvm.s_tir.schedule import ScheduleError
 from tvm.target import Target
 
-from ...hardware.dot_products import bytes_multiply_exactly, dot_product
+from ...hardware.dot_products import bytes_multiply_exactly, dot_product, narrowing_order
 from ...schedule.analysis import param_index
 from ...schedule.annotations import NARROW_WEIGHTS
 from .guard import never_failing
@@ -36,7 +38,10 @@ _CALL_TIR = tvm.ir.Op.get("relax.call_tir")
 def s16_weights(func: relax.Function, _mod: IRModule, _ctx) -> relax.Function:
     """Store the constant s8 weight of every u8 x s8 -> s32 convolution and matmul as s16 where
     the current target's exact dot product multiplies s16 pairs (AVX2, AVX-512BW without VNNI),
-    unless every weight is narrow (those multiply as bytes). Elsewhere it changes nothing."""
+    unless its weights are narrow (those multiply as bytes) or pair narrowly in another order of
+    the reduction (:func:`~ms_heron.hardware.dot_products.narrowing_order`; the activation's
+    channels are then taken in that order too, a copy that costs far less than the widened
+    weight's dot product). Elsewhere it changes nothing."""
     target = Target.current(allow_none=True)
     dot = dot_product(target) if target is not None else None
     if dot is None or not dot.widens:
@@ -45,7 +50,7 @@ def s16_weights(func: relax.Function, _mod: IRModule, _ctx) -> relax.Function:
         wildcard(), is_const()
     )
 
-    def widen(expr, _matches):
+    def narrow_or_widen(expr, _matches):
         activation, weight = expr.args
         values = constant_value(weight)
         integer = (str(activation.ty.dtype), str(expr.ty.dtype), values.dtype) == (
@@ -53,11 +58,19 @@ def s16_weights(func: relax.Function, _mod: IRModule, _ctx) -> relax.Function:
             "int32",
             np.int8,
         )
-        if not integer or bytes_multiply_exactly(values, _paired_axis(expr, values.ndim)):
+        axis = _paired_axis(expr, values.ndim)
+        if not integer or bytes_multiply_exactly(values, axis):
             return expr
-        return relax.Call(expr.op, [activation, relax.const(values.astype(np.int16))], expr.attrs)
+        channels = _activation_channels(expr)
+        order = None if channels is None else narrowing_order(values, axis)
+        if order is None:
+            return relax.Call(
+                expr.op, [activation, relax.const(values.astype(np.int16))], expr.attrs
+            )
+        taken = relax.op.take(activation, relax.const(order.astype(np.int32)), axis=channels)
+        return relax.Call(expr.op, [taken, relax.const(np.take(values, order, axis))], expr.attrs)
 
-    return rewrite_call(pattern, widen, func)
+    return rewrite_call(pattern, narrow_or_widen, func)
 
 
 @never_failing
@@ -98,6 +111,15 @@ def _paired_axis(call: relax.Call, ndim: int) -> int | None:
         return max(0, ndim - 2)
     data, kernel = str(call.attrs.data_layout), str(call.attrs.kernel_layout)
     return kernel.index("I") if data.endswith("C") and "I" in kernel else None
+
+
+def _activation_channels(call: relax.Call) -> int | None:
+    """The activation's axis that the weight's paired axis reduces against: a matmul's last, a
+    channels-last convolution's channels (None: grouped, or another layout)."""
+    if call.op.name == "relax.matmul":
+        return len(call.args[0].ty.shape) - 1
+    data = str(call.attrs.data_layout)
+    return data.index("C") if data.endswith("C") and int(call.attrs.groups) == 1 else None
 
 
 def _reduced_axis(func, index: int) -> int | None:
