@@ -46,6 +46,7 @@ from ms_heron.hardware.targets import (
 )
 from ms_heron.intrinsics import TVM_VNNI_INTRIN, ensure_registered
 from ms_heron.relax import compile_model, extract_tasks, from_onnx, lower_for_tuning, run_model
+from ms_heron.relax.passes import channel_orders_into_producers
 from ms_heron.report.baselines import reference_outputs
 from ms_heron.rules import MultiLevelTiling, Tensorize
 from ms_heron.schedule.annotations import NARROW_WEIGHTS
@@ -172,6 +173,37 @@ def test_the_lowering_multiplies_bytes_where_weight_pairs_fit_and_widens_where_o
     x = np.full((4, 8), 255, np.uint8)
     (got,) = run_model(executable, {"x": x})
     np.testing.assert_array_equal(got, x.astype(np.int32) @ weight.astype(np.int32))
+
+
+def test_a_channel_order_moves_into_the_weight_of_the_kernel_producing_what_only_it_reads():
+    """``take(relu(x @ w + b), order)`` becomes ``relu(x @ w[:, order] + b[order])``: no copy. The
+    same order of a tensor that the output reads too stays a take (reordering the tensor in
+    place would change the output). Both compute what they computed."""
+    rng = np.random.default_rng(0)
+    order = relax.const(np.array([3, 0, 2, 1, 7, 5, 6, 4], np.int32))
+    weights = [relax.const(rng.standard_normal((8, 8)).astype("float32")) for _ in range(2)]
+    bias = relax.const(rng.standard_normal(8).astype("float32"))
+    builder = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((2, 8), "float32"))
+    with builder.function("main", [x]):
+        with builder.dataflow():
+            hidden = builder.emit(relax.op.matmul(x, weights[0]))
+            read_once = builder.emit(relax.op.nn.relu(relax.op.add(hidden, bias)))
+            reordered = builder.emit(relax.op.take(read_once, order, axis=1))
+            shared = builder.emit(relax.op.matmul(x, weights[1]))
+            kept = builder.emit(relax.op.take(shared, order, axis=1))
+            out = builder.emit_output(relax.Tuple([reordered, kept, shared]))
+        builder.emit_func_output(out)
+    before = builder.get()
+    after = channel_orders_into_producers(before)
+    assert len(re.findall(r"R\.take\(", after.script())) == 1, after.script()
+    inputs = rng.standard_normal((2, 8)).astype("float32")
+    outputs = []
+    for mod in (before, after):
+        vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
+        outputs.append([o.numpy() for o in vm["main"](tvm.runtime.tensor(inputs))])
+    for got, expected in zip(*outputs):
+        np.testing.assert_array_equal(got, expected)
 
 
 def test_each_cpu_gets_its_best_dot_product_from_its_llvm_features():
@@ -464,35 +496,32 @@ def test_narrow_weights_get_the_byte_multiply_and_full_range_ones_the_exact_form
 ):
     """A QDQ model quantized with ONNX Runtime's ``reduce_range`` (7-bit weights) is tuned for an
     AVX2 CPU: its convolutions multiply bytes (``vpmaddubsw``, which cannot saturate on such
-    weights). With 8-bit weights, whose pairs could, the first convolution (32 input channels)
-    pairs its channels anew and still multiplies bytes; the two with 16 input channels find no
-    such order and widen to s16 (``vpmaddwd``; the 3x3 one as integer Winograd,
-    tests/test_integer_winograd.py). Either way the model is within one quantization step of the
-    graph run as written."""
+    weights). With 8-bit weights, whose pairs could, the two 1x1 convolutions pair their input
+    channels anew and still multiply bytes: the first reads the block's input, which the residual
+    add reads too, through a copy in its order; the last's order moves into the weight of the 3x3
+    convolution before it. That one finds no order and widens to s16 (``vpmaddwd``, as integer
+    Winograd: tests/test_integer_winograd.py). Either way the model is within one quantization
+    step of the graph run as written."""
     haswell = Target({"kind": "llvm", "mcpu": "haswell", "num-cores": 2})
     model = models.quantized_static(
-        models.resnet_bottleneck(size=6, channels=32, width=16), reduce_range=reduce_range
+        models.resnet_bottleneck(size=6, channels=32, width=32), reduce_range=reduce_range
     )
     mod = from_onnx(model.proto)
     lowered = lower_for_tuning(mod, None, haswell)
-    convs = {
-        g.name_hint: f
+    names = [g.name_hint for g, _ in lowered.functions_items()]
+    convs = [
+        f
         for g, f in lowered.functions_items()
         if isinstance(f, tvm.tirx.PrimFunc) and "conv2d" in g.name_hint
-    }
-    bytes_ = {g for g, f in convs.items() if NARROW_WEIGHTS in (f.attrs or {})}
-    weight_dtypes = {
-        g: {str(p.ty.dtype) for p in f.params} & {"int8", "int16"} for g, f in convs.items()
-    }
-    takes = [g.name_hint for g, _ in lowered.functions_items() if "take" in g.name_hint]
+    ]
+    assert all(NARROW_WEIGHTS in (f.attrs or {}) for f in convs)
+    assert not any("int16" in str(p.ty.dtype) for f in convs for p in f.params)
+    takes = [n for n in names if "take" in n]
+    winograd = [n for n in names if "winograd" in n]
     if reduce_range:
-        assert len(convs) == len(bytes_) == 3 and not takes, list(convs)
+        assert len(convs) == 3 and not takes and not winograd, names
     else:
-        (first,) = bytes_
-        assert convs[first].params[0].ty.shape[-1] == 32 and len(takes) == 1
-        assert len(convs) == 2 and all(
-            dtypes == ({"int8"} if g == first else {"int16"}) for g, dtypes in weight_dtypes.items()
-        ), weight_dtypes
+        assert len(convs) == 2 and len(takes) == 1 and winograd, names
     # on a VNNI CPU they stay s8, in their order
     znver4 = Target({"kind": "llvm", "mcpu": "znver4", "num-cores": 2})
     vnni = lower_for_tuning(mod, None, znver4)

@@ -26,6 +26,7 @@ from ..intrinsics import ensure_registered
 from .passes import (
     activations_as_formulas,
     chain_stacked_reductions,
+    channel_orders_into_producers,
     channel_window_as_slices,
     channels_last_convolutions,
     channels_last_epilogues,
@@ -148,6 +149,7 @@ def lower_for_tuning(
         # a bias reshaped by the importer becomes a constant
         never_failing(relax.transform.FoldConstant()),
         s16_weights,
+        channel_orders_into_producers,
         drop_inference_noops,
         clamped_gathers,
         channel_window_as_slices,

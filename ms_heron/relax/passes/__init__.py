@@ -31,12 +31,16 @@ says so (:mod:`.guard`).
   product executes, their epilogues fused;
 * :func:`quantization_parameters_as_tensors`: quantized layers of one shape are one tuning task;
 * :func:`s16_weights`: on a CPU without VNNI, s8 weights stored widened to s16, as its exact dot
-  product multiplies them, unless they are narrow;
+  product multiplies them, unless they are narrow, as they are or with their reduction paired anew
+  (the activation's channels taken in that order);
+* :func:`channel_orders_into_producers`: such an order applied to the weight of the kernel that
+  produces the activation, instead of a copy;
 * :func:`record_narrow_weights` (after fusion): which s8 weights are narrow enough for the byte
   multiply of CPUs without VNNI.
 """
 
 from .activations import activations_as_formulas
+from .channel_orders import channel_orders_into_producers
 from .channels_last import channels_last_convolutions
 from .fold_scale_shift import fold_scale_shift
 from .gathers import clamped_gathers
@@ -61,6 +65,7 @@ __all__ = [
     "SKIPPED_PASSES_ATTR",
     "activations_as_formulas",
     "chain_stacked_reductions",
+    "channel_orders_into_producers",
     "clamped_gathers",
     "channel_window_as_slices",
     "channels_last_convolutions",

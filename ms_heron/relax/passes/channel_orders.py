@@ -1,0 +1,118 @@
+"""A channel order (``take`` of constant indices along one axis) moved into the kernel that
+produces the tensor, where it costs nothing.
+
+:func:`~.narrow_weights.s16_weights` pairs an 8-bit weight's reduction anew and takes the
+activation's channels in that order: a copy of the activation. Where the activation is the result
+of a convolution or a matmul with a constant weight, through element-wise ops, transposes and pads
+that nothing else reads, the order instead permutes that weight's output channels (and the
+epilogue's per-channel constants), and the copy is gone. A tensor that something else reads too (a
+residual stream) keeps its copy, where it was: reordering it in place would change what the others
+read, and a copy further up (of float values before a quantize) would cost more.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from tvm import IRModule, relax
+from tvm.relax.dpl import is_const, is_op, rewrite_call, wildcard
+
+from .guard import never_failing
+from .sinking import BINARY, UNARY, constant_value, static_shape, values_used_once
+
+
+@never_failing
+@relax.transform.function_pass(opt_level=0, name="ChannelOrdersIntoProducers")
+def channel_orders_into_producers(func: relax.Function, _mod: IRModule, _ctx) -> relax.Function:
+    """Apply every constant-index ``take`` to the weight of the convolution or matmul whose result
+    reaches it only through ops nothing else reads; other takes stay."""
+    bound, used_once = relax.analysis.get_var2val(func), values_used_once(func)
+    inner, indices = wildcard(), is_const()
+    take = is_op("relax.take")(inner, indices)
+
+    def into_producer(expr, matches):
+        order = _Order(constant_value(matches[indices]), bound, used_once)
+        moved = order.applied(matches[inner], int(expr.attrs.axis), len(static_shape(expr)))
+        return expr if moved is None else moved
+
+    return rewrite_call(take, into_producer, func)
+
+
+class _Order:
+    """One channel order, and how each op takes it to the kernel before it."""
+
+    def __init__(self, order: np.ndarray, bound: dict, used_once: set):
+        self.order, self.bound, self.used_once = order, bound, used_once
+
+    def applied(self, value: relax.Expr, axis: int, rank: int) -> relax.Expr | None:
+        """``value`` (an op's bound value, read only here) computed with ``axis`` in the order,
+        the order applied to a constant weight; None: no such weight is reached."""
+        if value not in self.used_once or not isinstance(value, relax.Call):
+            return None
+        name, args = value.op.name, list(value.args)
+        if name in UNARY and all(_scalar(a) for a in args[1:]):
+            return self._through(value, 0, axis, rank)
+        if name in BINARY:
+            tensors = [i for i, a in enumerate(args) if self._operand(a, axis, rank) is None]
+            if len(tensors) != 1:  # the order reaches one producer, or two copies would stay
+                return None
+            (index,) = tensors
+            return self._through(
+                value, index, axis, rank, [self._operand(a, axis, rank) for a in args]
+            )
+        if name == "relax.permute_dims":
+            return self._through(value, 0, int(value.attrs.axes[axis]), rank)
+        if name == "relax.nn.pad":
+            widths = [int(w) for w in value.attrs.pad_width]
+            return (
+                self._through(value, 0, axis, rank)
+                if widths[2 * axis : 2 * axis + 2] == [0, 0]
+                else None
+            )
+        weight = constant_value(args[1]) if len(args) > 1 else None
+        if weight is None:
+            return None
+        if name == "relax.matmul" and axis == rank - 1:
+            return relax.Call(value.op, [args[0], self._const(weight, -1)], value.attrs)
+        if name == "relax.nn.conv2d" and int(value.attrs.groups) == 1:
+            layout = str(value.attrs.out_layout) or str(value.attrs.data_layout)
+            if axis == layout.index("C"):
+                out = str(value.attrs.kernel_layout).index("O")
+                return relax.Call(value.op, [args[0], self._const(weight, out)], value.attrs)
+        return None
+
+    def _through(self, value: relax.Call, index: int, axis: int, rank: int, args=None):
+        """``value`` with its operand ``index`` (a variable) in the order along ``axis``."""
+        args = list(args or value.args)
+        source = value.args[index]
+        if not isinstance(source, relax.Var) or source not in self.bound:
+            return None
+        shape = static_shape(source)
+        if shape is None:
+            return None
+        moved = self.applied(self.bound[source], axis - (rank - len(shape)), len(shape))
+        if moved is None:
+            return None
+        args[index] = moved
+        return relax.Call(value.op, args, value.attrs)
+
+    def _operand(self, expr: relax.Expr, axis: int, rank: int) -> relax.Expr | None:
+        """A broadcast operand in the order: a constant permuted, an axis it broadcasts along as it
+        is; None: a tensor, which only its producer can reorder."""
+        shape = static_shape(expr)
+        if shape is None:
+            return None
+        own = axis - (rank - len(shape))
+        if own < 0 or shape[own] == 1:
+            return expr
+        value = constant_value(expr)
+        return None if value is None else self._const(value, own)
+
+    def _const(self, value: np.ndarray, axis: int) -> relax.Constant:
+        return relax.const(np.take(value, self.order, axis))
+
+
+def _scalar(expr) -> bool:
+    shape = static_shape(expr)
+    return shape is None or math.prod(shape) == 1
