@@ -206,6 +206,27 @@ def test_a_channel_order_moves_into_the_weight_of_the_kernel_producing_what_only
         np.testing.assert_array_equal(got, expected)
 
 
+def test_a_channel_order_that_stays_a_copy_fuses_with_the_element_wise_op_before_it():
+    """The activation of a reordered matmul is a cast the copy alone reads: the two are one
+    kernel, not a cast writing the activation and a copy reading it again (TVM's pattern analysis
+    calls a gather opaque; :func:`gathers_as_injective` marks it injective)."""
+    column = np.array([127, 127, 1, -128, 0, -128, 0, 1], np.int8)
+    builder = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((4, 8), "float32"))
+    with builder.function("main", [x]):
+        with builder.dataflow():
+            activation = builder.emit(relax.op.astype(relax.op.clip(x, 0, 255), "uint8"))
+            weight = relax.const(np.tile(column[:, None], (1, 8)))
+            y = builder.emit_output(relax.op.matmul(activation, weight, out_dtype="int32"))
+        builder.emit_func_output(y)
+    haswell = Target({"kind": "llvm", "mcpu": "haswell", "num-cores": 2})
+    names = [
+        g.name_hint for g, _ in lower_for_tuning(builder.get(), None, haswell).functions_items()
+    ]
+    (copy,) = [n for n in names if "take" in n]
+    assert "cast" in copy and "clip" in copy, names
+
+
 def test_each_cpu_gets_its_best_dot_product_from_its_llvm_features():
     for dot in (d for d in DOT_PRODUCTS if not d.narrow_weights):
         assert dot_product(_target(dot)) == dot

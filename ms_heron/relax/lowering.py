@@ -35,6 +35,7 @@ from .passes import (
     failure_reason,
     fold_explicit_pads,
     fold_scale_shift,
+    gathers_as_injective,
     integer_qdq,
     keep_int8_matmuls,
     never_failing,
@@ -174,6 +175,7 @@ def lower_for_tuning(
     required = [
         relax.transform.LegalizeOps(),
         relax.transform.AnnotateTIROpPattern(),
+        gathers_as_injective,  # a channel order's copy fuses with the quantize before it
         relax.transform.FoldConstant(),
         relax.transform.FuseOps(),
         relax.transform.FuseTIR(),

@@ -34,13 +34,14 @@ says so (:mod:`.guard`).
   product multiplies them, unless they are narrow, as they are or with their reduction paired anew
   (the activation's channels taken in that order);
 * :func:`channel_orders_into_producers`: such an order applied to the weight of the kernel that
-  produces the activation, instead of a copy;
+  produces the activation, instead of a copy; :func:`gathers_as_injective` lets the copies that
+  stay fuse with the element-wise ops before them;
 * :func:`record_narrow_weights` (after fusion): which s8 weights are narrow enough for the byte
   multiply of CPUs without VNNI.
 """
 
 from .activations import activations_as_formulas
-from .channel_orders import channel_orders_into_producers
+from .channel_orders import channel_orders_into_producers, gathers_as_injective
 from .channels_last import channels_last_convolutions
 from .fold_scale_shift import fold_scale_shift
 from .gathers import clamped_gathers
@@ -74,6 +75,7 @@ __all__ = [
     "failure_reason",
     "fold_explicit_pads",
     "fold_scale_shift",
+    "gathers_as_injective",
     "integer_qdq",
     "keep_int8_matmuls",
     "never_failing",

@@ -15,8 +15,13 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import tvm
 from tvm import IRModule, relax
+from tvm.ir.expr import TensorLoad as BufferLoad
 from tvm.relax.dpl import is_const, is_op, rewrite_call, wildcard
+from tvm.s_tir import Schedule
+from tvm.s_tir.schedule import ScheduleError
+from tvm.tirx.expr import Cast, IntImm, Max, Min
 
 from .guard import never_failing
 from .sinking import BINARY, UNARY, constant_value, static_shape, values_used_once
@@ -116,3 +121,56 @@ class _Order:
 def _scalar(expr) -> bool:
     shape = static_shape(expr)
     return shape is None or math.prod(shape) == 1
+
+
+#: Relax's op pattern of an injective op (``AnnotateTIROpPattern``'s ``op_pattern``).
+_INJECTIVE = 2
+
+
+@never_failing
+@tvm.transform.module_pass(opt_level=0, name="GathersAsInjective")
+def gathers_as_injective(mod: IRModule, _ctx) -> IRModule:
+    """Mark each TIR function that only gathers whole elements (a legalized ``take``) injective,
+    as Relay registered ``take``; run between ``AnnotateTIROpPattern`` and ``FuseOps``.
+
+    TVM's pattern analysis calls a load whose index is itself loaded opaque, so FuseOps would fuse
+    nothing with a channel order's copy: a quantize before it would write the activation and the
+    copy read it again. Injective, the two run as one pass."""
+    for gvar, func in mod.functions_items():
+        if isinstance(func, tvm.tirx.PrimFunc) and _only_gathers(func):
+            mod[gvar] = func.with_attr("op_pattern", _INJECTIVE)
+    return mod
+
+
+def _only_gathers(func: tvm.tirx.PrimFunc) -> bool:
+    """Whether ``func`` is one block storing ``data[..., indices[i], ...]`` at its own iterators
+    (the index perhaps clamped into range: :func:`~.gathers.clamped_gathers`)."""
+    sch = Schedule(func)
+    try:
+        (block,) = sch.get_child_blocks(sch.get_sblock("root"))
+    except (ScheduleError, ValueError):
+        return False
+    stmt = sch.get(block)
+    store, load = stmt.body, getattr(stmt.body, "value", None)
+    if not isinstance(store, tvm.tirx.BufferStore) or not isinstance(load, BufferLoad):
+        return False
+    own = [iv.var for iv in stmt.iter_vars]
+
+    def bare(index) -> bool:
+        return any(index.same_as(v) for v in own)
+
+    def gathered(index) -> bool:  # loaded at the block's own iterators, perhaps widened, clamped
+        while not isinstance(index, BufferLoad):
+            if isinstance(index, Cast):
+                index = index.value
+            elif isinstance(index, (Min, Max)) and isinstance(index.a, IntImm):
+                index = index.b
+            elif isinstance(index, (Min, Max)) and isinstance(index.b, IntImm):
+                index = index.a
+            else:
+                return False
+        return all(bare(i) for i in index.indices)
+
+    return all(bare(i) for i in store.indices) and sorted(
+        "gathered" if gathered(i) else "bare" if bare(i) else "other" for i in load.indices
+    ) == sorted(["gathered"] + ["bare"] * (len(load.indices) - 1))
