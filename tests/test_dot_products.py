@@ -46,7 +46,7 @@ from ms_heron.hardware.targets import (
 )
 from ms_heron.intrinsics import TVM_VNNI_INTRIN, ensure_registered
 from ms_heron.relax import compile_model, extract_tasks, from_onnx, lower_for_tuning, run_model
-from ms_heron.relax.passes import channel_orders_into_producers
+from ms_heron.relax.passes import channel_orders_into_producers, gathers_as_injective
 from ms_heron.report.baselines import reference_outputs
 from ms_heron.rules import MultiLevelTiling, Tensorize
 from ms_heron.schedule.annotations import NARROW_WEIGHTS
@@ -209,7 +209,8 @@ def test_a_channel_order_moves_into_the_weight_of_the_kernel_producing_what_only
 def test_a_channel_order_that_stays_a_copy_fuses_with_the_element_wise_op_before_it():
     """The activation of a reordered matmul is a cast the copy alone reads: the two are one
     kernel, not a cast writing the activation and a copy reading it again (TVM's pattern analysis
-    calls a gather opaque; :func:`gathers_as_injective` marks it injective)."""
+    calls a gather opaque; :func:`gathers_as_injective` marks one at constant indices
+    injective). A gather at run-time indices is left as it was."""
     column = np.array([127, 127, 1, -128, 0, -128, 0, 1], np.int8)
     builder = relax.BlockBuilder()
     x = relax.Var("x", relax.TensorType((4, 8), "float32"))
@@ -225,6 +226,21 @@ def test_a_channel_order_that_stays_a_copy_fuses_with_the_element_wise_op_before
     ]
     (copy,) = [n for n in names if "take" in n]
     assert "cast" in copy and "clip" in copy, names
+    # a gather at run-time indices (an embedding lookup) stays as TVM marks it
+    builder = relax.BlockBuilder()
+    table = relax.Var("table", relax.TensorType((16, 8), "float32"))
+    ids = relax.Var("ids", relax.TensorType((4,), "int32"))
+    with builder.function("main", [table, ids]):
+        with builder.dataflow():
+            rows = builder.emit_output(relax.op.take(table, ids, axis=0))
+        builder.emit_func_output(rows)
+    legalized = relax.transform.AnnotateTIROpPattern()(relax.transform.LegalizeOps()(builder.get()))
+    (lookup,) = [
+        f
+        for _, f in gathers_as_injective(legalized).functions_items()
+        if "op_pattern" in (f.attrs or {})
+    ]
+    assert int(lookup.attrs["op_pattern"]) != 2, lookup.script()
 
 
 def test_each_cpu_gets_its_best_dot_product_from_its_llvm_features():

@@ -23,6 +23,7 @@ from tvm.s_tir import Schedule
 from tvm.s_tir.schedule import ScheduleError
 from tvm.tirx.expr import Cast, IntImm, Max, Min
 
+from ...schedule.analysis import param_index
 from .guard import never_failing
 from .sinking import BINARY, UNARY, constant_value, static_shape, values_used_once
 
@@ -67,7 +68,9 @@ class _Order:
                 value, index, axis, rank, [self._operand(a, axis, rank) for a in args]
             )
         if name == "relax.permute_dims":
-            return self._through(value, 0, int(value.attrs.axes[axis]), rank)
+            axes = value.attrs.axes
+            source = rank - 1 - axis if axes is None else int(axes[axis])  # None: reversed
+            return self._through(value, 0, source, rank)
         if name == "relax.nn.pad":
             widths = [int(w) for w in value.attrs.pad_width]
             return (
@@ -114,7 +117,7 @@ class _Order:
         value = constant_value(expr)
         return None if value is None else self._const(value, own)
 
-    def _const(self, value: np.ndarray, axis: int) -> relax.Constant:
+    def _const(self, value: np.ndarray, axis: int) -> relax.Expr:
         return relax.const(np.take(value, self.order, axis))
 
 
@@ -125,41 +128,59 @@ def _scalar(expr) -> bool:
 
 #: Relax's op pattern of an injective op (``AnnotateTIROpPattern``'s ``op_pattern``).
 _INJECTIVE = 2
+_CALL_TIR = tvm.ir.Op.get("relax.call_tir")
 
 
 @never_failing
 @tvm.transform.module_pass(opt_level=0, name="GathersAsInjective")
 def gathers_as_injective(mod: IRModule, _ctx) -> IRModule:
-    """Mark each TIR function that only gathers whole elements (a legalized ``take``) injective,
-    as Relay registered ``take``; run between ``AnnotateTIROpPattern`` and ``FuseOps``.
+    """Mark each TIR function that only gathers whole elements at constant indices (a channel
+    order's ``take``) injective, as Relay registered ``take``; run between
+    ``AnnotateTIROpPattern`` and ``FuseOps``.
 
     TVM's pattern analysis calls a load whose index is itself loaded opaque, so FuseOps would fuse
     nothing with a channel order's copy: a quantize before it would write the activation and the
-    copy read it again. Injective, the two run as one pass."""
-    for gvar, func in mod.functions_items():
-        if isinstance(func, tvm.tirx.PrimFunc) and _only_gathers(func):
-            mod[gvar] = func.with_attr("op_pattern", _INJECTIVE)
+    copy read it again. Injective, the two run as one pass. Gathers at run-time indices (an
+    embedding lookup) stay as TVM marks them."""
+    constant: dict[tvm.ir.GlobalVar, bool] = {}
+
+    def visit(expr) -> None:
+        if isinstance(expr, relax.Call) and expr.op.same_as(_CALL_TIR):
+            callee, args = expr.args[0], expr.args[1]
+            func = mod[callee]
+            index = _gathered_param(func) if isinstance(func, tvm.tirx.PrimFunc) else None
+            fields = args.fields if isinstance(args, relax.Tuple) else [args]
+            at_constants = index is not None and constant_value(fields[index]) is not None
+            constant[callee] = constant.get(callee, True) and at_constants
+
+    for _, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func, visit)
+    for gvar, at_constants in constant.items():
+        if at_constants:
+            mod[gvar] = mod[gvar].with_attr("op_pattern", _INJECTIVE)
     return mod
 
 
-def _only_gathers(func: tvm.tirx.PrimFunc) -> bool:
-    """Whether ``func`` is one block storing ``data[..., indices[i], ...]`` at its own iterators
-    (the index perhaps clamped into range: :func:`~.gathers.clamped_gathers`)."""
+def _gathered_param(func: tvm.tirx.PrimFunc) -> int | None:
+    """The parameter holding the indices, where ``func`` is one block storing
+    ``data[..., indices[i], ...]`` at its own iterators (the index perhaps clamped into range:
+    :func:`~.gathers.clamped_gathers`); else None."""
     sch = Schedule(func)
     try:
         (block,) = sch.get_child_blocks(sch.get_sblock("root"))
     except (ScheduleError, ValueError):
-        return False
+        return None
     stmt = sch.get(block)
     store, load = stmt.body, getattr(stmt.body, "value", None)
     if not isinstance(store, tvm.tirx.BufferStore) or not isinstance(load, BufferLoad):
-        return False
+        return None
     own = [iv.var for iv in stmt.iter_vars]
 
     def bare(index) -> bool:
         return any(index.same_as(v) for v in own)
 
-    def gathered(index) -> bool:  # loaded at the block's own iterators, perhaps widened, clamped
+    def gathered(index):  # loaded at the block's own iterators, perhaps widened, clamped
         while not isinstance(index, BufferLoad):
             if isinstance(index, Cast):
                 index = index.value
@@ -168,9 +189,10 @@ def _only_gathers(func: tvm.tirx.PrimFunc) -> bool:
             elif isinstance(index, (Min, Max)) and isinstance(index.b, IntImm):
                 index = index.a
             else:
-                return False
-        return all(bare(i) for i in index.indices)
+                return None
+        return index if all(bare(i) for i in index.indices) else None
 
-    return all(bare(i) for i in store.indices) and sorted(
-        "gathered" if gathered(i) else "bare" if bare(i) else "other" for i in load.indices
-    ) == sorted(["gathered"] + ["bare"] * (len(load.indices) - 1))
+    loads = [gathered(i) for i in load.indices if not bare(i)]
+    if not all(bare(i) for i in store.indices) or len(loads) != 1 or loads[0] is None:
+        return None
+    return param_index(sch, loads[0].source)
