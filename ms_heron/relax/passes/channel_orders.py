@@ -25,7 +25,7 @@ from tvm.tirx.expr import Cast, IntImm, Max, Min
 
 from ...schedule.analysis import param_index
 from .guard import never_failing
-from .sinking import BINARY, UNARY, constant_value, static_shape, values_used_once
+from .sinking import BINARY, UNARY, constant_value, static_shape, tir_calls, values_used_once
 
 
 @never_failing
@@ -128,7 +128,6 @@ def _scalar(expr) -> bool:
 
 #: Relax's op pattern of an injective op (``AnnotateTIROpPattern``'s ``op_pattern``).
 _INJECTIVE = 2
-_CALL_TIR = tvm.ir.Op.get("relax.call_tir")
 
 
 @never_failing
@@ -143,19 +142,11 @@ def gathers_as_injective(mod: IRModule, _ctx) -> IRModule:
     copy read it again. Injective, the two run as one pass. Gathers at run-time indices (an
     embedding lookup) stay as TVM marks them."""
     constant: dict[tvm.ir.GlobalVar, bool] = {}
-
-    def visit(expr) -> None:
-        if isinstance(expr, relax.Call) and expr.op.same_as(_CALL_TIR):
-            callee, args = expr.args[0], expr.args[1]
-            func = mod[callee]
-            index = _gathered_param(func) if isinstance(func, tvm.tirx.PrimFunc) else None
-            fields = args.fields if isinstance(args, relax.Tuple) else [args]
-            at_constants = index is not None and constant_value(fields[index]) is not None
-            constant[callee] = constant.get(callee, True) and at_constants
-
-    for _, func in mod.functions_items():
-        if isinstance(func, relax.Function):
-            relax.analysis.post_order_visit(func, visit)
+    for callee, args in tir_calls(mod):
+        func = mod[callee]
+        index = _gathered_param(func) if isinstance(func, tvm.tirx.PrimFunc) else None
+        at_constants = index is not None and constant_value(args[index]) is not None
+        constant[callee] = constant.get(callee, True) and at_constants
     for gvar, at_constants in constant.items():
         if at_constants:
             mod[gvar] = mod[gvar].with_attr("op_pattern", _INJECTIVE)

@@ -28,9 +28,7 @@ from ...hardware.dot_products import bytes_multiply_exactly, dot_product, narrow
 from ...schedule.analysis import param_index
 from ...schedule.annotations import NARROW_WEIGHTS
 from .guard import never_failing
-from .sinking import constant_value
-
-_CALL_TIR = tvm.ir.Op.get("relax.call_tir")
+from .sinking import constant_value, tir_calls
 
 
 @never_failing
@@ -79,13 +77,9 @@ def record_narrow_weights(mod: IRModule, _ctx) -> IRModule:
     """Mark each TIR function's parameters that every call passes a narrow s8 constant."""
     narrow: dict[tvm.ir.GlobalVar, set[int]] = {}
     wide: dict[tvm.ir.GlobalVar, set[int]] = {}
-
-    def visit(expr) -> None:
-        if not (isinstance(expr, relax.Call) and expr.op.same_as(_CALL_TIR)):
-            return
-        callee, args = expr.args[0], expr.args[1]
-        for index, arg in enumerate(args.fields if isinstance(args, relax.Tuple) else [args]):
-            values = arg.value.numpy() if isinstance(arg, tvm.ir.expr.Constant) else None
+    for callee, args in tir_calls(mod):
+        for index, arg in enumerate(args):
+            values = constant_value(arg)
             # the paired axis only for s8 constants: finding it schedules the function
             fits = (
                 values is not None
@@ -93,10 +87,6 @@ def record_narrow_weights(mod: IRModule, _ctx) -> IRModule:
                 and bytes_multiply_exactly(values, _reduced_axis(mod[callee], index))
             )
             (narrow if fits else wide).setdefault(callee, set()).add(index)
-
-    for _, func in mod.functions_items():
-        if isinstance(func, relax.Function):
-            relax.analysis.post_order_visit(func, visit)
     for gvar, indices in narrow.items():
         indices = sorted(indices - wide.get(gvar, set()))
         if indices:

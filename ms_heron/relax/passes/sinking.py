@@ -20,7 +20,7 @@ from typing import Callable
 import numpy as np
 import tvm
 import tvm_ffi
-from tvm import relax
+from tvm import IRModule, relax
 from tvm.relax.dpl import DFPattern, is_op, rewrite_call, wildcard
 
 #: Element-wise Relax ops with one tensor operand (any other operand a scalar: clip's bounds,
@@ -49,6 +49,26 @@ BINARY = (
     "relax.maximum",
     "relax.minimum",
 )
+
+
+_CALL_TIR = tvm.ir.Op.get("relax.call_tir")
+
+
+def tir_calls(mod: IRModule) -> list[tuple[tvm.ir.GlobalVar, list[relax.Expr]]]:
+    """Every ``call_tir`` in ``mod``'s Relax functions: its callee and its arguments."""
+    calls = []
+
+    def visit(expr) -> None:
+        if isinstance(expr, relax.Call) and expr.op.same_as(_CALL_TIR):
+            args = expr.args[1]
+            calls.append(
+                (expr.args[0], list(args.fields) if isinstance(args, relax.Tuple) else [args])
+            )
+
+    for _, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func, visit)
+    return calls
 
 
 def constant_value(expr) -> np.ndarray | None:
