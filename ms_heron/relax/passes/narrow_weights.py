@@ -60,7 +60,7 @@ def s16_weights(func: relax.Function, _mod: IRModule, _ctx) -> relax.Function:
         if not integer or bytes_multiply_exactly(values, axis):
             return expr
         channels = _activation_channels(expr)
-        order = None if channels is None else narrowing_order(values, axis)
+        order = None if None in (channels, axis) else narrowing_order(values, axis)
         if order is None:
             return relax.Call(
                 expr.op, [activation, relax.const(values.astype(np.int16))], expr.attrs
