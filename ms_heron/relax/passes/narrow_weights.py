@@ -1,4 +1,5 @@
-"""Constant s8 weights on a CPU without VNNI: narrow ones stay bytes, the others widen.
+"""Constant s8 weights on a CPU without VNNI: narrow ones stay bytes, most others are paired anew
+along their reduction, the rest widen.
 
 On a CPU without VNNI the exact dot product multiplies s16 (``vpmaddwd``, two products per lane):
 :func:`s16_weights` stores such weights widened, once at compile time, so that no kernel widens
