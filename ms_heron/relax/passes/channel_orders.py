@@ -12,8 +12,6 @@ read, and a copy further up (of float values before a quantize) would cost more.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import tvm
 from tvm import IRModule, relax
@@ -25,7 +23,15 @@ from tvm.tirx.expr import Cast, IntImm, Max, Min
 
 from ...schedule.analysis import param_index
 from .guard import never_failing
-from .sinking import BINARY, UNARY, constant_value, static_shape, tir_calls, values_used_once
+from .sinking import (
+    BINARY,
+    UNARY,
+    constant_value,
+    scalar_operands,
+    static_shape,
+    tir_calls,
+    values_used_once,
+)
 
 
 @never_failing
@@ -57,7 +63,7 @@ class _Order:
         if value not in self.used_once or not isinstance(value, relax.Call):
             return None
         name, args = value.op.name, list(value.args)
-        if name in UNARY and all(_scalar(a) for a in args[1:]):
+        if name in UNARY and scalar_operands(value):
             return self._through(value, 0, axis, rank)
         if name in BINARY:
             tensors = [i for i, a in enumerate(args) if self._operand(a, axis, rank) is None]
@@ -119,11 +125,6 @@ class _Order:
 
     def _const(self, value: np.ndarray, axis: int) -> relax.Expr:
         return relax.const(np.take(value, self.order, axis))
-
-
-def _scalar(expr) -> bool:
-    shape = static_shape(expr)
-    return shape is None or math.prod(shape) == 1
 
 
 #: Relax's op pattern of an injective op (``AnnotateTIROpPattern``'s ``op_pattern``).

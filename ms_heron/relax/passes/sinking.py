@@ -99,7 +99,8 @@ class LayoutChange:
     operand: Callable[[relax.Expr, relax.Call], relax.Expr | None]
 
 
-def _scalar_operands(expr: relax.Call) -> bool:
+def scalar_operands(expr: relax.Call) -> bool:
+    """Whether every operand of ``expr`` after its first is a scalar (a unary op's parameters)."""
     shapes = [static_shape(a) for a in expr.args[1:]]
     return all(s is None or math.prod(s) == 1 for s in shapes)
 
@@ -119,7 +120,7 @@ def _rules(change: LayoutChange) -> list:
         changed = change.pattern(inner)
 
         def unary(expr, matches, inner=inner, changed=changed):
-            if not _scalar_operands(expr):
+            if not scalar_operands(expr):
                 return expr
             return moved(expr, matches[changed], [matches[inner], *expr.args[1:]])
 
