@@ -87,9 +87,9 @@ def narrowing_order(weights: np.ndarray, axis: int) -> np.ndarray | None:
     negative ones past 128 (255 x 128 = 32640). Pairing rows that do not clash is a matching;
     the most constrained row takes its most constrained partner first. An odd number of rows, or
     a weight where pairing fails (every row holding extremes), has no order."""
-    rows = np.moveaxis(weights, axis, 0).reshape(weights.shape[axis], -1).astype(np.int16)
-    if weights.dtype != np.int8 or len(rows) % 2:
+    if weights.dtype != np.int8 or weights.shape[axis] % 2:
         return None
+    rows = np.moveaxis(weights, axis, 0).reshape(weights.shape[axis], -1).astype(np.int16)
     limit = 128
     clash = np.zeros((len(rows), len(rows)), bool)
     for part in (np.clip(rows, 0, None), np.clip(-rows, 0, None)):

@@ -66,13 +66,11 @@ class _Order:
         if name in UNARY and scalar_operands(value):
             return self._through(value, 0, axis, rank)
         if name in BINARY:
-            tensors = [i for i, a in enumerate(args) if self._operand(a, axis, rank) is None]
+            operands = [self._operand(a, axis, rank) for a in args]
+            tensors = [i for i, o in enumerate(operands) if o is None]
             if len(tensors) != 1:  # the order reaches one producer, or two copies would stay
                 return None
-            (index,) = tensors
-            return self._through(
-                value, index, axis, rank, [self._operand(a, axis, rank) for a in args]
-            )
+            return self._through(value, tensors[0], axis, rank, operands)
         if name == "relax.permute_dims":
             axes = value.attrs.axes
             source = rank - 1 - axis if axes is None else int(axes[axis])  # None: reversed
