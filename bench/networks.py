@@ -10,7 +10,9 @@ fresh process, in turn (medians). Per arm it also gives the tuner's model estima
 calls, summed over tasks) against the measured latency. Usage (repository root, nothing else
 running). The third line times finished runs again, the fourth tunes a corpus graph
 (``bench/corpus.py``), the fifth compiles for an AVX2 CPU and runs here, the last two race
-ResNet-101 cold with the shipped cost model and warm from the ResNet-50 run of the first line:
+ResNet-101 cold with the shipped cost model and warm from the ResNet-50 run of the first line,
+and the last times an int8 run in turn with the fp32 run of the same network (is int8 worth
+choosing on that CPU?):
 
     .venv/bin/python bench/networks.py resnet50 --budget 15m --work-root runs
     .venv/bin/python bench/networks.py mobilenetv2 --budget 15m --baseline-budget 15m
@@ -19,6 +21,7 @@ ResNet-101 cold with the shipped cost model and warm from the ResNet-50 run of t
     .venv/bin/python bench/networks.py resnet50-int8 --isa avx2 --budget 15m
     .venv/bin/python bench/networks.py resnet101 --budget 5m --pretrained-model
     .venv/bin/python bench/networks.py resnet101 --budget 5m --records-from runs/resnet50
+    .venv/bin/python bench/networks.py resnet50-int8 --isa avx2 --versus runs/resnet50
 
 The race gives each arm's measured and estimated latency at 1, 2, 5 and 15 minutes of its budget.
 
@@ -57,6 +60,7 @@ from ms_heron.hardware.targets import (
     num_cores,
 )
 from ms_heron.testing import models
+from ms_heron.tuning.workdir import RUN_FILE
 
 #: fp32 as exported; int8 as ONNX Runtime's tools quantize them (QDQ for ResNet-50, dynamic for
 #: BERT-base), with 8-bit weights and with ``reduce_range``'s 7-bit ones.
@@ -86,12 +90,19 @@ RACE_MINUTES = (1, 2, 5, 15)
 #: tuner's estimate sums records measured minutes apart, and a shared host's speed drifts between
 #: them.
 RETIMED = "estimate retimed"
+#: The label (and file stem) of the finished run ``--versus`` times in turn with the arms.
+VERSUS = "versus"
 
 
 def _file_key(key: str) -> str:
     """A result row's key in a file name: ``resnet101 (avx2, znver3, warm: resnet50)`` ->
     ``resnet101_avx2_znver3_warm_resnet50``."""
     return re.sub(r"[^A-Za-z0-9.-]+", "_", key).strip("_")
+
+
+def _network(name: str, exports: pathlib.Path | None) -> models.Model:
+    """The zoo network or corpus graph ``name``."""
+    return models.ZOO[name]() if name in models.ZOO else corpus.graph(name, exports)
 
 
 def _label(arm: str, minutes: float | None) -> str:
@@ -184,6 +195,9 @@ class Setup:
     records_from
         Work dirs or stores that seed ms_heron's run (a warm start); MetaSchedule's default has no
         such start and tunes cold.
+    versus
+        A finished run's work dir (ms_heron's fp32 of the same network, say) whose compiled model
+        is timed in turn with the arms, so that the row compares the two in one process.
     """
 
     budgets: dict[str, float]
@@ -195,6 +209,50 @@ class Setup:
     target: Target | None = None
     pretrained_model: bool = False
     records_from: tuple[pathlib.Path, ...] = ()
+    versus: pathlib.Path | None = None
+
+
+def _export_versus(work_dir: pathlib.Path, exports, out: pathlib.Path) -> str:
+    """The finished run in ``work_dir`` compiled (its network's inputs beside it) for the timing
+    process; its network's name."""
+    # pylint: disable-next=import-outside-toplevel
+    from ms_heron.tuning import TuningRun
+
+    other = TuningRun.open(work_dir)
+    other.compile(other.chosen_database()).export_library(str(out / f"{VERSUS}.so"))
+    np.savez(out / f"{VERSUS}_inputs.npz", **_network(work_dir.name, exports).inputs)
+    return work_dir.name
+
+
+def _check_versus(parser: argparse.ArgumentParser, work_dir: pathlib.Path, target: Target) -> None:
+    """Before any tuning: ``--versus`` names a finished run of this target (the comparison is of
+    one CPU's code) whose network this benchmark can build inputs for."""
+    # pylint: disable-next=import-outside-toplevel
+    from ms_heron.tuning import TuningRun
+
+    if not (work_dir / RUN_FILE).is_file():
+        parser.error(f"--versus: {work_dir} holds no ms_heron run (a work dir, e.g. runs/resnet50)")
+    if work_dir.name not in [*NETWORKS, *corpus.CORPUS]:
+        parser.error(f"--versus: {work_dir} is a run of no network this benchmark knows")
+    tuned_for = TuningRun.open(work_dir).target
+    if str(tuned_for) != str(target):
+        parser.error(
+            f"--versus: {work_dir} was tuned for {tuned_for}, this run tunes for {target}; give a "
+            "run of the same --isa on this CPU"
+        )
+
+
+def _versus_sampler(out: pathlib.Path) -> dict:
+    """``{VERSUS: seconds of one call}`` where the tuning process exported a ``--versus`` run."""
+    if not (out / f"{VERSUS}.so").exists():
+        return {}
+    import tvm  # pylint: disable=import-outside-toplevel
+
+    from ms_heron.relax import time_model  # pylint: disable=import-outside-toplevel
+
+    lib = tvm.runtime.load_module(str(out / f"{VERSUS}.so"))
+    inputs = dict(np.load(out / f"{VERSUS}_inputs.npz"))
+    return {VERSUS: lambda: time_model(lib, inputs)}
 
 
 def _tune_and_export(name: str, setup: Setup, out: pathlib.Path) -> tuple[dict, dict]:
@@ -207,7 +265,7 @@ def _tune_and_export(name: str, setup: Setup, out: pathlib.Path) -> tuple[dict, 
     from ms_heron.tuning.budget import BUDGET_BOUND_TRIALS, deadline_after
 
     work_root = setup.work_root
-    model = models.ZOO[name]() if name in models.ZOO else corpus.graph(name, setup.exports)
+    model = _network(name, setup.exports)
     work_root.mkdir(parents=True, exist_ok=True)
     onnx.save(model.proto, work_root / f"{name}.onnx")
     onnx.save(model.proto, out / f"{name}.onnx")
@@ -285,6 +343,8 @@ def _tune_and_export(name: str, setup: Setup, out: pathlib.Path) -> tuple[dict, 
                 str(out / f"{name}_{point['label'].replace(' ', '_')}.so")
             )
         kernels[arm] = _export_task_kernels(run, arm_run.chosen_database(), out, arm)
+    if setup.versus is not None:
+        row[VERSUS] = _export_versus(setup.versus, setup.exports, out)
     return row, kernels
 
 
@@ -395,6 +455,14 @@ def _markdown(data: dict, budget: str) -> list[str]:
         f"Geometric mean ms_heron / MetaSchedule default: **{results_io.geomean(ratios):.2f}x**; "
         f"ms_heron / ONNX Runtime: **{vs_ort:.2f}x**.",
     ]
+    versus = {name: r for name, r in data.items() if VERSUS in r}
+    if versus:
+        lines += ["", "Timed in turn with another finished run of ms_heron (`--versus`):", ""]
+        lines += [
+            f"- {name}: {r['ms_heron ms']:.2f} ms against {r[VERSUS]}'s {r[f'{VERSUS} ms']:.2f} "
+            f"ms, **{r[f'{VERSUS} ms'] / r['ms_heron ms']:.2f}x**"
+            for name, r in versus.items()
+        ]
     for name, r in data.items():
         if r.get("race"):
             lines += [
@@ -487,6 +555,12 @@ def main() -> None:
         help="a warm start: seed ms_heron's run from this earlier run's work dir or a records "
         "store, repeatable (the row names them); MetaSchedule's default tunes cold",
     )
+    parser.add_argument(
+        "--versus",
+        metavar="WORK_DIR",
+        help="time this finished run (ms_heron's fp32 of the same network, tuned for the same "
+        "--isa, say) in turn with the arms; the file gives the ratio",
+    )
     parser.add_argument("--out", default=str(results_io.DEFAULT_DIR))
     # the fresh timing process
     parser.add_argument("--time-exported", metavar="DIR", help=argparse.SUPPRESS)
@@ -497,6 +571,7 @@ def main() -> None:
         labels = json.loads((out / "labels.json").read_text())
         kernels = json.loads((out / "kernels.json").read_text())
         also = {f"{arm} {RETIMED}": _estimate_sampler(out, k) for arm, k in kernels.items()}
+        also.update(_versus_sampler(out))
         print(
             json.dumps(
                 models_vs_default.time_exported(out, [args.network], labels, TIMING_ROUNDS, also)
@@ -520,6 +595,12 @@ def main() -> None:
     missing = [d for d in args.records_from if not pathlib.Path(d).is_dir()]
     if missing:
         parser.error(f"--records-from: no such directory: {', '.join(missing)}")
+    if args.versus and not (pathlib.Path(args.versus) / RUN_FILE).is_file():
+        parser.error(
+            f"--versus: {args.versus} holds no ms_heron run (a work dir, e.g. runs/resnet50)"
+        )
+    if args.versus:
+        _check_versus(parser, pathlib.Path(args.versus), target)
     key = _row_key(args)
     setup = Setup(
         budgets=budgets,
@@ -531,6 +612,7 @@ def main() -> None:
         target=target,
         pretrained_model=args.pretrained_model,
         records_from=tuple(pathlib.Path(d) for d in args.records_from),
+        versus=pathlib.Path(args.versus) if args.versus else None,
     )
     print(f"runs under {setup.work_root}", flush=True)
     with tempfile.TemporaryDirectory(prefix="ms_heron_networks_") as tmp:
