@@ -135,7 +135,9 @@ def run(args: argparse.Namespace) -> int:
     from ..report.baselines import (
         BaselineUnavailable,
         max_abs_diff,
+        onnxruntime_int8_saturates,
         onnxruntime_model,
+        quantized,
         reference_outputs,
     )
     from ..report.tables import task_table
@@ -212,22 +214,27 @@ def run(args: argparse.Namespace) -> int:
         )
     except BaselineUnavailable as err:
         print(f"note: {err}; checking against the untuned model instead")
-        _check_outputs(
+        check_outputs(
             outputs,
             run_model(run.compile(ms.database.MemoryDatabase(), untuned="naive"), inputs),
             "the untuned model",
         )
         return 0
-    if _saturates(run.onnx_model):
-        print(
-            "ONNX Runtime's int8 kernels saturate pairs of products on this CPU (no VNNI): "
-            "checking against the model's exact arithmetic instead"
-        )
-        _check_outputs(
-            outputs, reference_outputs(run.onnx_model, ort_inputs), "the exact reference"
-        )
+    if quantized(run.onnx_model):
+        reference = reference_outputs(run.onnx_model, ort_inputs)
+        # two implementations of a deep quantized graph part by more than 1%: ONNX Runtime's own
+        # distance from the exact reference says how far on this input
+        rounding = max_abs_diff(ort_outputs, reference)
+        if onnxruntime_int8_saturates():
+            print(
+                "ONNX Runtime's int8 kernels saturate pairs of products on this CPU (no VNNI): "
+                "checking against the model's exact arithmetic instead"
+            )
+            check_outputs(outputs, reference, "the exact reference", rounding=rounding)
+        else:
+            check_outputs(outputs, ort_outputs, "ONNX Runtime", rounding=rounding)
     else:
-        _check_outputs(outputs, ort_outputs, "ONNX Runtime")
+        check_outputs(outputs, ort_outputs, "ONNX Runtime")
     diff = max_abs_diff(outputs, ort_outputs)
     print(f"{'ONNX Runtime':28s}{ort_s * 1e3:10.3f} ms")
     print(
@@ -237,9 +244,17 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check_outputs(outputs, expected, reference: str) -> None:
+def check_outputs(outputs, expected, reference: str, *, rounding: float = 0.0) -> None:
     """The tuned model's outputs on one random input against ``reference``'s: within 1% of the
-    outputs' range (fast math and summation order differ, wrong kernels are off by far more)."""
+    outputs' range (fast math and summation order differ, wrong kernels are off by far more).
+
+    A quantized graph gets twice ``rounding`` where that is more: how far two faithful
+    implementations of it land apart on this input (ONNX Runtime against the exact reference). A
+    float summed in another order moves a value across a quantization step, and every layer after
+    it carries the step on: BERT-base quantized dynamically ends 0.07 apart (2% of its range) in
+    ONNX Runtime and in ONNX's reference evaluator, while a 6-layer BERT of width 64 agrees to 1e-6.
+    Where ONNX Runtime saturates, its distance holds that error too, and the bound is looser.
+    """
     import numpy as np  # pylint: disable=import-outside-toplevel
 
     from ..workloads.evaluate import WrongResult  # pylint: disable=import-outside-toplevel
@@ -247,20 +262,25 @@ def _check_outputs(outputs, expected, reference: str) -> None:
     for index, (got, want) in enumerate(zip(outputs, expected)):
         want = np.asarray(want, dtype=np.float64)
         err = float(np.abs(np.asarray(got, dtype=np.float64) - want).max())
-        bound = 1e-2 * max(1.0, float(np.abs(want).max()))
+        range_bound = 1e-2 * max(1.0, float(np.abs(want).max()))
+        bound = max(range_bound, 2 * rounding)
         if not err <= bound:
+            why = (
+                f"1% of the output range, {range_bound:.3g}"
+                if bound == range_bound
+                else f"twice ONNX Runtime's own distance from the exact reference, {rounding:.3g}"
+            )
             raise WrongResult(
                 f"output {index} of the tuned model differs from {reference}'s by {err:.3g} (more "
-                f"than {bound:.3g})"
+                f"than {bound:.3g}: {why})"
             )
-    print(f"outputs checked against {reference} on a random input: correct")
-
-
-def _saturates(model) -> bool:
-    """Whether ONNX Runtime runs ``model`` on u8 x s8 kernels that saturate on this host."""
-    from ..report.baselines import onnxruntime_int8_saturates, quantized  # pylint: disable=import-outside-toplevel
-
-    return quantized(model) and onnxruntime_int8_saturates()
+    within = (
+        f" (within {2 * rounding:.3g}: twice ONNX Runtime's own distance from the exact "
+        "reference, which a quantized graph's rounding carries through its layers)"
+        if 2 * rounding > 1e-2
+        else ""
+    )
+    print(f"outputs checked against {reference} on a random input: correct{within}")
 
 
 def _random_input(rng, param):
