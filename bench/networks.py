@@ -9,7 +9,7 @@ compiled models are then timed with ONNX Runtime (all graph optimizations) on th
 fresh process, in turn (medians). Per arm it also gives the tuner's model estimate (best kernel x
 calls, summed over tasks) against the measured latency. Usage (repository root, nothing else
 running). The third line times finished runs again, the fourth tunes a corpus graph
-(``bench/corpus.py``), the fifth compiles for an AVX2 CPU and runs here, the last two race
+(``bench/corpus.py``), the fifth compiles for an AVX2 CPU and runs here, the next two race
 ResNet-101 cold with the shipped cost model and warm from the ResNet-50 run of the first line,
 and the last times an int8 run in turn with the fp32 run of the same network (is int8 worth
 choosing on that CPU?):
@@ -100,7 +100,7 @@ def _file_key(key: str) -> str:
     return re.sub(r"[^A-Za-z0-9.-]+", "_", key).strip("_")
 
 
-def _network(name: str, exports: pathlib.Path | None) -> models.Model:
+def _network(name: str, exports: pathlib.Path | None) -> models.OnnxModel:
     """The zoo network or corpus graph ``name``."""
     return models.ZOO[name]() if name in models.ZOO else corpus.graph(name, exports)
 
