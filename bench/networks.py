@@ -595,10 +595,6 @@ def main() -> None:
     missing = [d for d in args.records_from if not pathlib.Path(d).is_dir()]
     if missing:
         parser.error(f"--records-from: no such directory: {', '.join(missing)}")
-    if args.versus and not (pathlib.Path(args.versus) / RUN_FILE).is_file():
-        parser.error(
-            f"--versus: {args.versus} holds no ms_heron run (a work dir, e.g. runs/resnet50)"
-        )
     if args.versus:
         _check_versus(parser, pathlib.Path(args.versus), target)
     key = _row_key(args)
