@@ -41,10 +41,10 @@ says so (:mod:`.guard`).
 """
 
 from .activations import activations_as_formulas
-from .channel_orders import channel_orders_into_producers, gathers_as_injective
+from .channel_orders import channel_orders_into_producers
 from .channels_last import channels_last_convolutions
 from .fold_scale_shift import fold_scale_shift
-from .gathers import clamped_gathers
+from .gathers import clamped_gathers, gathers_as_injective
 from .guard import SKIPPED_PASSES_ATTR, failure_reason, never_failing, skipped_passes
 from .inference import drop_inference_noops
 from .lrn import channel_window_as_slices

@@ -13,15 +13,9 @@ read, and a copy further up (of float values before a quantize) would cost more.
 from __future__ import annotations
 
 import numpy as np
-import tvm
 from tvm import IRModule, relax
-from tvm.ir.expr import TensorLoad as BufferLoad
 from tvm.relax.dpl import is_const, is_op, rewrite_call, wildcard
-from tvm.s_tir import Schedule
-from tvm.s_tir.schedule import ScheduleError
-from tvm.tirx.expr import Cast, IntImm, Max, Min
 
-from ...schedule.analysis import param_index
 from .guard import never_failing
 from .sinking import (
     BINARY,
@@ -29,7 +23,6 @@ from .sinking import (
     constant_value,
     scalar_operands,
     static_shape,
-    tir_calls,
     values_used_once,
 )
 
@@ -123,66 +116,3 @@ class _Order:
 
     def _const(self, value: np.ndarray, axis: int) -> relax.Expr:
         return relax.const(np.take(value, self.order, axis))
-
-
-#: Relax's op pattern of an injective op (``AnnotateTIROpPattern``'s ``op_pattern``).
-_INJECTIVE = 2
-
-
-@never_failing
-@tvm.transform.module_pass(opt_level=0, name="GathersAsInjective")
-def gathers_as_injective(mod: IRModule, _ctx) -> IRModule:
-    """Mark each TIR function that only gathers whole elements at constant indices (a channel
-    order's ``take``) injective, as Relay registered ``take``; run between
-    ``AnnotateTIROpPattern`` and ``FuseOps``.
-
-    TVM's pattern analysis calls a load whose index is itself loaded opaque, so FuseOps would fuse
-    nothing with a channel order's copy: a quantize before it would write the activation and the
-    copy read it again. Injective, the two run as one pass. Gathers at run-time indices (an
-    embedding lookup) stay as TVM marks them."""
-    constant: dict[tvm.ir.GlobalVar, bool] = {}
-    for callee, args in tir_calls(mod):
-        func = mod[callee]
-        index = _gathered_param(func) if isinstance(func, tvm.tirx.PrimFunc) else None
-        at_constants = index is not None and constant_value(args[index]) is not None
-        constant[callee] = constant.get(callee, True) and at_constants
-    for gvar, at_constants in constant.items():
-        if at_constants:
-            mod[gvar] = mod[gvar].with_attr("op_pattern", _INJECTIVE)
-    return mod
-
-
-def _gathered_param(func: tvm.tirx.PrimFunc) -> int | None:
-    """The parameter holding the indices, where ``func`` is one block storing
-    ``data[..., indices[i], ...]`` at its own iterators (the index perhaps clamped into range:
-    :func:`~.gathers.clamped_gathers`); else None."""
-    sch = Schedule(func)
-    try:
-        (block,) = sch.get_child_blocks(sch.get_sblock("root"))
-    except (ScheduleError, ValueError):
-        return None
-    stmt = sch.get(block)
-    store, load = stmt.body, getattr(stmt.body, "value", None)
-    if not isinstance(store, tvm.tirx.BufferStore) or not isinstance(load, BufferLoad):
-        return None
-    own = [iv.var for iv in stmt.iter_vars]
-
-    def bare(index) -> bool:
-        return any(index.same_as(v) for v in own)
-
-    def gathered(index):  # loaded at the block's own iterators, perhaps widened, clamped
-        while not isinstance(index, BufferLoad):
-            if isinstance(index, Cast):
-                index = index.value
-            elif isinstance(index, (Min, Max)) and isinstance(index.a, IntImm):
-                index = index.b
-            elif isinstance(index, (Min, Max)) and isinstance(index.b, IntImm):
-                index = index.a
-            else:
-                return None
-        return index if all(bare(i) for i in index.indices) else None
-
-    loads = [gathered(i) for i in load.indices if not bare(i)]
-    if not all(bare(i) for i in store.indices) or len(loads) != 1 or loads[0] is None:
-        return None
-    return param_index(sch, loads[0].source)
