@@ -580,3 +580,35 @@ def test_narrow_weights_get_the_byte_multiply_and_full_range_ones_the_exact_form
     inits = {i.name: onnx.numpy_helper.to_array(i) for i in model.proto.graph.initializer}
     last = next(n for n in reversed(model.proto.graph.node) if n.op_type == "DequantizeLinear")
     assert np.abs(got - expected).max() <= float(inits[last.input[1]])
+
+
+@pytest.mark.parametrize("channels", [3, 1])
+def test_an_images_channels_are_padded_to_whole_dot_product_steps_once_in_the_graph(
+    channels, tmp_path
+):
+    """A quantized convolution reading an RGB image (3 channels) reads it with a fourth, zero
+    channel, and its weight a zero row: written once by the kernel that quantizes the image, where
+    the Tensorize rule would pad an im2col copy in the convolution's kernel on every run. On VNNI
+    (4 deep) and on AVX2 (s16 pairs) alike. A single channel stays one: four times the work is more
+    than padding may add. The padded model is within one quantization step of the graph run as
+    written."""
+    model = models.quantized_static(models.cnn(size=8, channels=channels, width=16))
+    mod = from_onnx(model.proto)
+    for mcpu in ("haswell", "znver4"):
+        target = Target({"kind": "llvm", "mcpu": mcpu, "num-cores": 2})
+        (conv,) = [
+            f
+            for g, f in lower_for_tuning(mod, None, target).functions_items()
+            if "conv2d" in g.name_hint
+        ]
+        shapes = [[int(d) for d in p.ty.shape] for p in conv.params if len(p.ty.shape) == 4]
+        expected = 4 if channels == 3 else 1
+        assert shapes[0][-1] == shapes[1][-1] == expected, (mcpu, conv.script())
+    haswell = Target({"kind": "llvm", "mcpu": "haswell", "num-cores": 2})
+    tasks = extract_tasks(lower_for_tuning(mod, None, haswell), haswell)
+    db = tune_model(mod, None, haswell, str(tmp_path), 2 * len(tasks), num_trials_per_iter=2)
+    (got,) = run_model(compile_model(db, mod, None, haswell), model.inputs)
+    (expected,) = reference_outputs(model.proto, model.inputs)
+    inits = {i.name: onnx.numpy_helper.to_array(i) for i in model.proto.graph.initializer}
+    last = next(n for n in reversed(model.proto.graph.node) if n.op_type == "DequantizeLinear")
+    assert np.abs(got - expected).max() <= float(inits[last.input[1]])

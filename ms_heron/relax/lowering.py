@@ -44,6 +44,7 @@ from .passes import (
     s16_weights,
     small_powers_as_products,
     views_after_epilogues,
+    whole_dot_product_channels,
     whole_window_pools_as_reductions,
     winograd_rewrite,
 )
@@ -149,6 +150,7 @@ def lower_for_tuning(
         keep_int8_matmuls,
         # a bias reshaped by the importer becomes a constant
         never_failing(relax.transform.FoldConstant()),
+        whole_dot_product_channels,
         s16_weights,
         channel_orders_into_producers,
         drop_inference_noops,

@@ -30,6 +30,8 @@ says so (:mod:`.guard`).
   and convolutions (QDQ, ``MatMulInteger``, ``ConvInteger``) in the u8 x s8 form the CPU's dot
   product executes, their epilogues fused;
 * :func:`quantization_parameters_as_tensors`: quantized layers of one shape are one tuning task;
+* :func:`whole_dot_product_channels`: an int8 convolution's input channels (an image's 3) padded
+  to whole dot-product steps, once, instead of by an im2col copy in its kernel;
 * :func:`s16_weights`: on a CPU without VNNI, s8 weights stored widened to s16, as its exact dot
   product multiplies them, unless they are narrow, as they are or with their reduction paired anew
   (the activation's channels taken in that order);
@@ -47,6 +49,7 @@ from .fold_scale_shift import fold_scale_shift
 from .gathers import clamped_gathers, gathers_as_injective
 from .guard import SKIPPED_PASSES_ATTR, failure_reason, never_failing, skipped_passes
 from .inference import drop_inference_noops
+from .input_channels import whole_dot_product_channels
 from .lrn import channel_window_as_slices
 from .narrow_weights import record_narrow_weights, s16_weights
 from .nary import chain_stacked_reductions
@@ -85,6 +88,7 @@ __all__ = [
     "skipped_passes",
     "small_powers_as_products",
     "views_after_epilogues",
+    "whole_dot_product_channels",
     "whole_window_pools_as_reductions",
     "winograd_convolutions",
     "winograd_rewrite",
