@@ -45,6 +45,10 @@ from .targets import TargetError, cpu_name, is_cpu, narrowed, vector_bytes
 #: widens them (exact only on narrow weights: :func:`bytes_multiply_exactly`).
 Form = Literal["vpdpbusd", "vpmaddwd", "vpmaddubsw"]
 
+#: PrimFunc attribute: the parameters that are constant s8 weights a byte multiply is exact on
+#: (:func:`bytes_multiply_exactly`), recorded by Relax's lowering where the values are known.
+NARROW_WEIGHTS = "ms_heron.narrow_weights"
+
 #: Weights within +-64 (the 7-bit weights of ONNX Runtime's ``reduce_range``) keep every pair of u8
 #: x s8 products within s16 (255 x 64 x 2 = 32640), however they are paired.
 NARROW_WEIGHT = 64
@@ -317,6 +321,18 @@ def dot_products(target: Target) -> list[DotProduct]:
     narrow = [d for d in DOT_PRODUCTS if d.narrow_weights and d.isa == exact.isa]
     s16 = [d for d in S16_DOT_PRODUCTS if d.isa == exact.isa]
     return [*narrow, exact, *s16]
+
+
+def kernel_dot_product(func: tirx.PrimFunc, target: Target) -> DotProduct | None:
+    """The fastest dot product a kernel of ``func`` may use on ``target``: the byte multiply where
+    every s8 parameter is a narrow weight (:data:`NARROW_WEIGHTS`) and the CPU's exact form widens,
+    else :func:`dot_product`."""
+    dots = dot_products(target)
+    narrow = {int(i) for i in (func.attrs or {}).get(NARROW_WEIGHTS, [])}
+    weights = {i for i, p in enumerate(func.params) if str(p.ty.dtype) == "int8"}
+    if dots and dots[0].narrow_weights and weights and weights <= narrow:
+        return dots[0]
+    return dot_product(target)
 
 
 def dot_product(target: Target) -> DotProduct | None:

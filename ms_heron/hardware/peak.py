@@ -23,7 +23,13 @@ from tvm.s_tir.analysis import estimate_tir_flops
 from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from tvm.target import Target
 
-from .dot_products import DotProduct, dot_product, require_dot_product
+from .dot_products import (
+    DotProduct,
+    dot_product,
+    dot_products,
+    kernel_dot_product,
+    require_dot_product,
+)
 from .probes import (
     FMA_COEF,
     PEAK_CHAINS,
@@ -121,12 +127,14 @@ def amx_peak_gops(target: Target, iters: int = 200_000) -> float:
     return float(cores * iters * _AMX_TILE_PRODUCTS * _OPS_PER_TILE_PRODUCT / best / 1e9)
 
 
-def int8_peak(target: Target) -> tuple[str, float]:
+def int8_peak(target: Target, dot: DotProduct | None = None) -> tuple[str, float]:
     """The int8 unit the kernels use on ``target`` and its measured peak GOPS: AMX where this host
-    runs tile code, else the CPU's best dot product ("AVX-512 VNNI" ... "AVX2")."""
+    runs tile code, else the dot product ``dot`` (None: the CPU's best exact one, "AVX-512 VNNI"
+    ... "AVX2")."""
     if has_amx(target):
         return "AMX", amx_peak_gops(target)
-    return require_dot_product(target).isa, dot_peak_gops(target)
+    dot = dot or require_dot_product(target)
+    return dot.isa, dot_peak_gops(target, dot)
 
 
 @once_per_target
@@ -185,11 +193,12 @@ def bound_seconds(mod: IRModule, target: Target) -> float:
 
 
 def bound_parts(mod: IRModule, target: Target) -> tuple[float, float]:
-    """The kernel's flops at the FMA peak (the :func:`int8_peak` for a kernel of 8- or 16-bit
-    integers on an x86 CPU), and its arguments' bytes once through memory at the measured
-    bandwidth, in seconds; zeros for a target that is not this machine. A kernel much faster than
-    the first was timed against a peak measured too low (:func:`measure_peaks_again`), or
-    multiplies narrow int8 weights by bytes, twice the exact form's work per instruction."""
+    """The kernel's flops at the FMA peak (for a kernel of 8- or 16-bit integers on an x86 CPU,
+    the :func:`int8_peak` of the dot product it may use, :func:`kernel_dot_product`: on narrow
+    weights without VNNI, the byte multiply's, up to twice the exact form's work per instruction),
+    and its arguments' bytes once through memory at the measured bandwidth, in seconds; zeros for a
+    target that is not this machine. A kernel much faster than the first was timed against a peak
+    measured too low (:func:`measure_peaks_again`)."""
     if not runs_here(target):
         return 0.0, 0.0
     args = ArgInfo.from_prim_func(mod["main"])
@@ -199,7 +208,8 @@ def bound_parts(mod: IRModule, target: Target) -> tuple[float, float]:
         any(str(a.dtype) in ("int8", "uint8", "int16") for a in args)
         and dot_product(target) is not None
     )
-    ops_per_s = (int8_peak(target)[1] if int8 else fma_peak_gops(target)) * 1e9
+    peak = int8_peak(target, kernel_dot_product(mod["main"], target)) if int8 else None
+    ops_per_s = (peak[1] if peak else fma_peak_gops(target)) * 1e9
     return (
         float(estimate_tir_flops(mod) / ops_per_s),
         moved / (memory_bandwidth_gbps(target) * 1e9),
@@ -212,8 +222,10 @@ def measure_peaks_again(target: Target) -> None:
     fma_peak_gops.again(target)
     if has_amx(target):
         amx_peak_gops.again(target)
-    elif dot_product(target) is not None:
-        dot_peak_gops.again(target)
+    else:
+        for dot in dot_products(target):
+            if dot.runs_on(target) and not dot.s16_values:  # the forms bounds are made from
+                dot_peak_gops.again(target, dot)
 
 
 def share_of_bound(bound_s: float, best_s: float) -> float:

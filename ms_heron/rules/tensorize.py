@@ -12,7 +12,7 @@ from tvm.s_tir.schedule.analysis import get_tensorize_loop_mapping
 from tvm.s_tir.schedule.transform import tile_with_tensor_intrin
 from tvm.tirx.analysis import undefined_vars
 
-from ..hardware.dot_products import VNNI, by_name, dot_products
+from ..hardware.dot_products import NARROW_WEIGHTS, VNNI, by_name, dot_products
 from ..hardware.peak import dot_chains
 from ..hardware.targets import has_amx, num_cores, vector_registers
 from ..intrinsics import (
@@ -23,7 +23,7 @@ from ..intrinsics import (
     register_all_amx,
 )
 from ..schedule.analysis import extents, is_tiled, padded_volume_ratio, param_index
-from ..schedule.annotations import AUTO_TENSORIZE, BLOCKIZED, NARROW_WEIGHTS, iter_kinds
+from ..schedule.annotations import AUTO_TENSORIZE, BLOCKIZED, iter_kinds
 from ..schedule.gemm_view import GemmView, as_gemm
 from ..schedule.operand_layout import match_operands, prepare_operands, widen_activation
 from ..schedule.options import check, heron_object

@@ -14,11 +14,6 @@ from tvm.s_tir.schedule import SBlockRV
 
 from . import unchecked
 
-#: PrimFunc attribute: the parameters that are constant s8 weights a byte multiply is exact on
-#: (``ms_heron.hardware.dot_products.bytes_multiply_exactly``), recorded by Relax's lowering where
-#: the values are known.
-NARROW_WEIGHTS = "ms_heron.narrow_weights"
-
 #: Block annotation holding the tile structure, e.g. "SSRSRS" (MetaSchedule uses the same key).
 TILING_STRUCTURE = "meta_schedule.tiling_structure"
 #: Block annotation MetaSchedule's RewriteTensorize postproc reads.

@@ -11,7 +11,7 @@ Most 8-bit weights fit too once their reduction rows are paired in another order
 (:func:`~ms_heron.hardware.dot_products.narrowing_order`): the weight is stored in that order and
 the activation's channels are taken in it (a copy). That is a constraint on data, not on shapes:
 the values are known only here, where the weights are constants, so this pass states it on the
-function (:data:`~ms_heron.schedule.annotations.NARROW_WEIGHTS`) and the Tensorize rule offers the
+function (:data:`~ms_heron.hardware.dot_products.NARROW_WEIGHTS`) and the Tensorize rule offers the
 faster intrinsic only to functions whose weights satisfy it.
 """
 
@@ -25,9 +25,13 @@ from tvm.s_tir import Schedule
 from tvm.s_tir.schedule import ScheduleError
 from tvm.target import Target
 
-from ...hardware.dot_products import bytes_multiply_exactly, dot_product, narrowing_order
+from ...hardware.dot_products import (
+    NARROW_WEIGHTS,
+    bytes_multiply_exactly,
+    dot_product,
+    narrowing_order,
+)
 from ...schedule.analysis import param_index
-from ...schedule.annotations import NARROW_WEIGHTS
 from .guard import never_failing
 from .sinking import constant_value, tir_calls
 
