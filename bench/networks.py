@@ -633,14 +633,22 @@ def main() -> None:
     # rows before "cpu"
     data = {name: {"cpu": earlier["host_cpu"], **r} for name, r in earlier["data"].items()}
     commit = results_io.code_commit()
-    if args.retime and key in data:  # the records are the tuned commit's; the timing is this one's
-        row["timed at"], commit = commit, data[key]["commit"]
+    # which commit tuned the runs under the work root, and whether the baseline was reused: a
+    # retime's row says so, whichever row the file holds
+    tuned = setup.work_root / f"{args.network}.tuned.json"
+    if not args.retime:
+        tuned.write_text(
+            json.dumps({"commit": commit, "baseline reused": bool(args.baseline_from)})
+        )
+    known = json.loads(tuned.read_text()) if tuned.exists() else data.get(key)
+    if args.retime and known:  # the records are the tuned commit's; the timing is this one's
+        row["timed at"], commit = commit, known["commit"]
     dot = dot_product(target)
     row["isa"] = (
         f"{args.isa or 'native'} (mcpu {target.attrs['mcpu']}; int8: {dot.isa if dot else '-'})"
     )
     data[key] = {**row, "commit": commit, "cpu": host_cpu_model()}
-    if args.baseline_from:
+    if args.baseline_from or (args.retime and known and known.get("baseline reused")):
         data[key]["baseline reused"] = True
     # the plot is written before results_io's files
     pathlib.Path(args.out).mkdir(parents=True, exist_ok=True)
