@@ -323,14 +323,19 @@ def dot_products(target: Target) -> list[DotProduct]:
     return [*narrow, exact, *s16]
 
 
+def narrow_weight_params(func: tirx.PrimFunc) -> set[int]:
+    """The parameters of ``func`` that the lowering recorded as narrow weights
+    (:data:`NARROW_WEIGHTS`)."""
+    return {int(i) for i in (func.attrs or {}).get(NARROW_WEIGHTS, [])}
+
+
 def kernel_dot_product(func: tirx.PrimFunc, target: Target) -> DotProduct | None:
     """The fastest dot product a kernel of ``func`` may use on ``target``: the byte multiply where
-    every s8 parameter is a narrow weight (:data:`NARROW_WEIGHTS`) and the CPU's exact form widens,
-    else :func:`dot_product`."""
+    every s8 parameter is a narrow weight and the CPU's exact form widens, else
+    :func:`dot_product`."""
     dots = dot_products(target)
-    narrow = {int(i) for i in (func.attrs or {}).get(NARROW_WEIGHTS, [])}
     weights = {i for i, p in enumerate(func.params) if str(p.ty.dtype) == "int8"}
-    if dots and dots[0].narrow_weights and weights and weights <= narrow:
+    if dots and dots[0].narrow_weights and weights and weights <= narrow_weight_params(func):
         return dots[0]
     return dot_product(target)
 

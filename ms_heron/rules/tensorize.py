@@ -12,7 +12,7 @@ from tvm.s_tir.schedule.analysis import get_tensorize_loop_mapping
 from tvm.s_tir.schedule.transform import tile_with_tensor_intrin
 from tvm.tirx.analysis import undefined_vars
 
-from ..hardware.dot_products import NARROW_WEIGHTS, VNNI, by_name, dot_products
+from ..hardware.dot_products import VNNI, by_name, dot_products, narrow_weight_params
 from ..hardware.peak import dot_chains
 from ..hardware.targets import has_amx, num_cores, vector_registers
 from ..intrinsics import (
@@ -290,11 +290,10 @@ def _read_bare(blk, index: int) -> bool:
 
 def _weights_are_narrow(sch: Schedule, block: SBlockRV) -> bool:
     """Whether every s8 buffer ``block`` reads is a parameter the function's lowering recorded as a
-    narrow constant (:data:`NARROW_WEIGHTS`): the condition under which a byte-multiplying dot
-    product (``vpmaddubsw``) cannot saturate. Nothing else is known to fit: a suite workload's
-    weight is an argument of any value."""
-    attrs = sch.mod["main"].attrs
-    narrow = {int(i) for i in attrs.get(NARROW_WEIGHTS, [])} if attrs is not None else set()
+    narrow constant (:func:`~ms_heron.hardware.dot_products.narrow_weight_params`): the condition
+    under which a byte-multiplying dot product (``vpmaddubsw``) cannot saturate. Nothing else is
+    known to fit: a suite workload's weight is an argument of any value."""
+    narrow = narrow_weight_params(sch.mod["main"])
     weights = [r.source for r in sch.get(block).reads if str(r.source.dtype) == "int8"]
     return bool(weights) and all(param_index(sch, w) in narrow for w in weights)
 
