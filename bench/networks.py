@@ -611,8 +611,17 @@ def main() -> None:
         versus=pathlib.Path(args.versus) if args.versus else None,
     )
     print(f"runs under {setup.work_root}", flush=True)
+    commit = results_io.code_commit()
+    # which commit tuned the runs under the work root, and whether their baseline was reused:
+    # recorded beside them as soon as they are tuned, so that a retime's row says so, whichever
+    # row the file holds
+    tuned = setup.work_root / f"{args.network}.tuned.json"
     with tempfile.TemporaryDirectory(prefix="ms_heron_networks_") as tmp:
         row, kernels = _tune_and_export(args.network, setup, pathlib.Path(tmp))
+        if not args.retime:
+            tuned.write_text(
+                json.dumps({"commit": commit, "baseline reused": bool(args.baseline_from)})
+            )
         (pathlib.Path(tmp) / "labels.json").write_text(
             json.dumps([p["label"] for ps in row["race"].values() for p in ps])
         )
@@ -632,23 +641,18 @@ def main() -> None:
     earlier = json.loads(path.read_text()) if path.exists() else {"data": {}}
     # rows before "cpu"
     data = {name: {"cpu": earlier["host_cpu"], **r} for name, r in earlier["data"].items()}
-    commit = results_io.code_commit()
-    # which commit tuned the runs under the work root, and whether the baseline was reused: a
-    # retime's row says so, whichever row the file holds
-    tuned = setup.work_root / f"{args.network}.tuned.json"
-    if not args.retime:
-        tuned.write_text(
-            json.dumps({"commit": commit, "baseline reused": bool(args.baseline_from)})
-        )
-    known = json.loads(tuned.read_text()) if tuned.exists() else data.get(key)
-    if args.retime and known:  # the records are the tuned commit's; the timing is this one's
-        row["timed at"], commit = commit, known["commit"]
+    reused = bool(args.baseline_from)
+    if args.retime:
+        known = json.loads(tuned.read_text()) if tuned.exists() else data.get(key)
+        if known:  # the records are the tuned commit's; the timing is this one's
+            row["timed at"], commit = commit, known["commit"]
+            reused = reused or bool(known.get("baseline reused"))
     dot = dot_product(target)
     row["isa"] = (
         f"{args.isa or 'native'} (mcpu {target.attrs['mcpu']}; int8: {dot.isa if dot else '-'})"
     )
     data[key] = {**row, "commit": commit, "cpu": host_cpu_model()}
-    if args.baseline_from or (args.retime and known and known.get("baseline reused")):
+    if reused:
         data[key]["baseline reused"] = True
     # the plot is written before results_io's files
     pathlib.Path(args.out).mkdir(parents=True, exist_ok=True)
