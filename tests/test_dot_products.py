@@ -169,9 +169,11 @@ def test_the_lowering_multiplies_bytes_where_weight_pairs_fit_and_widens_where_o
     # byte multiply's peak, not at the exact form's, which the byte multiply passes
     dot = kernel_dot_product(func, haswell)
     assert dot.form == ("vpmaddwd" if pairs == "saturate" else "vpmaddubsw")
-    compute_s, _ = bound_parts(tvm.IRModule({"main": func}), haswell)
-    flops = estimate_tir_flops(tvm.IRModule({"main": func}))
-    assert compute_s == pytest.approx(flops / (dot_peak_gops(haswell, dot) * 1e9))
+    kernel = tvm.IRModule({"main": func})
+    compute_s, _ = bound_parts(kernel, haswell)
+    assert compute_s == pytest.approx(
+        estimate_tir_flops(kernel) / (dot_peak_gops(haswell, dot) * 1e9)
+    )
     takes = [g.name_hint for g, _ in lowered.functions_items() if "take" in g.name_hint]
     assert bool(takes) == (pairs == "fit reordered"), takes
     tasks = extract_tasks(lowered, haswell)
