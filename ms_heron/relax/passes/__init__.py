@@ -35,6 +35,9 @@ says so (:mod:`.guard`).
 * :func:`s16_weights`: on a CPU without VNNI, s8 weights stored widened to s16, as its exact dot
   product multiplies them, unless they are narrow, as they are or with their reduction paired anew
   (the activation's channels taken in that order);
+* :func:`shared_channel_orders` (before :func:`s16_weights`): one such order for a tensor several
+  convolutions read (a residual stream), computed in it from the kernels that write it, so that
+  none takes a copy;
 * :func:`channel_orders_into_producers`: such an order applied to the weight of the kernel that
   produces the activation, instead of a copy; :func:`gathers_as_injective` lets the copies that
   stay fuse with the element-wise ops before them;
@@ -62,6 +65,7 @@ from .quantized import (
     keep_int8_matmuls,
     quantization_parameters_as_tensors,
 )
+from .stream_orders import shared_channel_orders
 from .views import views_after_epilogues
 from .winograd import winograd_convolutions, winograd_rewrite
 
@@ -85,6 +89,7 @@ __all__ = [
     "quantization_parameters_as_tensors",
     "record_narrow_weights",
     "s16_weights",
+    "shared_channel_orders",
     "skipped_passes",
     "small_powers_as_products",
     "views_after_epilogues",
