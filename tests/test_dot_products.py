@@ -14,6 +14,7 @@ import numpy as np
 import onnx
 import pytest
 import tvm
+import tvm_ffi
 from conftest import ms_heron_cli
 from rule_helpers import allocations, block_names, finished, stock_design_spaces
 from tvm import relax
@@ -49,7 +50,13 @@ from ms_heron.hardware.targets import (
 )
 from ms_heron.intrinsics import TVM_VNNI_INTRIN, ensure_registered
 from ms_heron.relax import compile_model, extract_tasks, from_onnx, lower_for_tuning, run_model
-from ms_heron.relax.passes import channel_orders_into_producers, gathers_as_injective
+from ms_heron.relax.lowering import compile_lowered
+from ms_heron.relax.passes import (
+    channel_orders_into_producers,
+    gathers_as_injective,
+    shared_channel_orders,
+)
+from ms_heron.relax.passes.sinking import constant_value
 from ms_heron.report.baselines import reference_outputs
 from ms_heron.rules import MultiLevelTiling, Tensorize
 from ms_heron.schedule.operand_layout import widen_activation
@@ -208,13 +215,114 @@ def test_a_channel_order_moves_into_the_weight_of_the_kernel_producing_what_only
     before = builder.get()
     after = channel_orders_into_producers(before)
     assert len(re.findall(r"R\.take\(", after.script())) == 1, after.script()
-    inputs = rng.standard_normal((2, 8)).astype("float32")
+    _assert_same_outputs(before, after, rng.standard_normal((2, 8)).astype("float32"))
+
+
+def _assert_same_outputs(before: tvm.IRModule, after: tvm.IRModule, inputs: np.ndarray):
+    """A rewritten Relax module computes exactly what it computed, compiled as it stands."""
     outputs = []
     for mod in (before, after):
         vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
         outputs.append([o.numpy() for o in vm["main"](tvm.runtime.tensor(inputs))])
     for got, expected in zip(*outputs):
         np.testing.assert_array_equal(got, expected)
+
+
+def _stream(returned: bool) -> tuple[tvm.IRModule, list[np.ndarray]]:
+    """A u8 x s8 convolution writes a quantized tensor (NHWC, 8 channels) that two others read,
+    each of whose weights saturates ``vpmaddubsw`` as packed and wants another order: the first
+    pairs two 127s in channels 0 and 1, the second two 127s in 2 and 3 and two -128s in 4 and 5.
+    ``returned``: the function's result holds the tensor too."""
+    first = np.array([127, 127, 1, -128, 0, -128, 0, 1], np.int8)
+    second = np.array([0, 1, 127, 127, -128, -128, 1, 0], np.int8)
+    rng = np.random.default_rng(0)
+    weights = [
+        rng.integers(-128, 128, (8, 1, 1, 8)).astype(np.int8),
+        np.tile(first, (8, 1)).reshape(8, 1, 1, 8),
+        np.tile(second, (8, 1)).reshape(8, 1, 1, 8),
+    ]
+    scale = rng.uniform(1e-4, 1e-3, 8).astype("float32")
+    conv = dict(data_layout="NHWC", kernel_layout="OHWI", out_dtype="int32")
+    builder = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 4, 4, 8), "uint8"))
+    with builder.function("main", [x]):
+        with builder.dataflow():
+            written = builder.emit(relax.op.nn.conv2d(x, relax.const(weights[0]), **conv))
+            scaled = relax.op.multiply(relax.op.astype(written, "float32"), relax.const(scale))
+            stream = builder.emit(
+                relax.op.quantize(scaled, relax.const(0.05), relax.const(3, "int8"), -1, "uint8")
+            )
+            reads = [
+                builder.emit(relax.op.nn.conv2d(stream, relax.const(w), **conv))
+                for w in weights[1:]
+            ]
+            out = builder.emit_output(relax.Tuple([*reads, stream] if returned else reads))
+        builder.emit_func_output(out)
+    return builder.get(), weights
+
+
+@pytest.mark.parametrize("returned", [False, True], ids=["read by convolutions", "returned"])
+def test_a_tensor_several_convolutions_read_is_computed_in_one_order_that_fits_them_all(returned):
+    """Each reader wants its own order of the tensor's channels (a take each, as a residual stream
+    had): one order fits both, so the convolution that writes the tensor permutes its output
+    channels, the per-channel scale on the way is permuted alike, and both readers' weights are
+    stored in that order, every pair within s16; the model computes what it computed. A tensor the
+    function returns keeps its order (the caller reads it): nothing changes. Nor does anything on a
+    VNNI CPU, whose dot product is exact on any weight."""
+    before, weights = _stream(returned)
+    haswell = Target({"kind": "llvm", "mcpu": "haswell", "num-cores": 2})
+    for widens in (False, True):
+        cpu = haswell if widens else Target({"kind": "llvm", "mcpu": "znver4", "num-cores": 2})
+        with cpu:
+            after = shared_channel_orders(before)
+        assert tvm_ffi.structural_equal(after, before) == (returned or not widens)
+    stored = [
+        constant_value(b.value.args[1])
+        for block in after["main"].body.blocks
+        for b in block.bindings
+        if isinstance(b.value, relax.Call) and b.value.op.name == "relax.nn.conv2d"
+    ]
+    if returned:
+        assert all(not bytes_multiply_exactly(w, 3) for w in stored[1:])
+        return
+    order = [int(np.flatnonzero((stored[0] == w).all(axis=(1, 2, 3)))[0]) for w in weights[0]]
+    order = np.argsort(order)  # the written channel at each position
+    np.testing.assert_array_equal(stored[0], weights[0][order])
+    for got, weight in zip(stored[1:], weights[1:]):
+        assert not bytes_multiply_exactly(weight, 3) and bytes_multiply_exactly(got, 3)
+        np.testing.assert_array_equal(got, weight[..., order])
+    inputs = np.random.default_rng(1).integers(0, 256, (1, 4, 4, 8)).astype(np.uint8)
+    _assert_same_outputs(before, after, inputs)
+
+
+def test_a_quantized_resnets_residual_streams_each_take_one_channel_order_and_no_copy():
+    """A QDQ ResNet (two stages of two bottlenecks, quantized by ONNX Runtime with 8-bit weights)
+    lowered for AVX2: each residual stream -- written by the stem and max pool, by the
+    downsampling convolutions and by every block's last convolution through the residual adds and
+    ReLUs, read by the next blocks' first convolutions -- is computed in one order that every
+    reader's weight multiplies as bytes in. Without it, the streams ran two copy kernels. No copy
+    remains; every convolution multiplies bytes but one whose weight no order fits, which widens
+    to s16; and the model, compiled untuned, is within one quantization step of the graph run as
+    written."""
+    haswell = Target({"kind": "llvm", "mcpu": "haswell", "num-cores": 2})
+    model = models.quantized_static(
+        models.resnet50(size=32, width=8, blocks=(2, 2), classes=10), reduce_range=False
+    )
+    lowered = lower_for_tuning(from_onnx(model.proto), None, haswell)
+    names = [g.name_hint for g, _ in lowered.functions_items()]
+    assert not [n for n in names if "take" in n], names
+    convs = [f for g, f in lowered.functions_items() if "conv2d" in g.name_hint]
+    narrow = [f for f in convs if NARROW_WEIGHTS in (f.attrs or {})]
+    widened = [f for f in convs if "int16" in {str(p.ty.dtype) for p in f.params}]
+    assert len(narrow) >= 10 and len(narrow) + len(widened) == len(convs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # untuned kernels, said once
+        executable = compile_lowered(ms.database.MemoryDatabase(), lowered, haswell)
+    (got,) = run_model(executable, model.inputs)
+    (expected,) = reference_outputs(model.proto, model.inputs)
+    inits = {i.name: onnx.numpy_helper.to_array(i) for i in model.proto.graph.initializer}
+    last = next(n for n in reversed(model.proto.graph.node) if n.op_type == "DequantizeLinear")
+    assert np.abs(got - expected).max() <= float(inits[last.input[1]])
 
 
 def test_a_channel_order_that_stays_a_copy_fuses_with_the_element_wise_op_before_it():

@@ -233,12 +233,14 @@ def _output_axis(call: relax.Call, var: relax.Var, axis: int) -> int | None:
 
 
 def _reads_channels(call: relax.Call) -> bool:
-    """A convolution or matmul with a constant weight: it reduces its input's channels."""
-    if len(call.args) < 2 or constant_value(call.args[1]) is None:
+    """A convolution or matmul with a constant weight (a matrix at least): it reduces its input's
+    channels."""
+    weight = constant_value(call.args[1]) if len(call.args) > 1 else None
+    if weight is None:
         return False
     if call.op.name == "relax.nn.conv2d":
         return int(call.attrs.groups) == 1
-    return call.op.name == "relax.matmul"
+    return call.op.name == "relax.matmul" and weight.ndim >= 2
 
 
 def _integer_reader(call: relax.Call) -> bool:
