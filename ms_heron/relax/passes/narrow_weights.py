@@ -70,7 +70,10 @@ def s16_weights(func: relax.Function, _mod: IRModule, _ctx) -> relax.Function:
             return relax.Call(
                 expr.op, [activation, relax.const(values.astype(np.int16))], expr.attrs
             )
-        taken = relax.op.take(activation, relax.const(order.astype(np.int32)), axis=channels)
+        # clamped, as every gather the tuner runs must be (:mod:`.gathers`): its kernel gets the
+        # order as a parameter, which the tuner fills with random indices
+        indices = relax.const(order.astype(np.int32))
+        taken = relax.op.take(activation, indices, axis=channels, mode="clip")
         return relax.Call(expr.op, [taken, relax.const(np.take(values, order, axis))], expr.attrs)
 
     return rewrite_call(pattern, narrow_or_widen, func)

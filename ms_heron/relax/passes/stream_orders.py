@@ -66,7 +66,7 @@ class _Graph:
         self.bound, self.users = {}, {}
         # read by the result or by a binding that is not an op's call: their order stays
         self.fixed = set(relax.analysis.free_vars(func.body.body))
-        for var, value in relax.analysis.get_var2val(func).items():
+        for var, value in _bindings(func):
             if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op):
                 self.bound[var] = value
                 for arg in {a for a in value.args if isinstance(a, relax.Var)}:
@@ -97,7 +97,7 @@ class _Graph:
                     elif at is not None and constant_value(arg) is None:
                         return None
             elif _writes_channels(value, axis):
-                stream.writers.add(var)
+                stream.writers[var] = None
             else:
                 return None
             for user in self.users.get(var, []):
@@ -105,7 +105,7 @@ class _Graph:
                 if _reads_channels(call) and call.args[0].same_as(var):
                     if _channels(call) != axis or call.args[1].same_as(var):
                         return None
-                    stream.readers.add(user)
+                    stream.readers[user] = None
                     continue
                 out = _output_axis(call, var, axis)
                 if out is None:
@@ -122,8 +122,10 @@ class _Stream:
     def __init__(self, bound: dict):
         self.bound = bound
         self.axes: dict[relax.Var, int] = {}
-        self.writers: set[relax.Var] = set()
-        self.readers: set[relax.Var] = set()
+        # in the function's order (insertion-ordered), so that the common order is the same in
+        # every process that lowers the model
+        self.writers: dict[relax.Var, None] = {}
+        self.readers: dict[relax.Var, None] = {}
 
     def common_order(self) -> np.ndarray | None:
         """An order of the channels under which every integer reader's weight that can multiply
@@ -292,6 +294,11 @@ def _taken(arg: relax.Expr, order: np.ndarray, axis: int | None) -> relax.Expr:
 def _with_weight(call: relax.Call, order: np.ndarray, axis: int) -> relax.Call:
     weight = relax.const(np.take(constant_value(call.args[1]), order, axis))
     return relax.Call(call.op, [call.args[0], weight, *call.args[2:]], call.attrs)
+
+
+def _bindings(func: relax.Function) -> list[tuple[relax.Var, relax.Expr]]:
+    """Every binding of ``func``'s body, in order."""
+    return [(b.var, b.value) for block in func.body.blocks for b in block.bindings]
 
 
 def _rebound(func: relax.Function, values: dict) -> relax.Function:
