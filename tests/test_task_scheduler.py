@@ -13,7 +13,8 @@ from ms_heron.hardware.peak import (
     memory_bandwidth_gbps,
     share_of_bound,
 )
-from ms_heron.relax import from_onnx, lower_for_tuning, model_tasks
+from ms_heron.records import open_database
+from ms_heron.relax import from_onnx, lower_for_tuning, model_tasks, task_times
 from ms_heron.search.task_scheduler import (
     ExpectedGain,
     TaskProgress,
@@ -141,7 +142,8 @@ def test_a_task_at_its_bound_gets_no_further_round_and_tuning_ends(tmp_path, cpu
 def test_a_peak_measured_low_is_measured_again_and_the_bounds_follow(tmp_path, cpu_target):
     """A peak probe that shared its core measured too little, so every task looked at its bound
     early: a kernel faster than the peak allows has the scheduler measure the peaks again, keep the
-    higher, and remake every bound from it, before it stops any task."""
+    higher, and remake every bound from it, before it stops any task. A process that reads the
+    finished run's task times measures again too."""
     tasks = model_tasks(lower_for_tuning(_small_model(tmp_path), None, cpu_target), cpu_target)
     true_peak = fma_peak_gops(cpu_target)
     # As a probe on a busy core left it, and low enough that the first round's kernel beats it
@@ -165,5 +167,12 @@ def test_a_peak_measured_low_is_measured_again_and_the_bounds_follow(tmp_path, c
         assert fma_peak_gops(cpu_target) > true_peak / 5
         for task, ctx in zip(scheduler.tasks, tasks):
             assert task.bound_s == pytest.approx(bound_seconds(ctx.mod, cpu_target))
+        # a process that only reads the run (a report, a benchmark's timing process) whose probe
+        # measured low does the same before it shows any share of bound
+        fma_peak_gops.assume(cpu_target, true_peak / 1e6)
+        times = task_times(open_database(tmp_path / "run"), tasks, cpu_target)
+        assert fma_peak_gops(cpu_target) > true_peak / 5
+        for time, ctx in zip(times, tasks):
+            assert time.bound_s == pytest.approx(bound_seconds(ctx.mod, cpu_target))
     finally:
         fma_peak_gops.cache_clear()

@@ -228,6 +228,18 @@ def measure_peaks_again(target: Target) -> None:
                 dot_peak_gops.again(target, dot)
 
 
+#: A kernel this much faster than the compute part of its bound has shown the measured peak low.
+#: Kernels may read a few percent fast (the best of many noisy timings); none is 10% past a peak.
+BEYOND_PEAK = 1.1
+
+
+def beats_the_peak(compute_s: float, best_s: float) -> bool:
+    """Whether a kernel of ``best_s`` seconds ran more than :data:`BEYOND_PEAK` times faster than
+    its flops at the measured peak (``compute_s``) allow: the peak was measured low, by a probe
+    that shared its core (:func:`measure_peaks_again`)."""
+    return compute_s > BEYOND_PEAK * best_s
+
+
 def share_of_bound(bound_s: float, best_s: float) -> float:
     """How close a kernel of ``best_s`` seconds runs to its bound: 1.0 at it, 0 for no kernel."""
     return bound_s / best_s if best_s < math.inf else 0.0

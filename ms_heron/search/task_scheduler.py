@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.task_scheduler import PyTaskScheduler
 
-from ..hardware.peak import bound_parts, measure_peaks_again, share_of_bound
+from ..hardware.peak import beats_the_peak, bound_parts, measure_peaks_again, share_of_bound
 from ..records import best_seconds, record_seconds
 from ..schedule.options import check
 
@@ -133,17 +133,14 @@ class ExpectedGain(PyTaskScheduler):
         task.best_s = min(task.best_s, best)
 
 
-#: A kernel this much faster than the compute part of its bound has shown the measured peak low.
-#: Kernels may read a few percent fast (the best of many noisy timings); none is 10% past a peak.
-BEYOND_PEAK = 1.1
 #: The peaks are measured again at most this often per run (each takes about 0.2 s).
 PEAK_MEASUREMENTS = 2
 
 
 def beyond_peak(tasks: Sequence[TaskProgress]) -> bool:
-    """Whether a task's best kernel ran more than :data:`BEYOND_PEAK` times faster than its flops
-    at the measured peak allow."""
-    return any(t.compute_s > BEYOND_PEAK * t.best_s for t in tasks)
+    """Whether a task's best kernel ran faster than its flops at the measured peak allow
+    (:func:`~ms_heron.hardware.peak.beats_the_peak`)."""
+    return any(beats_the_peak(t.compute_s, t.best_s) for t in tasks)
 
 
 def at_bound(tasks: Sequence[TaskProgress], share: float) -> list[int]:
