@@ -75,16 +75,8 @@ class _Order:
                 if widths[2 * axis : 2 * axis + 2] == [0, 0]
                 else None
             )
-        weight = constant_value(args[1]) if len(args) > 1 else None
-        if weight is None:
-            return None
-        if name == "relax.matmul" and axis == rank - 1:
-            return relax.Call(value.op, [args[0], self._const(weight, -1)], value.attrs)
-        if name == "relax.nn.conv2d" and int(value.attrs.groups) == 1:
-            layout = str(value.attrs.out_layout) or str(value.attrs.data_layout)
-            if axis == layout.index("C"):
-                out = str(value.attrs.kernel_layout).index("O")
-                return relax.Call(value.op, [args[0], self._const(weight, out)], value.attrs)
+        if writes_channels(value, axis):
+            return with_weight_taken(value, self.order, weight_output_axis(value))
         return None
 
     def _through(self, value: relax.Call, index: int, axis: int, rank: int, args=None):
@@ -116,3 +108,36 @@ class _Order:
 
     def _const(self, value: np.ndarray, axis: int) -> relax.Expr:
         return relax.const(np.take(value, self.order, axis))
+
+
+def reads_channels(call: relax.Call) -> bool:
+    """A convolution or matmul with a constant weight (a matrix at least): it reduces its input's
+    channels."""
+    weight = constant_value(call.args[1]) if len(call.args) > 1 else None
+    if weight is None:
+        return False
+    if call.op.name == "relax.nn.conv2d":
+        return int(call.attrs.groups) == 1
+    return call.op.name == "relax.matmul" and weight.ndim >= 2
+
+
+def writes_channels(call: relax.Call, axis: int) -> bool:
+    """``call`` computes its result's ``axis`` from a constant weight's output channels."""
+    if not reads_channels(call):
+        return False
+    if call.op.name == "relax.matmul":
+        return axis == len(static_shape(call)) - 1
+    return (str(call.attrs.out_layout) or str(call.attrs.data_layout)).index("C") == axis
+
+
+def weight_output_axis(call: relax.Call) -> int:
+    """The weight's axis that a writer's output channels run along."""
+    if call.op.name == "relax.matmul":
+        return len(static_shape(call.args[1])) - 1
+    return str(call.attrs.kernel_layout).index("O")
+
+
+def with_weight_taken(call: relax.Call, order: np.ndarray, axis: int) -> relax.Call:
+    """``call`` with its constant weight taken in ``order`` along ``axis``."""
+    weight = relax.const(np.take(constant_value(call.args[1]), order, axis))
+    return relax.Call(call.op, [call.args[0], weight, *call.args[2:]], call.attrs)

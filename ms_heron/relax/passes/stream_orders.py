@@ -27,6 +27,7 @@ from tvm import IRModule, relax
 from tvm.target import Target
 
 from ...hardware.dot_products import bytes_multiply_exactly, dot_product, narrowing_order
+from .channel_orders import reads_channels, weight_output_axis, with_weight_taken, writes_channels
 from .guard import never_failing
 from .sinking import BINARY, UNARY, constant_value, static_shape
 
@@ -96,13 +97,13 @@ class _Graph:
                         todo.append((arg, at))
                     elif at is not None and constant_value(arg) is None:
                         return None
-            elif _writes_channels(value, axis):
+            elif writes_channels(value, axis):
                 stream.writers[var] = None
             else:
                 return None
             for user in self.users.get(var, []):
                 call = self.bound[user]
-                if _reads_channels(call) and call.args[0].same_as(var):
+                if reads_channels(call) and call.args[0].same_as(var):
                     if _channels(call) != axis or call.args[1].same_as(var):
                         return None
                     stream.readers[user] = None
@@ -150,13 +151,13 @@ class _Stream:
         for var, axis in self.axes.items():
             value = values.get(var, self.bound[var])
             if var in self.writers:
-                changed[var] = _with_weight(value, order, _weight_output(value))
+                changed[var] = with_weight_taken(value, order, weight_output_axis(value))
             else:
                 args = [_taken(a, order, x) for a, x in zip(value.args, _operand_axes(value, axis))]
                 changed[var] = relax.Call(value.op, args, value.attrs)
         for var in self.readers:
             value = changed.get(var, values.get(var, self.bound[var]))
-            changed[var] = _with_weight(value, order, _weight_reduction(value))
+            changed[var] = with_weight_taken(value, order, _weight_reduction(value))
         return changed
 
 
@@ -234,34 +235,14 @@ def _output_axis(call: relax.Call, var: relax.Var, axis: int) -> int | None:
     return None
 
 
-def _reads_channels(call: relax.Call) -> bool:
-    """A convolution or matmul with a constant weight (a matrix at least): it reduces its input's
-    channels."""
-    weight = constant_value(call.args[1]) if len(call.args) > 1 else None
-    if weight is None:
-        return False
-    if call.op.name == "relax.nn.conv2d":
-        return int(call.attrs.groups) == 1
-    return call.op.name == "relax.matmul" and weight.ndim >= 2
-
-
 def _integer_reader(call: relax.Call) -> bool:
     """A u8 x s8 -> s32 convolution with a constant weight: one whose weight's pairs matter."""
     return (
         call.op.name == "relax.nn.conv2d"
-        and _reads_channels(call)
+        and reads_channels(call)
         and (str(call.args[0].ty.dtype), str(call.args[1].ty.dtype), str(call.ty.dtype))
         == ("uint8", "int8", "int32")
     )
-
-
-def _writes_channels(call: relax.Call, axis: int) -> bool:
-    """``call`` computes its result's ``axis`` from a constant weight's output channels."""
-    if not _reads_channels(call):
-        return False
-    if call.op.name == "relax.matmul":
-        return axis == len(static_shape(call)) - 1
-    return (str(call.attrs.out_layout) or str(call.attrs.data_layout)).index("C") == axis
 
 
 def _channels(call: relax.Call) -> int:
@@ -278,22 +259,10 @@ def _weight_reduction(call: relax.Call) -> int:
     return str(call.attrs.kernel_layout).index("I")
 
 
-def _weight_output(call: relax.Call) -> int:
-    """The weight's axis that a writer's output channels run along."""
-    if call.op.name == "relax.matmul":
-        return len(static_shape(call.args[1])) - 1
-    return str(call.attrs.kernel_layout).index("O")
-
-
 def _taken(arg: relax.Expr, order: np.ndarray, axis: int | None) -> relax.Expr:
     """A constant operand in the order along ``axis``; a variable (in the stream) as it is."""
     value = None if axis is None else constant_value(arg)
     return arg if value is None else relax.const(np.take(value, order, axis))
-
-
-def _with_weight(call: relax.Call, order: np.ndarray, axis: int) -> relax.Call:
-    weight = relax.const(np.take(constant_value(call.args[1]), order, axis))
-    return relax.Call(call.op, [call.args[0], weight, *call.args[2:]], call.attrs)
 
 
 def _bindings(func: relax.Function) -> list[tuple[relax.Var, relax.Expr]]:
