@@ -40,6 +40,7 @@ from .passes import (
     keep_int8_matmuls,
     never_failing,
     quantization_parameters_as_tensors,
+    quantize_round_trips_in_float,
     record_narrow_weights,
     s16_weights,
     shared_channel_orders,
@@ -173,6 +174,7 @@ def lower_for_tuning(
         channels_last_convolutions,
         winograd_rewrite(flops_per_byte=flops_per_byte),
         channels_last_epilogues,
+        quantize_round_trips_in_float,  # after the transposes moved: they pass no round
         # after the layout: fast math writes ``exp`` as a call_tir, which ConvertLayout cannot see
         # into, so an activation there ran its formula channels-first between two transposes
         *([] if exact_math else [never_failing(relax.transform.FastMathTransform())]),

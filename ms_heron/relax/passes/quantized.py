@@ -279,8 +279,9 @@ def integer_conv2d(x, w, zero: int, pads, *, strides, dilations):
     return relax.op.permute_dims(y, [0, 3, 1, 2])
 
 
-def _as_tensor(expr):
-    """A scalar constant as a one-element tensor (anything else as it is)."""
+def as_one_element(expr):
+    """A scalar constant as a one-element tensor, an argument of the kernel rather than a literal
+    in it (anything else as it is)."""
     value = constant_value(expr)
     return relax.const(value.reshape(1)) if value is not None and value.ndim == 0 else expr
 
@@ -297,7 +298,7 @@ def quantization_parameters_as_tensors(
     scale, zero_point = wildcard(), wildcard()
 
     def as_tensors(expr, matches):
-        args = [_as_tensor(matches[scale]), _as_tensor(matches[zero_point])]
+        args = [as_one_element(matches[scale]), as_one_element(matches[zero_point])]
         if all(new.same_as(old) for new, old in zip(args, expr.args[1:])):
             return expr
         return relax.Call(expr.op, [expr.args[0], *args], expr.attrs)
@@ -323,7 +324,7 @@ def _runtime_scale_times_constant(expr: relax.Call, _matches) -> relax.Expr:
             and value.dtype.kind == "f"
             and _runtime_scalar(other)
         ):
-            args[i] = relax.op.reshape(_as_tensor(arg), [])
+            args[i] = relax.op.reshape(as_one_element(arg), [])
             return relax.Call(expr.op, args, expr.attrs)
     return expr
 

@@ -1,0 +1,72 @@
+"""A quantize that only its own dequantize reads, computed in float.
+
+A QDQ graph quantizes a convolution's result and dequantizes it at once where a float op reads it:
+a ResNet block's last convolution before the residual add, the stem before its max pool. Legalized,
+that is a float -> u8 -> float round trip in the kernel's epilogue: a conversion to integers,
+packing to bytes and back, and a conversion to float again, about a quarter of the epilogue's
+instructions on AVX2 (the residual blocks' last convolutions ran at half their bound).
+
+``dequantize(quantize(x, s, zp), s', zp)`` is ``clip(round(x / s), qmin - zp, qmax - zp) * s'``:
+``round`` gives a whole number, adding and subtracting the zero point is exact in float, and so is
+the cast the round trip makes. The values are the same; only a zero may keep the sign of the
+rounded value (``-0.0``, which the next quantize reads as ``0``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from tvm import IRModule, relax
+from tvm.relax.dpl import is_op, rewrite_call, wildcard
+
+from .guard import never_failing
+from .quantized import as_one_element
+from .sinking import constant_value, static_shape, values_used_once
+
+
+@never_failing
+@relax.transform.function_pass(opt_level=0, name="QuantizeRoundTripsInFloat")
+def quantize_round_trips_in_float(func: relax.Function, _mod: IRModule, _ctx) -> relax.Function:
+    """Write each float quantize that only a dequantize of the same zero point reads (both with
+    one scale for the whole tensor) as its rounding and clipping in float. The bounds go in as
+    one-element tensors, as the scales do (:func:`~.quantized.quantization_parameters_as_tensors`),
+    so that layers of one shape stay one tuning task."""
+    once = values_used_once(func)
+    x, scale, zero = wildcard(), wildcard(), wildcard()
+    quantize = is_op("relax.quantize")(x, scale, zero)
+    out_scale, out_zero = wildcard(), wildcard()
+
+    def in_float(expr, matches):
+        quantized, scales = matches[quantize], (matches[scale], matches[out_scale])
+        bounds = _bounds(quantized, expr, matches[zero], matches[out_zero])
+        if quantized not in once or bounds is None or not all(map(_one_value, scales)):
+            return expr
+        low, high = (relax.const(np.array([b], "float32")) for b in bounds)
+        rounded = relax.op.round(relax.op.divide(matches[x], as_one_element(scales[0])))
+        clipped = relax.op.maximum(relax.op.minimum(rounded, high), low)
+        return relax.op.multiply(clipped, as_one_element(scales[1]))
+
+    return rewrite_call(is_op("relax.dequantize")(quantize, out_scale, out_zero), in_float, func)
+
+
+def _bounds(
+    quantized: relax.Call, dequantized: relax.Call, zero: relax.Expr, out_zero: relax.Expr
+) -> tuple[int, int] | None:
+    """``(qmin - zp, qmax - zp)`` of an 8-bit quantize; None unless both ends are float32 tensors
+    and share one constant zero point."""
+    values = [constant_value(zero), constant_value(out_zero)]
+    if any(v is None or v.size != 1 for v in values) or values[0].item() != values[1].item():
+        return None
+    ends = (quantized.args[0], dequantized)
+    if any(str(e.ty.dtype) != "float32" or not static_shape(e) for e in ends):
+        return None  # a rank-0 tensor would broadcast to the bounds' shape
+    dtype = str(quantized.attrs.out_dtype)
+    if dtype not in ("int8", "uint8"):
+        return None
+    info, zp = np.iinfo(dtype), int(values[0].item())
+    return info.min - zp, info.max - zp
+
+
+def _one_value(scale: relax.Expr) -> bool:
+    """Whether ``scale`` is one float32 value (a per-channel scale would need its axis)."""
+    shape = static_shape(scale)
+    return shape is not None and int(np.prod(shape)) == 1 and str(scale.ty.dtype) == "float32"
