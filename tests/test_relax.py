@@ -13,6 +13,7 @@ import tvm
 from conftest import HOST_DOT, kernel_calls, ms_heron_cli, timing_out_runner, untuned
 from onnx import TensorProto, helper
 from rule_helpers import finished, schedule_steps
+from tvm import relax
 from tvm.relax.frontend import nn
 from tvm.s_tir import meta_schedule as ms
 
@@ -30,6 +31,7 @@ from ms_heron.relax import (
     run_model,
     untuned_tasks,
 )
+from ms_heron.relax.passes import quantize_round_trips_in_float
 from ms_heron.relax.passes.winograd import F2, F4, chosen_form, padded_rows
 from ms_heron.report.baselines import max_abs_diff, onnxruntime_model, reference_outputs
 from ms_heron.schedule.annotations import is_metaschedule_space
@@ -624,6 +626,84 @@ def test_a_qdq_model_from_quantize_static_reaches_the_dot_product_within_one_qua
     last = next(n for n in reversed(model.proto.graph.node) if n.op_type == "DequantizeLinear")
     step = float(inits[last.input[1]])
     assert np.abs(got - expected).max() <= step
+
+
+def _round_trip_layers(params, dtype: str, *, returned_too=False, dequantized_with=None):
+    """From ``h = x``, per layer ``h @ I``, then ``dequantize(quantize(h, s, zp), s, zp) + y`` (a
+    residual block's end), each layer with its own scale and zero point (``params``);
+    ``returned_too``: the last quantize is also a result; ``dequantized_with``: the dequantizes'
+    (scale, zero point) instead."""
+    builder = relax.BlockBuilder()
+    x, y = (relax.Var(n, relax.TensorType((8, 64), "float32")) for n in "xy")
+    with builder.function("main", [x, y]):
+        with builder.dataflow():
+            h, quantized = x, None
+            for scale, zero in params:
+                s, zp = relax.const(np.float32(scale)), relax.const(np.array(zero, dtype))
+                product = builder.emit(relax.op.matmul(h, relax.const(np.eye(64, dtype="float32"))))
+                quantized = builder.emit(relax.op.quantize(product, s, zp, out_dtype=dtype))
+                dequantized = relax.op.dequantize(quantized, *(dequantized_with or (s, zp)))
+                h = builder.emit(relax.op.add(dequantized, y))
+            out = builder.emit_output(relax.Tuple([h, quantized]) if returned_too else h)
+        builder.emit_func_output(out)
+    return builder.get()
+
+
+def _round_trip_reference(x: np.ndarray, y: np.ndarray, params, dtype: str):
+    """What the layers compute as ONNX writes them: round half to even, saturate, in float32."""
+    info, h = np.iinfo(dtype), x
+    for scale, zero in params:
+        s = np.float32(scale)
+        q = np.clip(np.round(h / s) + zero, info.min, info.max).astype(dtype)
+        h = (q.astype(np.int32) - zero).astype(np.float32) * s + y
+    return h
+
+
+@pytest.mark.parametrize("dtype, zeros", [("uint8", (3, 128)), ("int8", (0, -5))])
+def test_a_quantize_only_its_dequantize_reads_runs_in_float_to_the_same_values(
+    cpu_target, dtype, zeros
+):
+    """A residual block's last convolution quantizes its result and dequantizes it at once for the
+    add: in float (rounded, clipped to the zero point's range) without the conversion to bytes and
+    back, every value the same as the round trip gives, on ties, saturating and tiny negative
+    inputs; layers of one shape with their own scales and zero points stay one task."""
+    params = [(0.5, zeros[0]), (0.25, zeros[1])]
+    lowered = lower_for_tuning(_round_trip_layers(params, dtype), None, cpu_target)
+    names = [g.name_hint for g, _ in lowered.functions_items()]
+    assert not [n for n in names if "quantize" in n], names
+    (task,) = extract_tasks(lowered, cpu_target)
+    assert task.weight == 2 and "round" in task.task_name, task.task_name
+    ties = np.arange(-40, 40, dtype=np.float32) * 0.125  # halves of both steps
+    extremes = np.array([1e4, -1e4, 300, -300, -0.1, -0.01, 0.01, np.float32(1e-30)], np.float32)
+    x, y = np.random.default_rng(0).standard_normal((2, 8, 64)).astype(np.float32) * 40
+    x[0], x[1, :8], y[2] = ties[:64], extremes, 0.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # untuned kernels, said once
+        executable = compile_model(ms.database.MemoryDatabase(), lowered, None, cpu_target)
+    (got,) = run_model(executable, {"x": x, "y": y})
+    np.testing.assert_array_equal(got, _round_trip_reference(x, y, params, dtype))
+
+
+@pytest.mark.parametrize(
+    "kind, dequantized_with",
+    [
+        ("read by another op", None),
+        ("another zero point", (np.float32(0.5), np.array(4, "uint8"))),
+        ("per-channel scale", (np.full(64, 0.5, np.float32), np.array(3, "uint8"))),
+    ],
+)
+def test_a_quantize_that_is_more_than_a_round_trip_stays_as_it_is(kind, dequantized_with):
+    """A quantize whose bytes something else reads (here the result), a dequantize with another
+    zero point, and a per-channel scale keep the quantize and the dequantize."""
+    mod = _round_trip_layers(
+        [(0.5, 3)],
+        "uint8",
+        returned_too=kind == "read by another op",
+        dequantized_with=dequantized_with and tuple(map(relax.const, dequantized_with)),
+    )
+    bound = relax.analysis.get_var2val(quantize_round_trips_in_float(mod)["main"]).values()
+    ops = {v.op.name for v in bound if isinstance(v, relax.Call)}
+    assert {"relax.quantize", "relax.dequantize"} <= ops and "relax.round" not in ops, ops
 
 
 def test_a_dynamically_quantized_model_runs_u8_x_s8_matmuls_and_matches_the_exact_reference(
