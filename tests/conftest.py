@@ -4,6 +4,7 @@ import subprocess
 import sys
 import warnings
 
+import numpy as np
 import pytest
 import tvm
 from tvm import relax
@@ -86,6 +87,19 @@ def untuned(model, target):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # every task runs untuned here
         return compile_model(ms.database.MemoryDatabase(), from_onnx(model), None, target)
+
+
+def assert_same_outputs(before: tvm.IRModule, after: tvm.IRModule, inputs: np.ndarray):
+    """A rewritten Relax module computes exactly what it computed, compiled as it stands."""
+    outputs = []
+    for mod in (before, after):
+        vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
+        result = vm["main"](tvm.runtime.tensor(inputs))
+        outputs.append(
+            [o.numpy() for o in (result if isinstance(result, tvm.ir.Array) else [result])]
+        )
+    for got, expected in zip(*outputs):
+        np.testing.assert_array_equal(got, expected)
 
 
 def kernel_calls(lowered) -> list[str]:

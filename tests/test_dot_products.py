@@ -15,7 +15,7 @@ import onnx
 import pytest
 import tvm
 import tvm_ffi
-from conftest import ms_heron_cli
+from conftest import assert_same_outputs, ms_heron_cli
 from rule_helpers import allocations, block_names, finished, stock_design_spaces
 from tvm import relax
 from tvm.s_tir import Schedule, TensorIntrin
@@ -215,17 +215,7 @@ def test_a_channel_order_moves_into_the_weight_of_the_kernel_producing_what_only
     before = builder.get()
     after = channel_orders_into_producers(before)
     assert len(re.findall(r"R\.take\(", after.script())) == 1, after.script()
-    _assert_same_outputs(before, after, rng.standard_normal((2, 8)).astype("float32"))
-
-
-def _assert_same_outputs(before: tvm.IRModule, after: tvm.IRModule, inputs: np.ndarray):
-    """A rewritten Relax module computes exactly what it computed, compiled as it stands."""
-    outputs = []
-    for mod in (before, after):
-        vm = relax.VirtualMachine(tvm.compile(mod, target="llvm"), tvm.cpu())
-        outputs.append([o.numpy() for o in vm["main"](tvm.runtime.tensor(inputs))])
-    for got, expected in zip(*outputs):
-        np.testing.assert_array_equal(got, expected)
+    assert_same_outputs(before, after, rng.standard_normal((2, 8)).astype("float32"))
 
 
 def _stream(returned: bool) -> tuple[tvm.IRModule, list[np.ndarray]]:
@@ -292,7 +282,7 @@ def test_a_tensor_several_convolutions_read_is_computed_in_one_order_that_fits_t
         assert not bytes_multiply_exactly(weight, 3) and bytes_multiply_exactly(got, 3)
         np.testing.assert_array_equal(got, weight[..., order])
     inputs = np.random.default_rng(1).integers(0, 256, (1, 4, 4, 8)).astype(np.uint8)
-    _assert_same_outputs(before, after, inputs)
+    assert_same_outputs(before, after, inputs)
 
 
 def test_a_quantized_resnets_residual_streams_each_take_one_channel_order_and_no_copy():

@@ -10,7 +10,14 @@ import numpy as np
 import onnx
 import pytest
 import tvm
-from conftest import HOST_DOT, kernel_calls, ms_heron_cli, timing_out_runner, untuned
+from conftest import (
+    HOST_DOT,
+    assert_same_outputs,
+    kernel_calls,
+    ms_heron_cli,
+    timing_out_runner,
+    untuned,
+)
 from onnx import TensorProto, helper
 from rule_helpers import finished, schedule_steps
 from tvm import relax
@@ -31,7 +38,7 @@ from ms_heron.relax import (
     run_model,
     untuned_tasks,
 )
-from ms_heron.relax.passes import quantize_round_trips_in_float
+from ms_heron.relax.passes import channels_last_epilogues, quantize_round_trips_in_float
 from ms_heron.relax.passes.winograd import F2, F4, chosen_form, padded_rows
 from ms_heron.report.baselines import max_abs_diff, onnxruntime_model, reference_outputs
 from ms_heron.schedule.annotations import is_metaschedule_space
@@ -704,6 +711,39 @@ def test_a_quantize_that_is_more_than_a_round_trip_stays_as_it_is(kind, dequanti
     bound = relax.analysis.get_var2val(quantize_round_trips_in_float(mod)["main"]).values()
     ops = {v.op.name for v in bound if isinstance(v, relax.Call)}
     assert {"relax.quantize", "relax.dequantize"} <= ops and "relax.round" not in ops, ops
+
+
+@pytest.mark.parametrize(
+    "op", ["max_pool2d", "avg_pool2d", "mean, dims kept", "max over channels", "sum over the image"]
+)
+def test_transposes_move_past_poolings_and_reductions_and_cancel(op):
+    """Between two channels-last int8 convolutions, the stem's max pool ran channels-first between
+    two transposes, and the global average pool at the end after one. A pooling now runs in the
+    layout the transpose came from and a reduction over the same axes there, so the transposes
+    meet and cancel or vanish; every value is what it was."""
+    x = relax.Var("x", relax.TensorType((1, 6, 6, 8), "float32"))
+    builder = relax.BlockBuilder()
+    with builder.function("main", [x]):
+        with builder.dataflow():
+            nchw = builder.emit(relax.op.permute_dims(x, [0, 3, 1, 2]))
+            if op.endswith("pool2d"):
+                pool = getattr(relax.op.nn, op)
+                pooled = builder.emit(pool(nchw, (3, 3), (2, 2), (1, 1, 1, 1)))
+                out = relax.op.permute_dims(pooled, [0, 2, 3, 1])
+            elif op == "mean, dims kept":
+                kept = builder.emit(relax.op.mean(nchw, [2, 3], keepdims=True))
+                out = relax.op.permute_dims(kept, [0, 2, 3, 1])
+            elif op == "max over channels":
+                out = relax.op.max(nchw, [1])
+            else:
+                out = relax.op.sum(nchw, [-1, -2])
+            out = builder.emit_output(builder.emit(out))
+        builder.emit_func_output(out)
+    before = builder.get()
+    after = channels_last_epilogues(before)
+    assert "permute_dims" not in after.script(), after.script()
+    x = np.random.default_rng(0).standard_normal((1, 6, 6, 8)).astype("float32")
+    assert_same_outputs(before, after, x)
 
 
 def test_a_dynamically_quantized_model_runs_u8_x_s8_matmuls_and_matches_the_exact_reference(

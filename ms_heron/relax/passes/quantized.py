@@ -400,13 +400,59 @@ def _layout_rules() -> list:
             relax.Call(expr.op, [matches[inner], matches[other]], expr.attrs), first.attrs.axes
         )
 
+    # a pooling in the layout the transpose came from (the stem's max pool between two int8
+    # convolutions), so the transposes around it meet and cancel
+    def pool_first(expr, matches):
+        axes, attrs = [int(a) for a in matches[permuted].attrs.axes], expr.attrs
+        layout = str(attrs.layout)
+        inner_layout = "".join(layout[axes.index(axis)] for axis in range(len(axes)))
+        if str(attrs.out_layout) != layout or inner_layout not in ("NCHW", "NHWC"):
+            return expr
+        pool = _POOLS[expr.op.name]
+        pooled = pool(
+            matches[inner],
+            [int(v) for v in attrs.pool_size],
+            [int(v) for v in attrs.strides],
+            [int(v) for v in attrs.padding],
+            [int(v) for v in attrs.dilation],
+            bool(attrs.ceil_mode),
+            bool(attrs.count_include_pad),
+            layout=inner_layout,
+            out_layout=inner_layout,
+        )
+        return relax.op.permute_dims(pooled, axes)
+
+    # a reduction (the global average pool at the end) over the same axes where they came from
+    def reduce_first(expr, matches):
+        axes = [int(a) for a in matches[permuted].attrs.axes]
+        if expr.attrs.axis is None:
+            return relax.Call(expr.op, [matches[inner]], expr.attrs)
+        reduced = sorted(int(a) % len(axes) for a in expr.attrs.axis)
+        result = _REDUCTIONS[expr.op.name](
+            matches[inner], [axes[a] for a in reduced], bool(expr.attrs.keepdims)
+        )
+        if expr.attrs.keepdims:
+            return relax.op.permute_dims(result, axes)
+        kept = [axes[a] for a in range(len(axes)) if a not in reduced]
+        order = [sorted(kept).index(a) for a in kept]
+        return result if order == sorted(order) else relax.op.permute_dims(result, order)
+
     other = wildcard()
     other_permuted = is_op("relax.permute_dims")(other)
     return [
         (is_op("relax.nn.pad")(permuted), pad_first),
         (is_op("relax.permute_dims")(permuted), compose),
         *[(is_op(op)(permuted, other_permuted), both_permuted) for op in BINARY],
+        *[(is_op(op)(permuted), pool_first) for op in _POOLS],
+        *[(is_op(op)(permuted), reduce_first) for op in _REDUCTIONS],
     ]
+
+
+_POOLS = {
+    "relax.nn.max_pool2d": relax.op.nn.max_pool2d,
+    "relax.nn.avg_pool2d": relax.op.nn.avg_pool2d,
+}
+_REDUCTIONS = {f"relax.{name}": getattr(relax.op, name) for name in ("mean", "max", "min", "sum")}
 
 
 @never_failing
