@@ -38,7 +38,7 @@ from ms_heron.relax import (
     run_model,
     untuned_tasks,
 )
-from ms_heron.relax.passes import channels_last_epilogues, quantize_round_trips_in_float
+from ms_heron.relax.passes import channels_last_epilogues, quantization_round_trips
 from ms_heron.relax.passes.winograd import F2, F4, chosen_form, padded_rows
 from ms_heron.report.baselines import max_abs_diff, onnxruntime_model, reference_outputs
 from ms_heron.schedule.annotations import is_metaschedule_space
@@ -708,9 +708,44 @@ def test_a_quantize_that_is_more_than_a_round_trip_stays_as_it_is(kind, dequanti
         returned_too=kind == "read by another op",
         dequantized_with=dequantized_with and tuple(map(relax.const, dequantized_with)),
     )
-    bound = relax.analysis.get_var2val(quantize_round_trips_in_float(mod)["main"]).values()
+    bound = relax.analysis.get_var2val(quantization_round_trips(mod)["main"]).values()
     ops = {v.op.name for v in bound if isinstance(v, relax.Call)}
     assert {"relax.quantize", "relax.dequantize"} <= ops and "relax.round" not in ops, ops
+
+
+@pytest.mark.parametrize("second_scale", [0.5, 0.3], ids=["same parameters", "another scale"])
+def test_a_max_pool_between_quantizes_pools_bytes(second_scale):
+    """A QDQ stem: quantize, dequantize, max pool, quantize. The pool moves after the quantize (a
+    positive scale keeps the order, and padding quantizes to the least byte), so it pools bytes;
+    with the same parameters, the dequantize and quantize that then meet are dropped, and the pool
+    reads the first quantize's bytes. Every value is what it was."""
+    x = relax.Var("x", relax.TensorType((1, 6, 6, 8), "float32"))
+    builder = relax.BlockBuilder()
+    with builder.function("main", [x]):
+        with builder.dataflow():
+            s, zp = relax.const(np.float32(0.5)), relax.const(np.array(3, "uint8"))
+            q = builder.emit(relax.op.quantize(x, s, zp, out_dtype="uint8"))
+            d = builder.emit(relax.op.dequantize(q, s, zp))
+            pooled = relax.op.nn.max_pool2d(d, (3, 3), (2, 2), (1, 1, 1, 1), layout="NHWC")
+            p = builder.emit(pooled)
+            s2 = relax.const(np.float32(second_scale))
+            q2 = builder.emit(relax.op.quantize(p, s2, zp, out_dtype="uint8"))
+            out = builder.emit_output(builder.emit(relax.op.dequantize(q2, s2, zp)))
+        builder.emit_func_output(out)
+    before = builder.get()
+    after = quantization_round_trips(before)
+    calls = [
+        v for v in relax.analysis.get_var2val(after["main"]).values() if isinstance(v, relax.Call)
+    ]
+    (pool,) = [c for c in calls if c.op.name == "relax.nn.max_pool2d"]
+    assert str(pool.args[0].ty.dtype) == "uint8", after.script()
+    # the second quantize reads the pool's input: with the same parameters, the first's bytes;
+    # else the first's round trip, in float
+    ops = [c.op.name for c in calls]
+    assert [op for op in ops if "quantize" in op] == ["relax.quantize", "relax.dequantize"], ops
+    assert ("relax.round" in ops) == (second_scale != 0.5), ops
+    x = np.random.default_rng(0).standard_normal((1, 6, 6, 8)).astype("float32") * 8
+    assert_same_outputs(before, after, x)
 
 
 @pytest.mark.parametrize(

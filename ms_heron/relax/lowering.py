@@ -40,7 +40,7 @@ from .passes import (
     keep_int8_matmuls,
     never_failing,
     quantization_parameters_as_tensors,
-    quantize_round_trips_in_float,
+    quantization_round_trips,
     record_narrow_weights,
     s16_weights,
     shared_channel_orders,
@@ -134,7 +134,7 @@ def lower_for_tuning(
     transposes (the int8 convolutions' channels-last layout, :mod:`.passes.quantized`) move past the
     element-wise epilogues, which then fuse into the kernels before them, and a quantize that only
     its dequantize reads is rounded and clipped in float instead of converted to bytes and back
-    (:func:`.passes.quantize_round_trips_in_float`).
+    (:func:`.passes.quantization_round_trips`).
     Unless ``exact_math``, ``exp``, ``erf``, ``tanh`` (GELU's and sigmoid's too, written out
     first) and softmax become TVM's polynomial approximations (``FastMathTransform``, after the
     layout passes, which cannot see into the call_tir it writes), as ONNX Runtime's kernels use:
@@ -176,7 +176,7 @@ def lower_for_tuning(
         channels_last_convolutions,
         winograd_rewrite(flops_per_byte=flops_per_byte),
         channels_last_epilogues,
-        quantize_round_trips_in_float,  # after the transposes moved: they pass no round
+        quantization_round_trips,  # after the transposes moved: they pass no round
         # after the layout: fast math writes ``exp`` as a call_tir, which ConvertLayout cannot see
         # into, so an activation there ran its formula channels-first between two transposes
         *([] if exact_math else [never_failing(relax.transform.FastMathTransform())]),

@@ -29,8 +29,9 @@ says so (:mod:`.guard`).
 * :func:`integer_qdq`, :func:`keep_int8_matmuls`, :func:`channels_last_epilogues`: quantized matmuls
   and convolutions (QDQ, ``MatMulInteger``, ``ConvInteger``) in the u8 x s8 form the CPU's dot
   product executes, their epilogues fused;
-* :func:`quantize_round_trips_in_float`: a quantize that only its dequantize reads (before a
-  residual add) rounded and clipped in float, without the conversion to bytes and back;
+* :func:`quantization_round_trips`: a quantize that only its dequantize reads (before a
+  residual add) rounded and clipped in float, without the conversion to bytes and back; a dequantize
+  quantized again alike dropped; a max pool between them run on the bytes;
 * :func:`quantization_parameters_as_tensors`: quantized layers of one shape are one tuning task;
 * :func:`whole_dot_product_channels`: an int8 convolution's input channels (an image's 3) padded
   to whole dot-product steps, once, instead of by an im2col copy in its kernel;
@@ -67,7 +68,7 @@ from .quantized import (
     keep_int8_matmuls,
     quantization_parameters_as_tensors,
 )
-from .round_trips import quantize_round_trips_in_float
+from .round_trips import quantization_round_trips
 from .stream_orders import shared_channel_orders
 from .views import views_after_epilogues
 from .winograd import winograd_convolutions, winograd_rewrite
@@ -90,7 +91,7 @@ __all__ = [
     "keep_int8_matmuls",
     "never_failing",
     "quantization_parameters_as_tensors",
-    "quantize_round_trips_in_float",
+    "quantization_round_trips",
     "record_narrow_weights",
     "s16_weights",
     "shared_channel_orders",

@@ -1,4 +1,4 @@
-"""A quantize that only its own dequantize reads, computed in float.
+"""Round trips through quantization, shortened.
 
 A QDQ graph quantizes a convolution's result and dequantizes it at once where a float op reads it:
 a ResNet block's last convolution before the residual add, the stem before its max pool. Legalized,
@@ -6,10 +6,16 @@ that is a float -> u8 -> float round trip in the kernel's epilogue: a conversion
 packing to bytes and back, and a conversion to float again, about a quarter of the epilogue's
 instructions on AVX2 (the residual blocks' last convolutions ran at half their bound).
 
-``dequantize(quantize(x, s, zp), s', zp)`` is ``clip(round(x / s), qmin - zp, qmax - zp) * s'``:
-``round`` gives a whole number, adding and subtracting the zero point is exact in float, and so is
-the cast the round trip makes. The values are the same; only a zero may keep the sign of the
-rounded value (``-0.0``, which the next quantize reads as ``0``).
+* ``dequantize(quantize(x, s, zp), s', zp)`` is ``clip(round(x / s), qmin - zp, qmax - zp) * s'``:
+  ``round`` gives a whole number, adding and subtracting the zero point is exact in float, and so
+  is the cast the round trip makes. The values are the same; only a zero may keep the sign of the
+  rounded value (``-0.0``, which the next quantize reads as ``0``).
+* ``quantize(dequantize(q, s, zp), s, zp)`` is ``q``: ``(q - zp) * s / s`` is within far less than
+  half a step of ``q - zp``, so it rounds back to it.
+* ``quantize(max_pool(y))`` is ``max_pool(quantize(y))``: a quantize with a positive scale never
+  orders two values the other way, and pads where the pool pads (-inf quantizes to the least
+  byte). So the stem's max pool reads bytes, not floats, and its dequantize and quantize meet and
+  go.
 """
 
 from __future__ import annotations
@@ -24,8 +30,64 @@ from .sinking import constant_value, static_shape, values_used_once
 
 
 @never_failing
-@relax.transform.function_pass(opt_level=0, name="QuantizeRoundTripsInFloat")
-def quantize_round_trips_in_float(func: relax.Function, _mod: IRModule, _ctx) -> relax.Function:
+@relax.transform.function_pass(opt_level=0, name="QuantizationRoundTrips")
+def quantization_round_trips(func: relax.Function, _mod: IRModule, _ctx) -> relax.Function:
+    """Move each quantize before the max pool it follows, drop each quantize of a dequantize with
+    the same parameters, and compute each float quantize that only a dequantize reads in float."""
+    func = _max_pools_on_bytes(func)
+    func = _requantized_bytes_as_they_were(func)
+    return _round_trips_in_float(func)
+
+
+def _max_pools_on_bytes(func: relax.Function) -> relax.Function:
+    """``quantize(max_pool2d(y))`` as ``max_pool2d(quantize(y))`` where only the quantize reads
+    the pool and only the pool reads ``y``, and every scale is a positive constant."""
+    once = values_used_once(func)
+    y, scale, zero = wildcard(), wildcard(), wildcard()
+    pool = is_op("relax.nn.max_pool2d")(y)
+
+    def on_bytes(expr, matches):
+        scales = constant_value(matches[scale])
+        pooled = matches[pool]
+        if scales is None or not (scales > 0).all() or pooled not in once:
+            return expr
+        if isinstance(matches[y], relax.Call) and matches[y] not in once:
+            return expr
+        quantized = relax.Call(expr.op, [matches[y], *expr.args[1:]], expr.attrs)
+        return relax.Call(pooled.op, [quantized], pooled.attrs)
+
+    return rewrite_call(is_op("relax.quantize")(pool, scale, zero), on_bytes, func)
+
+
+def _requantized_bytes_as_they_were(func: relax.Function) -> relax.Function:
+    """``quantize(dequantize(q, s, zp), s, zp)`` as ``q`` (the same constants, dtype and axis)."""
+    q, scale, zero = wildcard(), wildcard(), wildcard()
+    dequantize = is_op("relax.dequantize")(q, scale, zero)
+
+    def as_they_were(expr, matches):
+        inner = matches[dequantize]
+        same = [
+            _same_constant(a, b) for a, b in zip(expr.args[1:], (matches[scale], matches[zero]))
+        ]
+        if not all(same) or str(expr.attrs.out_dtype) != str(matches[q].ty.dtype):
+            return expr
+        if int(expr.attrs.axis) != int(inner.attrs.axis) and not _one_value(matches[scale]):
+            return expr
+        return matches[q]
+
+    return rewrite_call(
+        is_op("relax.quantize")(dequantize, wildcard(), wildcard()), as_they_were, func
+    )
+
+
+def _same_constant(a: relax.Expr, b: relax.Expr) -> bool:
+    values = constant_value(a), constant_value(b)
+    if values[0] is None or values[1] is None:
+        return a.same_as(b)
+    return values[0].shape == values[1].shape and (values[0] == values[1]).all()
+
+
+def _round_trips_in_float(func: relax.Function) -> relax.Function:
     """Write each float quantize that only a dequantize of the same zero point reads (both with
     one scale for the whole tensor) as its rounding and clipping in float. The bounds go in as
     one-element tensors, as the scales do (:func:`~.quantized.quantization_parameters_as_tensors`),
