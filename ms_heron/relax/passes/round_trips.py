@@ -47,6 +47,8 @@ def _max_pools_on_bytes(func: relax.Function) -> relax.Function:
     pool = is_op("relax.nn.max_pool2d")(y)
 
     def on_bytes(expr, matches):
+        if not isinstance(expr, relax.Call):
+            return expr  # a variable bound to the match: the match itself is rewritten
         scales = constant_value(matches[scale])
         pooled = matches[pool]
         if scales is None or not (scales > 0).all() or pooled not in once:
@@ -60,16 +62,22 @@ def _max_pools_on_bytes(func: relax.Function) -> relax.Function:
 
 
 def _requantized_bytes_as_they_were(func: relax.Function) -> relax.Function:
-    """``quantize(dequantize(q, s, zp), s, zp)`` as ``q`` (the same constants, dtype and axis)."""
+    """``quantize(dequantize(q, s, zp), s, zp)`` as ``q`` (the same constants, dtype and axis;
+    float32 between)."""
     q, scale, zero = wildcard(), wildcard(), wildcard()
     dequantize = is_op("relax.dequantize")(q, scale, zero)
 
     def as_they_were(expr, matches):
+        if not isinstance(expr, relax.Call):
+            return expr
         inner = matches[dequantize]
-        same = [
-            _same_constant(a, b) for a, b in zip(expr.args[1:], (matches[scale], matches[zero]))
-        ]
-        if not all(same) or str(expr.attrs.out_dtype) != str(matches[q].ty.dtype):
+        params = zip(expr.args[1:], (matches[scale], matches[zero]))
+        if not all(_same_constant(a, b) for a, b in params) or not _exact_steps(matches[scale]):
+            return expr
+        if (
+            str(expr.attrs.out_dtype) != str(matches[q].ty.dtype)
+            or str(inner.ty.dtype) != "float32"
+        ):
             return expr
         if int(expr.attrs.axis) != int(inner.attrs.axis) and not _one_value(matches[scale]):
             return expr
@@ -82,9 +90,19 @@ def _requantized_bytes_as_they_were(func: relax.Function) -> relax.Function:
 
 def _same_constant(a: relax.Expr, b: relax.Expr) -> bool:
     values = constant_value(a), constant_value(b)
-    if values[0] is None or values[1] is None:
-        return a.same_as(b)
-    return values[0].shape == values[1].shape and (values[0] == values[1]).all()
+    return (
+        values[0] is not None
+        and values[1] is not None
+        and values[0].shape == values[1].shape
+        and bool((values[0] == values[1]).all())
+    )
+
+
+def _exact_steps(scale: relax.Expr) -> bool:
+    """Whether ``(q - zp) * s / s`` rounds back to ``q - zp`` for every byte: ``s`` far from
+    float32's overflow and its denormals."""
+    value = constant_value(scale)
+    return value is not None and bool(((value >= 2.0**-100) & (value <= 2.0**100)).all())
 
 
 def _round_trips_in_float(func: relax.Function) -> relax.Function:
@@ -98,6 +116,8 @@ def _round_trips_in_float(func: relax.Function) -> relax.Function:
     out_scale, out_zero = wildcard(), wildcard()
 
     def in_float(expr, matches):
+        if not isinstance(expr, relax.Call):
+            return expr
         quantized, scales = matches[quantize], (matches[scale], matches[out_scale])
         bounds = _bounds(quantized, expr, matches[zero], matches[out_zero])
         if quantized not in once or bounds is None or not all(map(_one_value, scales)):
