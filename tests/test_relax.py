@@ -755,6 +755,22 @@ def test_a_max_pool_between_quantizes_pools_bytes(second_scale):
     assert_same_outputs(before, after, x)
 
 
+def test_a_pass_leaving_the_last_op_alone_runs_where_the_result_is_bound_to_a_variable():
+    """A stock pipeline's module binds its result again (``gv = lv``). Relax then hands a rule
+    that left ``lv``'s op alone (a pooling in a layout a transpose cannot become) the variable
+    too; read as a call, that failed and skipped the whole pass."""
+    x = relax.Var("x", relax.TensorType((1, 6, 6, 8), "float32"))
+    builder = relax.BlockBuilder()
+    with builder.function("main", [x]):
+        with builder.dataflow():
+            swapped = builder.emit(relax.op.permute_dims(x, [0, 2, 1, 3]))
+            pooled = builder.emit(relax.op.nn.max_pool2d(swapped, (3, 3), (2, 2), (1, 1, 1, 1)))
+            out = builder.emit_output(pooled)
+        builder.emit_func_output(out)
+    after = channels_last_epilogues(builder.get())
+    assert not skipped_passes(after) and "max_pool2d(lv" in after.script(), after.script()
+
+
 @pytest.mark.parametrize("scale", [0.5, 1e38])
 def test_bytes_dequantized_and_quantized_alike_are_dropped_where_that_gives_them_back(scale):
     """``quantize(dequantize(q, s, zp), s, zp)`` is ``q`` where ``(q - zp) * s`` stays finite:

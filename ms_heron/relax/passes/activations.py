@@ -15,9 +15,10 @@ from __future__ import annotations
 import math
 
 from tvm import IRModule, relax
-from tvm.relax.dpl import is_op, rewrite_call, wildcard
+from tvm.relax.dpl import is_op, wildcard
 
 from .guard import never_failing
+from .sinking import rewrite_calls
 
 
 def _formula(op: str, x: relax.Expr) -> relax.Expr:
@@ -58,5 +59,5 @@ def activations_as_formulas(func: relax.Function, _mod: IRModule, _ctx) -> relax
                 return expr
             return _formula(op, matches[x])
 
-        func = rewrite_call(is_op(op)(x), written_out, func)
+        func = rewrite_calls(is_op(op)(x), written_out, func)
     return func

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import numpy as np
 from tvm import IRModule, relax
-from tvm.relax.dpl import is_const, is_op, rewrite_call, wildcard
+from tvm.relax.dpl import is_const, is_op, wildcard
 
 from .guard import never_failing
 from .sinking import (
     BINARY,
     UNARY,
     constant_value,
+    rewrite_calls,
     scalar_operands,
     static_shape,
     values_used_once,
@@ -41,7 +42,7 @@ def channel_orders_into_producers(func: relax.Function, _mod: IRModule, _ctx) ->
         moved = order.applied(matches[inner], int(expr.attrs.axis), len(static_shape(expr)))
         return expr if moved is None else moved
 
-    return rewrite_call(take, into_producer, func)
+    return rewrite_calls(take, into_producer, func)
 
 
 class _Order:

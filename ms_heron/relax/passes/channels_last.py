@@ -24,9 +24,10 @@ from collections.abc import Callable
 
 import tvm
 from tvm import IRModule, relax
-from tvm.relax.dpl import is_op, rewrite_call, wildcard
+from tvm.relax.dpl import is_op, wildcard
 
 from .guard import failure_reason, never_failing, with_skipped
+from .sinking import rewrite_calls
 
 #: The layouts ``ConvertLayout`` gives a converted convolution: data, weight (and output, as data).
 CHANNELS_LAST = ["NHWC", "HWIO"]
@@ -73,7 +74,7 @@ def _squeeze_axes_from_the_front(func: relax.Function, _mod: IRModule, _ctx) -> 
             return expr
         return relax.op.squeeze(matches[x], axis=[int(a) % ndim for a in axes])
 
-    return rewrite_call(is_op("relax.squeeze")(x), counted, func)
+    return rewrite_calls(is_op("relax.squeeze")(x), counted, func)
 
 
 @tvm.transform.module_pass(opt_level=0, name="ChannelsLastConvolutions")

@@ -14,14 +14,14 @@ from __future__ import annotations
 import tvm
 from tvm import IRModule, relax
 from tvm.ir.expr import TensorLoad as BufferLoad
-from tvm.relax.dpl import is_op, rewrite_call, wildcard
+from tvm.relax.dpl import is_op, wildcard
 from tvm.s_tir import Schedule
 from tvm.s_tir.schedule import ScheduleError
 from tvm.tirx.expr import Cast, IntImm, Max, Min
 
 from ...schedule.analysis import param_index
 from .guard import never_failing
-from .sinking import constant_value, tir_calls
+from .sinking import constant_value, rewrite_calls, tir_calls
 
 
 @never_failing
@@ -38,7 +38,7 @@ def clamped_gathers(func: relax.Function, _mod: IRModule, _ctx) -> relax.Functio
             matches[data], matches[indices], axis=None if axis is None else int(axis), mode="clip"
         )
 
-    return rewrite_call(is_op("relax.take")(data, indices), clamped, func)
+    return rewrite_calls(is_op("relax.take")(data, indices), clamped, func)
 
 
 #: Relax's op pattern of an injective op (``AnnotateTIROpPattern``'s ``op_pattern``).

@@ -11,10 +11,10 @@ best and copies at worst. Each use is rewired to what the op passes through.
 from __future__ import annotations
 
 from tvm import IRModule, relax
-from tvm.relax.dpl import is_op, is_tuple_get_item, rewrite_call, wildcard
+from tvm.relax.dpl import is_op, is_tuple_get_item, wildcard
 
 from .guard import never_failing
-from .sinking import static_shape
+from .sinking import rewrite_calls, static_shape
 
 
 def _same_tensor(expr, matches, source) -> relax.Expr:
@@ -32,8 +32,10 @@ def drop_inference_noops(func: relax.Function, _mod: IRModule, _ctx) -> relax.Fu
     and reshapes to the same shape."""
     x = wildcard()
     dropout = is_op("relax.nn.dropout")(x)
-    func = rewrite_call(is_tuple_get_item(dropout, 0), lambda _e, m: m[x], func)
-    func = rewrite_call(is_tuple_get_item(dropout, 1), lambda _e, m: relax.op.ones_like(m[x]), func)
+    func = rewrite_calls(is_tuple_get_item(dropout, 0), lambda _e, m: m[x], func)
+    func = rewrite_calls(
+        is_tuple_get_item(dropout, 1), lambda _e, m: relax.op.ones_like(m[x]), func
+    )
     for op in (is_op("relax.astype")(x), is_op("relax.reshape")(x, wildcard())):
-        func = rewrite_call(op, lambda e, m: _same_tensor(e, m, x), func)
+        func = rewrite_calls(op, lambda e, m: _same_tensor(e, m, x), func)
     return func

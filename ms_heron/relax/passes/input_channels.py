@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import numpy as np
 from tvm import IRModule, relax
-from tvm.relax.dpl import is_const, is_op, rewrite_call, wildcard
+from tvm.relax.dpl import is_const, is_op, wildcard
 from tvm.target import Target
 
 from ...hardware.dot_products import dot_products
 from ...intrinsics import DOT_MAX_PADDING_WASTE
 from .guard import never_failing
-from .sinking import constant_value
+from .sinking import constant_value, rewrite_calls
 
 
 @never_failing
@@ -61,4 +61,4 @@ def whole_dot_product_channels(func: relax.Function, _mod: IRModule, _ctx) -> re
             attrs,
         )
 
-    return rewrite_call(is_op("relax.nn.conv2d")(wildcard(), is_const()), padded, func)
+    return rewrite_calls(is_op("relax.nn.conv2d")(wildcard(), is_const()), padded, func)

@@ -15,10 +15,10 @@ from __future__ import annotations
 import functools
 
 from tvm import IRModule, relax
-from tvm.relax.dpl import is_op, rewrite_call, wildcard
+from tvm.relax.dpl import is_op, wildcard
 
 from .guard import never_failing
-from .sinking import static_shape
+from .sinking import rewrite_calls, static_shape
 
 _POOLS = ("relax.nn.avg_pool2d", "relax.nn.avg_pool3d")
 
@@ -78,5 +78,5 @@ def channel_window_as_slices(func: relax.Function, _mod: IRModule, _ctx) -> rela
         expanded = is_op("relax.expand_dims")(squares)
         pool = is_op(pool_op)(expanded)
         window = functools.partial(rewrite, squares=squares, expanded=expanded, pool=pool)
-        func = rewrite_call(is_op("relax.squeeze")(pool), window, func)
+        func = rewrite_calls(is_op("relax.squeeze")(pool), window, func)
     return func

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import tvm
 from tvm import IRModule, relax
-from tvm.relax.dpl import is_const, is_op, rewrite_call, wildcard
+from tvm.relax.dpl import is_const, is_op, wildcard
 from tvm.s_tir import Schedule
 from tvm.s_tir.schedule import ScheduleError
 from tvm.target import Target
@@ -33,7 +33,7 @@ from ...hardware.dot_products import (
 )
 from ...schedule.analysis import param_index
 from .guard import never_failing
-from .sinking import constant_value, tir_calls
+from .sinking import constant_value, rewrite_calls, tir_calls
 
 
 @never_failing
@@ -76,7 +76,7 @@ def s16_weights(func: relax.Function, _mod: IRModule, _ctx) -> relax.Function:
         taken = relax.op.take(activation, indices, axis=channels, mode="clip")
         return relax.Call(expr.op, [taken, relax.const(np.take(values, order, axis))], expr.attrs)
 
-    return rewrite_call(pattern, narrow_or_widen, func)
+    return rewrite_calls(pattern, narrow_or_widen, func)
 
 
 @never_failing

@@ -13,10 +13,10 @@ from __future__ import annotations
 import functools
 
 from tvm import IRModule, relax
-from tvm.relax.dpl import is_op, rewrite_call, wildcard
+from tvm.relax.dpl import is_op, wildcard
 
 from .guard import never_failing
-from .sinking import static_shape
+from .sinking import rewrite_calls, static_shape
 
 #: The reduction over the stacked axis -> the binary op that chains it.
 _CHAINED = {
@@ -55,13 +55,13 @@ def chain_stacked_reductions(func: relax.Function, _mod: IRModule, _ctx) -> rela
     tensor = wildcard()
     # the importer adds one per input, shape unchanged
     identity = is_op("relax.broadcast_to")(tensor, wildcard())
-    func = rewrite_call(
+    func = rewrite_calls(
         identity, lambda e, m: m[tensor] if static_shape(m[tensor]) == static_shape(e) else e, func
     )
     for reduce_op in _CHAINED:
         stacked = is_op("relax.stack")(wildcard())
         pattern = is_op(reduce_op)(stacked)
-        func = rewrite_call(
+        func = rewrite_calls(
             pattern, lambda e, m, s=stacked, op=reduce_op: _chain(e, m, s, op), func
         )
     return func

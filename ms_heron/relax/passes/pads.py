@@ -11,9 +11,10 @@ is the same convolution with wider padding, what ONNX Runtime's ``PadFusion`` do
 from __future__ import annotations
 
 from tvm import IRModule, relax
-from tvm.relax.dpl import is_op, rewrite_call, wildcard
+from tvm.relax.dpl import is_op, wildcard
 
 from .guard import never_failing
+from .sinking import rewrite_calls
 
 
 def _widened(expr, matches, data, padded) -> relax.Expr:
@@ -61,7 +62,7 @@ def fold_explicit_pads(func: relax.Function, _mod: IRModule, _ctx) -> relax.Func
     ``conv2d(x, w)`` with the widths added to its padding."""
     data = wildcard()
     padded = is_op("relax.nn.pad")(data)
-    return rewrite_call(
+    return rewrite_calls(
         is_op("relax.nn.conv2d")(padded, wildcard()),
         lambda e, m: _widened(e, m, data, padded),
         func,

@@ -12,10 +12,10 @@ Runtime computes, and what ONNX's ``GlobalAveragePool`` imports as.
 from __future__ import annotations
 
 from tvm import IRModule, relax
-from tvm.relax.dpl import is_op, rewrite_call, wildcard
+from tvm.relax.dpl import is_op, wildcard
 
 from .guard import never_failing
-from .sinking import static_shape
+from .sinking import rewrite_calls, static_shape
 
 
 def _covers_input(pool) -> list[int] | None:
@@ -60,5 +60,5 @@ def whole_window_pools_as_reductions(func: relax.Function, _mod: IRModule, _ctx)
     the image's axes."""
     x = wildcard()
     for op in ("relax.nn.avg_pool2d", "relax.nn.max_pool2d"):
-        func = rewrite_call(is_op(op)(x), _as_reduction, func)
+        func = rewrite_calls(is_op(op)(x), _as_reduction, func)
     return func

@@ -8,10 +8,10 @@ GELU ran at a tenth of its memory bound. ``x * x * x`` vectorizes and fuses like
 from __future__ import annotations
 
 from tvm import IRModule, relax
-from tvm.relax.dpl import is_const, is_op, rewrite_call, wildcard
+from tvm.relax.dpl import is_const, is_op, wildcard
 
 from .guard import never_failing
-from .sinking import constant_value, static_shape
+from .sinking import constant_value, rewrite_calls, static_shape
 
 #: The largest whole exponent written as products (x**4 is two multiplies).
 _LARGEST = 4
@@ -38,7 +38,7 @@ def _as_products(expr: relax.Call, matches, base, exponent) -> relax.Expr:
 def small_powers_as_products(func: relax.Function, _mod: IRModule, _ctx) -> relax.Function:
     """``power(x, c)`` for a constant whole ``c`` from 1 to 4 as products of ``x``."""
     base, exponent = wildcard(), is_const()
-    return rewrite_call(
+    return rewrite_calls(
         is_op("relax.power")(base, exponent),
         lambda expr, matches: _as_products(expr, matches, base, exponent),
         func,

@@ -28,10 +28,10 @@ import warnings
 
 import numpy as np
 from tvm import IRModule, relax
-from tvm.relax.dpl import is_const, is_op, rewrite_call, wildcard
+from tvm.relax.dpl import is_const, is_op, wildcard
 
 from .guard import never_failing
-from .sinking import BINARY, LayoutChange, constant_value, sink, static_shape
+from .sinking import BINARY, LayoutChange, constant_value, rewrite_calls, sink, static_shape
 
 
 def _dtype(expr) -> str:
@@ -101,7 +101,7 @@ def _widened_matmul():
 def keep_int8_matmuls(func: relax.Function, _mod: IRModule, _ctx) -> relax.Function:
     """Rewrite every widened u8 x s8 matmul with a constant 2-D weight into a u8 x s8 -> s32 one
     (what TVM's importer makes of ONNX's ``MatMulInteger``)."""
-    return rewrite_call(*_widened_matmul(), func)
+    return rewrite_calls(*_widened_matmul(), func)
 
 
 def _dequantized(pattern_of_quantized):
@@ -185,7 +185,7 @@ def integer_qdq(func: relax.Function, _mod: IRModule, _ctx) -> relax.Function:
     with the two scales applied to its result. Runs before constant folding, which would turn the
     dequantized weight into floats."""
     for pattern, rewriter in _qdq_rules():
-        func = rewrite_call(pattern, rewriter, func)
+        func = rewrite_calls(pattern, rewriter, func)
     return func
 
 
@@ -304,8 +304,8 @@ def quantization_parameters_as_tensors(
         return relax.Call(expr.op, [expr.args[0], *args], expr.attrs)
 
     for op in ("relax.quantize", "relax.dequantize"):
-        func = rewrite_call(is_op(op)(wildcard(), scale, zero_point), as_tensors, func)
-    return rewrite_call(
+        func = rewrite_calls(is_op(op)(wildcard(), scale, zero_point), as_tensors, func)
+    return rewrite_calls(
         is_op("relax.multiply")(wildcard(), wildcard()), _runtime_scale_times_constant, func
     )
 

@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import numpy as np
 from tvm import IRModule, relax
-from tvm.relax.dpl import is_op, rewrite_call, wildcard
+from tvm.relax.dpl import is_op, wildcard
 
 from .guard import never_failing
 from .quantized import as_one_element
-from .sinking import constant_value, static_shape, values_used_once
+from .sinking import constant_value, rewrite_calls, static_shape, values_used_once
 
 
 @never_failing
@@ -47,8 +47,6 @@ def _max_pools_on_bytes(func: relax.Function) -> relax.Function:
     pool = is_op("relax.nn.max_pool2d")(y)
 
     def on_bytes(expr, matches):
-        if not isinstance(expr, relax.Call):
-            return expr  # a variable bound to the match: the match itself is rewritten
         scales = constant_value(matches[scale])
         pooled = matches[pool]
         if scales is None or not (scales > 0).all() or pooled not in once:
@@ -58,7 +56,7 @@ def _max_pools_on_bytes(func: relax.Function) -> relax.Function:
         quantized = relax.Call(expr.op, [matches[y], *expr.args[1:]], expr.attrs)
         return relax.Call(pooled.op, [quantized], pooled.attrs)
 
-    return rewrite_call(is_op("relax.quantize")(pool, scale, zero), on_bytes, func)
+    return rewrite_calls(is_op("relax.quantize")(pool, scale, zero), on_bytes, func)
 
 
 def _requantized_bytes_as_they_were(func: relax.Function) -> relax.Function:
@@ -68,8 +66,6 @@ def _requantized_bytes_as_they_were(func: relax.Function) -> relax.Function:
     dequantize = is_op("relax.dequantize")(q, scale, zero)
 
     def as_they_were(expr, matches):
-        if not isinstance(expr, relax.Call):
-            return expr
         inner = matches[dequantize]
         params = zip(expr.args[1:], (matches[scale], matches[zero]))
         if not all(_same_constant(a, b) for a, b in params) or not _exact_steps(matches[scale]):
@@ -83,7 +79,7 @@ def _requantized_bytes_as_they_were(func: relax.Function) -> relax.Function:
             return expr
         return matches[q]
 
-    return rewrite_call(
+    return rewrite_calls(
         is_op("relax.quantize")(dequantize, wildcard(), wildcard()), as_they_were, func
     )
 
@@ -116,8 +112,6 @@ def _round_trips_in_float(func: relax.Function) -> relax.Function:
     out_scale, out_zero = wildcard(), wildcard()
 
     def in_float(expr, matches):
-        if not isinstance(expr, relax.Call):
-            return expr
         quantized, scales = matches[quantize], (matches[scale], matches[out_scale])
         bounds = _bounds(quantized, expr, matches[zero], matches[out_zero])
         if quantized not in once or bounds is None or not all(map(_one_value, scales)):
@@ -127,7 +121,7 @@ def _round_trips_in_float(func: relax.Function) -> relax.Function:
         clipped = relax.op.maximum(relax.op.minimum(rounded, high), low)
         return relax.op.multiply(clipped, as_one_element(scales[1]))
 
-    return rewrite_call(is_op("relax.dequantize")(quantize, out_scale, out_zero), in_float, func)
+    return rewrite_calls(is_op("relax.dequantize")(quantize, out_scale, out_zero), in_float, func)
 
 
 def _bounds(

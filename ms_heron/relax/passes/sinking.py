@@ -150,6 +150,17 @@ def sink(func: relax.Function, change: LayoutChange, extra_rules: list = ()) -> 
     return rewrite_until_fixed(func, [*_rules(change), *extra_rules])
 
 
+def rewrite_calls(pattern: DFPattern, rewriter: Callable, func: relax.Function) -> relax.Function:
+    """Relax's ``rewrite_call``, whose ``rewriter`` never sees a variable: after leaving a match
+    unchanged, Relax hands it each variable bound to that match too (``gv = lv``), which has no
+    arguments or attributes to read."""
+
+    def matches_only(expr, matches):
+        return expr if isinstance(expr, relax.Var) else rewriter(expr, matches)
+
+    return rewrite_call(pattern, matches_only, func)
+
+
 def rewrite_until_fixed(
     func: relax.Function, rules: list | Callable[[relax.Function], list]
 ) -> relax.Function:
@@ -158,7 +169,7 @@ def rewrite_until_fixed(
     while True:
         before = func
         for pattern, rewriter in rules(func) if callable(rules) else rules:
-            func = rewrite_call(pattern, rewriter, func)
+            func = rewrite_calls(pattern, rewriter, func)
         if tvm_ffi.structural_equal(before, func):
             return func
 
