@@ -132,9 +132,10 @@ def lower_for_tuning(
     F(4x4, 3x3), whichever costs less at ``flops_per_byte`` (:func:`.passes.winograd_rewrite`:
     None measures it on this host once per process; a run keeps the value it began with);
     transposes (the int8 convolutions' channels-last layout, :mod:`.passes.quantized`) move past the
-    element-wise epilogues, which then fuse into the kernels before them, and a quantize that only
-    its dequantize reads is rounded and clipped in float instead of converted to bytes and back
-    (:func:`.passes.quantization_round_trips`).
+    element-wise epilogues (and poolings and reductions, which then run channels-last), which then
+    fuse into the kernels before them; a quantize that only its dequantize reads is rounded and
+    clipped in float instead of converted to bytes and back, and a max pool between a dequantize
+    and a quantize pools the bytes (:func:`.passes.quantization_round_trips`).
     Unless ``exact_math``, ``exp``, ``erf``, ``tanh`` (GELU's and sigmoid's too, written out
     first) and softmax become TVM's polynomial approximations (``FastMathTransform``, after the
     layout passes, which cannot see into the call_tir it writes), as ONNX Runtime's kernels use:
