@@ -122,6 +122,13 @@ def reads_channels(call: relax.Call) -> bool:
     return call.op.name == "relax.matmul" and weight.ndim >= 2
 
 
+def multiplies_u8_by_s8(call: relax.Call) -> bool:
+    """A u8 x s8 -> s32 product: the one whose s8 weight's adjacent pairs decide whether a dot
+    product may multiply bytes."""
+    dtypes = [str(a.ty.dtype) for a in call.args[:2]] + [str(call.ty.dtype)]
+    return dtypes == ["uint8", "int8", "int32"]
+
+
 def writes_channels(call: relax.Call, axis: int) -> bool:
     """``call`` computes its result's ``axis`` from a constant weight's output channels."""
     if not reads_channels(call):

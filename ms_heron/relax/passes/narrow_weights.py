@@ -32,6 +32,7 @@ from ...hardware.dot_products import (
     narrowing_order,
 )
 from ...schedule.analysis import param_index
+from .channel_orders import multiplies_u8_by_s8
 from .guard import never_failing
 from .sinking import constant_value, rewrite_calls, tir_calls
 
@@ -56,13 +57,8 @@ def s16_weights(func: relax.Function, _mod: IRModule, _ctx) -> relax.Function:
     def narrow_or_widen(expr, _matches):
         activation, weight = expr.args
         values = constant_value(weight)
-        integer = (str(activation.ty.dtype), str(expr.ty.dtype), values.dtype) == (
-            "uint8",
-            "int32",
-            np.int8,
-        )
         axis = _paired_axis(expr, values.ndim)
-        if not integer or bytes_multiply_exactly(values, axis):
+        if not multiplies_u8_by_s8(expr) or bytes_multiply_exactly(values, axis):
             return expr
         channels = _activation_channels(expr)
         order = None if None in (channels, axis) else narrowing_order(values, axis)

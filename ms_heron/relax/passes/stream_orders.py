@@ -27,7 +27,13 @@ from tvm import IRModule, relax
 from tvm.target import Target
 
 from ...hardware.dot_products import bytes_multiply_exactly, dot_product, narrowing_order
-from .channel_orders import reads_channels, weight_output_axis, with_weight_taken, writes_channels
+from .channel_orders import (
+    multiplies_u8_by_s8,
+    reads_channels,
+    weight_output_axis,
+    with_weight_taken,
+    writes_channels,
+)
 from .guard import never_failing
 from .sinking import BINARY, UNARY, constant_value, static_shape
 
@@ -237,12 +243,7 @@ def _output_axis(call: relax.Call, var: relax.Var, axis: int) -> int | None:
 
 def _integer_reader(call: relax.Call) -> bool:
     """A u8 x s8 -> s32 convolution with a constant weight: one whose weight's pairs matter."""
-    return (
-        call.op.name == "relax.nn.conv2d"
-        and reads_channels(call)
-        and (str(call.args[0].ty.dtype), str(call.args[1].ty.dtype), str(call.ty.dtype))
-        == ("uint8", "int8", "int32")
-    )
+    return call.op.name == "relax.nn.conv2d" and reads_channels(call) and multiplies_u8_by_s8(call)
 
 
 def _channels(call: relax.Call) -> int:
