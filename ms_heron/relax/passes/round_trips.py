@@ -10,8 +10,8 @@ instructions on AVX2 (the residual blocks' last convolutions ran at half their b
   ``round`` gives a whole number, adding and subtracting the zero point is exact in float, and so
   is the cast the round trip makes. The values are the same; only a zero may keep the sign of the
   rounded value (``-0.0``, which the next quantize reads as ``0``).
-* ``quantize(dequantize(q, s, zp), s, zp)`` is ``q``: ``(q - zp) * s / s`` is within far less than
-  half a step of ``q - zp``, so it rounds back to it.
+* ``quantize(dequantize(q, s, zp), s, zp)`` is ``q`` for a scale far from float32's limits:
+  ``(q - zp) * s / s`` is then within far less than half a step of ``q - zp`` and rounds back.
 * ``quantize(max_pool(y))`` is ``max_pool(quantize(y))``: a quantize with a positive scale never
   orders two values the other way, and pads where the pool pads (-inf quantizes to the least
   byte). So the stem's max pool reads bytes, not floats, and its dequantize and quantize meet and
