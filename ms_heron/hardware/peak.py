@@ -186,12 +186,6 @@ def flops_per_byte(target: Target) -> float:
     return fma_peak_gops(target) / memory_bandwidth_gbps(target)
 
 
-def bound_seconds(mod: IRModule, target: Target) -> float:
-    """The least time the kernel ``mod["main"]`` can take on the host: the longer of its
-    :func:`bound_parts`. 0 for a target that is not this machine (nothing to measure there)."""
-    return max(bound_parts(mod, target))
-
-
 def bound_parts(mod: IRModule, target: Target) -> tuple[float, float]:
     """The kernel's flops at the FMA peak (for a kernel of 8- or 16-bit integers on an x86 CPU,
     the :func:`int8_peak` of the dot product it may use, :func:`kernel_dot_product`: on narrow

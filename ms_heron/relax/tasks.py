@@ -53,7 +53,8 @@ class TaskTime:
     #: default spaces HeronSpace added), "heron" (any other) or "" (no record).
     space: str = ""
     trials: int = 0
-    #: The least time the kernel can take here (:func:`~ms_heron.hardware.peak.bound_seconds`).
+    #: The least time the kernel can take here: the longer of its
+    #: :func:`~ms_heron.hardware.peak.bound_parts`.
     bound_s: float = 0.0
     confirmed: bool = False
 
