@@ -105,10 +105,7 @@ class _Order:
         if own < 0 or shape[own] == 1:
             return expr
         value = constant_value(expr)
-        return None if value is None else self._const(value, own)
-
-    def _const(self, value: np.ndarray, axis: int) -> relax.Expr:
-        return relax.const(np.take(value, self.order, axis))
+        return None if value is None else taken_constant(value, self.order, own)
 
 
 def reads_channels(call: relax.Call) -> bool:
@@ -147,5 +144,11 @@ def weight_output_axis(call: relax.Call) -> int:
 
 def with_weight_taken(call: relax.Call, order: np.ndarray, axis: int) -> relax.Call:
     """``call`` with its constant weight taken in ``order`` along ``axis``."""
-    weight = relax.const(np.take(constant_value(call.args[1]), order, axis))
+    weight = taken_constant(constant_value(call.args[1]), order, axis)
     return relax.Call(call.op, [call.args[0], weight, *call.args[2:]], call.attrs)
+
+
+def taken_constant(value: np.ndarray, order: np.ndarray, axis: int) -> relax.Constant:
+    """A constant's ``value`` with ``axis`` in ``order``, the kernel's epilogue or weight
+    permuted once at compile time."""
+    return relax.const(np.take(value, order, axis))

@@ -32,7 +32,7 @@ from ...hardware.dot_products import (
     narrowing_order,
 )
 from ...schedule.analysis import param_index
-from .channel_orders import multiplies_u8_by_s8
+from .channel_orders import multiplies_u8_by_s8, taken_constant
 from .guard import never_failing
 from .sinking import constant_value, rewrite_calls, tir_calls
 
@@ -70,7 +70,7 @@ def s16_weights(func: relax.Function, _mod: IRModule, _ctx) -> relax.Function:
         # order as a parameter, which the tuner fills with random indices
         indices = relax.const(order.astype(np.int32))
         taken = relax.op.take(activation, indices, axis=channels, mode="clip")
-        return relax.Call(expr.op, [taken, relax.const(np.take(values, order, axis))], expr.attrs)
+        return relax.Call(expr.op, [taken, taken_constant(values, order, axis)], expr.attrs)
 
     return rewrite_calls(pattern, narrow_or_widen, func)
 

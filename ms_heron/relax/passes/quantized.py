@@ -24,6 +24,7 @@ convolution's transpose to NHWC.
 
 from __future__ import annotations
 
+import functools
 import warnings
 
 import numpy as np
@@ -31,7 +32,16 @@ from tvm import IRModule, relax
 from tvm.relax.dpl import is_const, is_op, wildcard
 
 from .guard import never_failing
-from .sinking import BINARY, LayoutChange, constant_value, rewrite_calls, sink, static_shape
+from .sinking import (
+    BINARY,
+    POOLS,
+    REDUCTIONS,
+    LayoutChange,
+    constant_value,
+    rewrite_calls,
+    sink,
+    static_shape,
+)
 
 
 def _dtype(expr) -> str:
@@ -408,8 +418,7 @@ def _layout_rules() -> list:
         inner_layout = "".join(layout[axes.index(axis)] for axis in range(len(axes)))
         if str(attrs.out_layout) != layout or inner_layout not in ("NCHW", "NHWC"):
             return expr
-        pool = _POOLS[expr.op.name]
-        pooled = pool(
+        pooled = _op_function(expr.op.name)(
             matches[inner],
             [int(v) for v in attrs.pool_size],
             [int(v) for v in attrs.strides],
@@ -428,7 +437,7 @@ def _layout_rules() -> list:
         if expr.attrs.axis is None:
             return relax.Call(expr.op, [matches[inner]], expr.attrs)
         reduced = sorted(int(a) % len(axes) for a in expr.attrs.axis)
-        result = _REDUCTIONS[expr.op.name](
+        result = _op_function(expr.op.name)(
             matches[inner], [axes[a] for a in reduced], bool(expr.attrs.keepdims)
         )
         if expr.attrs.keepdims:
@@ -443,16 +452,15 @@ def _layout_rules() -> list:
         (is_op("relax.nn.pad")(permuted), pad_first),
         (is_op("relax.permute_dims")(permuted), compose),
         *[(is_op(op)(permuted, other_permuted), both_permuted) for op in BINARY],
-        *[(is_op(op)(permuted), pool_first) for op in _POOLS],
-        *[(is_op(op)(permuted), reduce_first) for op in _REDUCTIONS],
+        *[(is_op(op)(permuted), pool_first) for op in POOLS],
+        *[(is_op(op)(permuted), reduce_first) for op in REDUCTIONS],
     ]
 
 
-_POOLS = {
-    "relax.nn.max_pool2d": relax.op.nn.max_pool2d,
-    "relax.nn.avg_pool2d": relax.op.nn.avg_pool2d,
-}
-_REDUCTIONS = {f"relax.{name}": getattr(relax.op, name) for name in ("mean", "max", "min", "sum")}
+def _op_function(name: str):
+    """The ``relax.op`` function that builds op ``name`` (``relax.nn.max_pool2d``:
+    ``relax.op.nn.max_pool2d``)."""
+    return functools.reduce(getattr, name.split(".")[1:], relax.op)
 
 
 @never_failing

@@ -49,6 +49,10 @@ BINARY = (
     "relax.maximum",
     "relax.minimum",
 )
+#: 2-D poolings, which keep the channels where their layout puts them.
+POOLS = ("relax.nn.max_pool2d", "relax.nn.avg_pool2d")
+#: Reductions over the axes their attribute names.
+REDUCTIONS = ("relax.mean", "relax.max", "relax.min", "relax.sum")
 
 
 _CALL_TIR = tvm.ir.Op.get("relax.call_tir")

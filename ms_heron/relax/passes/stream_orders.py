@@ -30,16 +30,15 @@ from ...hardware.dot_products import bytes_multiply_exactly, dot_product, narrow
 from .channel_orders import (
     multiplies_u8_by_s8,
     reads_channels,
+    taken_constant,
     weight_output_axis,
     with_weight_taken,
     writes_channels,
 )
 from .guard import never_failing
-from .sinking import BINARY, UNARY, constant_value, static_shape
+from .sinking import BINARY, POOLS, REDUCTIONS, UNARY, constant_value, static_shape
 
 _QUANTIZE = ("relax.quantize", "relax.dequantize")
-_POOLS = ("relax.nn.max_pool2d", "relax.nn.avg_pool2d")
-_REDUCTIONS = ("relax.mean", "relax.max", "relax.min", "relax.sum")
 
 
 @never_failing
@@ -199,9 +198,9 @@ def _operand_axes(call: relax.Call, axis: int) -> list[int | None] | None:
     if name == "relax.nn.pad":
         widths = [int(w) for w in call.attrs.pad_width]
         return [axis] if widths[2 * axis : 2 * axis + 2] == [0, 0] else None
-    if name in _POOLS:
+    if name in POOLS:
         return [axis] if str(call.attrs.layout).index("C") == axis else None
-    if name in _REDUCTIONS:
+    if name in REDUCTIONS:
         rank = len(static_shape(args[0]))
         if call.attrs.axis is None:  # all of them
             return None
@@ -263,7 +262,7 @@ def _weight_reduction(call: relax.Call) -> int:
 def _taken(arg: relax.Expr, order: np.ndarray, axis: int | None) -> relax.Expr:
     """A constant operand in the order along ``axis``; a variable (in the stream) as it is."""
     value = None if axis is None else constant_value(arg)
-    return arg if value is None else relax.const(np.take(value, order, axis))
+    return arg if value is None else taken_constant(value, order, axis)
 
 
 def _bindings(func: relax.Function) -> list[tuple[relax.Var, relax.Expr]]:
