@@ -76,8 +76,9 @@ def tir_calls(mod: IRModule) -> list[tuple[tvm.ir.GlobalVar, list[relax.Expr]]]:
 
 
 def constant_value(expr) -> np.ndarray | None:
-    """The value of a constant expression, or None when ``expr`` is not a constant."""
-    return expr.value.numpy() if isinstance(expr, tvm.ir.expr.Constant) else None
+    """The value of a constant tensor, or None when ``expr`` is not one (TVM's ``Constant`` also
+    covers a literal integer, such as the bounds ``clip`` takes as arguments)."""
+    return expr.value.numpy() if isinstance(expr, tvm.ir.expr.GenericConst) else None
 
 
 def static_shape(expr) -> list[int] | None:
