@@ -251,38 +251,94 @@ def _stream(returned: bool) -> tuple[tvm.IRModule, list[np.ndarray]]:
     return builder.get(), weights
 
 
+def _op_bindings(mod: tvm.IRModule, name: str) -> list[relax.VarBinding]:
+    return [
+        b
+        for block in mod["main"].body.blocks
+        for b in block.bindings
+        if isinstance(b.value, relax.Call) and b.value.op.name == name
+    ]
+
+
 @pytest.mark.parametrize("returned", [False, True], ids=["read by convolutions", "returned"])
 def test_a_tensor_several_convolutions_read_is_computed_in_one_order_that_fits_them_all(returned):
     """Each reader wants its own order of the tensor's channels (a take each, as a residual stream
     had): one order fits both, so the convolution that writes the tensor permutes its output
     channels, the per-channel scale on the way is permuted alike, and both readers' weights are
     stored in that order, every pair within s16; the model computes what it computed. A tensor the
-    function returns keeps its order (the caller reads it): nothing changes. Nor does anything on a
-    VNNI CPU, whose dot product is exact on any weight."""
+    function returns keeps its order (the caller reads it): its readers share one copy in that
+    order instead. Nothing changes on a VNNI CPU, whose dot product is exact on any weight."""
     before, weights = _stream(returned)
     haswell = Target({"kind": "llvm", "mcpu": "haswell", "num-cores": 2})
     for widens in (False, True):
         cpu = haswell if widens else Target({"kind": "llvm", "mcpu": "znver4", "num-cores": 2})
         with cpu:
             after = shared_channel_orders(before)
-        assert tvm_ffi.structural_equal(after, before) == (returned or not widens)
-    stored = [
-        constant_value(b.value.args[1])
-        for block in after["main"].body.blocks
-        for b in block.bindings
-        if isinstance(b.value, relax.Call) and b.value.op.name == "relax.nn.conv2d"
-    ]
+        assert tvm_ffi.structural_equal(after, before) == (not widens)
+    convs, takes = _op_bindings(after, "relax.nn.conv2d"), _op_bindings(after, "relax.take")
+    stored = [constant_value(b.value.args[1]) for b in convs]
     if returned:
-        assert all(not bytes_multiply_exactly(w, 3) for w in stored[1:])
-        return
-    order = [int(np.flatnonzero((stored[0] == w).all(axis=(1, 2, 3)))[0]) for w in weights[0]]
-    order = np.argsort(order)  # the written channel at each position
-    np.testing.assert_array_equal(stored[0], weights[0][order])
+        (copy,) = takes
+        assert all(b.value.args[0].same_as(copy.var) for b in convs[1:])
+        np.testing.assert_array_equal(stored[0], weights[0])
+        order = constant_value(copy.value.args[1])
+    else:
+        assert not takes
+        order = [int(np.flatnonzero((stored[0] == w).all(axis=(1, 2, 3)))[0]) for w in weights[0]]
+        order = np.argsort(order)  # the written channel at each position
+        np.testing.assert_array_equal(stored[0], weights[0][order])
     for got, weight in zip(stored[1:], weights[1:]):
         assert not bytes_multiply_exactly(weight, 3) and bytes_multiply_exactly(got, 3)
         np.testing.assert_array_equal(got, weight[..., order])
     inputs = np.random.default_rng(1).integers(0, 256, (1, 4, 4, 8)).astype(np.uint8)
     assert_same_outputs(before, after, inputs)
+
+
+def test_matmuls_reading_one_normalized_activation_share_one_copy_that_fuses_with_its_quantize():
+    """BERT's query, key and value matmuls read one quantized LayerNorm output, each weight
+    saturating ``vpmaddubsw`` as packed in another pair of rows. No order passes the LayerNorm
+    (nor the parameter before it), so each matmul took its own copy of the activation: 36 copy
+    kernels in BERT-base. One order fits all three weights, so they share one copy, which
+    lowers into the quantize's kernel; the results are the same integers. The clip beside them
+    once made the pass fail on its integer bounds and skip the whole function."""
+    columns = [
+        [127, 127, 1, -128, 0, -128, 0, 1],
+        [0, 1, 127, 127, -128, -128, 1, 0],
+        [0, 0, 0, 0, 0, 0, 100, 100],
+    ]
+    weights = [np.tile(np.array(c, np.int8)[:, None], (1, 8)) for c in columns]
+    builder = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((4, 8), "float32"))
+    with builder.function("main", [x]):
+        with builder.dataflow():
+            ones, zeros = relax.const(np.ones(8, "float32")), relax.const(np.zeros(8, "float32"))
+            normalized = builder.emit(relax.op.nn.layer_norm(x, ones, zeros, axes=[-1]))
+            scale, zero = relax.const(0.02), relax.const(128, "uint8")
+            quantized = builder.emit(relax.op.quantize(normalized, scale, zero, -1, "uint8"))
+            reads = [
+                builder.emit(relax.op.matmul(quantized, relax.const(w), out_dtype="int32"))
+                for w in weights
+            ]
+            # the residual stream, which the next op reads too: a clip, whose bounds are integer
+            # literals (TVM's Constant too, though not a tensor)
+            residual = builder.emit(relax.op.clip(normalized, -6, 6))
+            out = builder.emit_output(relax.Tuple([*reads, residual]))
+        builder.emit_func_output(out)
+    before = builder.get()
+    haswell = Target({"kind": "llvm", "mcpu": "haswell", "num-cores": 2})
+    with haswell:
+        after = shared_channel_orders(before)
+    (copy,) = _op_bindings(after, "relax.take")
+    order = constant_value(copy.value.args[1])
+    for read, weight in zip(_op_bindings(after, "relax.matmul"), weights):
+        assert read.value.args[0].same_as(copy.var)
+        got = constant_value(read.value.args[1])
+        assert not bytes_multiply_exactly(weight, 0) and bytes_multiply_exactly(got, 0)
+        np.testing.assert_array_equal(got, weight[order])
+    assert_same_outputs(before, after, np.random.default_rng(0).standard_normal((4, 8), "float32"))
+    names = [g.name_hint for g, _ in lower_for_tuning(before, None, haswell).functions_items()]
+    takes = [n for n in names if "take" in n]
+    assert len(takes) == 1 and "quantize" in takes[0], names
 
 
 def test_a_quantized_resnets_residual_streams_each_take_one_channel_order_and_no_copy():

@@ -148,6 +148,23 @@ def with_weight_taken(call: relax.Call, order: np.ndarray, axis: int) -> relax.C
     return relax.Call(call.op, [call.args[0], weight, *call.args[2:]], call.attrs)
 
 
+def paired_channels(call: relax.Call) -> int | None:
+    """The activation's axis that the weight's paired axis reduces against, so the one a copy in
+    another order takes: a matmul's last, a channels-last convolution's channels (None: grouped,
+    or another layout, whose pairing is not known)."""
+    if call.op.name == "relax.matmul":
+        return len(call.args[0].ty.shape) - 1
+    data = str(call.attrs.data_layout)
+    return data.index("C") if data.endswith("C") and int(call.attrs.groups) == 1 else None
+
+
+def channel_copy(tensor: relax.Expr, order: np.ndarray, axis: int) -> relax.Call:
+    """``tensor`` with ``axis`` in ``order``: a copy at run time, clamped as every gather the tuner
+    runs must be (:mod:`.gathers`; its kernel gets the order as a parameter, which the tuner fills
+    with random indices)."""
+    return relax.op.take(tensor, relax.const(order.astype(np.int32)), axis=axis, mode="clip")
+
+
 def taken_constant(value: np.ndarray, order: np.ndarray, axis: int) -> relax.Constant:
     """A constant's ``value`` with ``axis`` in ``order``, the kernel's epilogue or weight
     permuted once at compile time."""

@@ -32,7 +32,7 @@ from ...hardware.dot_products import (
     narrowing_order,
 )
 from ...schedule.analysis import param_index
-from .channel_orders import multiplies_u8_by_s8, taken_constant
+from .channel_orders import channel_copy, multiplies_u8_by_s8, paired_channels, taken_constant
 from .guard import never_failing
 from .sinking import constant_value, rewrite_calls, tir_calls
 
@@ -60,16 +60,13 @@ def s16_weights(func: relax.Function, _mod: IRModule, _ctx) -> relax.Function:
         axis = _paired_axis(expr, values.ndim)
         if not multiplies_u8_by_s8(expr) or bytes_multiply_exactly(values, axis):
             return expr
-        channels = _activation_channels(expr)
+        channels = paired_channels(expr)
         order = None if None in (channels, axis) else narrowing_order(values, axis)
         if order is None:
             return relax.Call(
                 expr.op, [activation, relax.const(values.astype(np.int16))], expr.attrs
             )
-        # clamped, as every gather the tuner runs must be (:mod:`.gathers`): its kernel gets the
-        # order as a parameter, which the tuner fills with random indices
-        indices = relax.const(order.astype(np.int32))
-        taken = relax.op.take(activation, indices, axis=channels, mode="clip")
+        taken = channel_copy(activation, order, channels)
         return relax.Call(expr.op, [taken, taken_constant(values, order, axis)], expr.attrs)
 
     return rewrite_calls(pattern, narrow_or_widen, func)
@@ -105,15 +102,6 @@ def _paired_axis(call: relax.Call, ndim: int) -> int | None:
         return max(0, ndim - 2)
     data, kernel = str(call.attrs.data_layout), str(call.attrs.kernel_layout)
     return kernel.index("I") if data.endswith("C") and "I" in kernel else None
-
-
-def _activation_channels(call: relax.Call) -> int | None:
-    """The activation's axis that the weight's paired axis reduces against: a matmul's last, a
-    channels-last convolution's channels (None: grouped, or another layout)."""
-    if call.op.name == "relax.matmul":
-        return len(call.args[0].ty.shape) - 1
-    data = str(call.attrs.data_layout)
-    return data.index("C") if data.endswith("C") and int(call.attrs.groups) == 1 else None
 
 
 def _reduced_axis(func, index: int) -> int | None:

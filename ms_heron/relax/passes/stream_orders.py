@@ -13,8 +13,10 @@ transposes, (de)quantizes, channel-keeping pads, reshapes, poolings and reductio
 in it. The kernels that write it permute their weights' output channels, per-channel constants on
 the way are permuted alike, and the readers' weights are stored with their rows in that order: no
 copy remains, and each reader's weight then multiplies as bytes as it stands. A stream that
-reaches anything else (the function's result, an op that mixes channels), or whose readers admit
-no common order, is left as it was.
+reaches anything else (the function's result, a parameter, an op that mixes channels, such as
+a LayerNorm before BERT's attention), or whose readers admit no common order, is not reordered:
+there the tensor's own readers share one copy in an order that fits them all (BERT's query, key and
+value matmuls read one quantized activation), where each took its own.
 """
 
 from __future__ import annotations
@@ -28,7 +30,9 @@ from tvm.target import Target
 
 from ...hardware.dot_products import bytes_multiply_exactly, dot_product, narrowing_order
 from .channel_orders import (
+    channel_copy,
     multiplies_u8_by_s8,
+    paired_channels,
     reads_channels,
     taken_constant,
     weight_output_axis,
@@ -44,9 +48,10 @@ _QUANTIZE = ("relax.quantize", "relax.dequantize")
 @never_failing
 @relax.transform.function_pass(opt_level=0, name="SharedChannelOrders")
 def shared_channel_orders(func: relax.Function, _mod: IRModule, _ctx) -> relax.Function:
-    """Compute each tensor that u8 x s8 convolutions read in one channel order under which all
-    their weights multiply as bytes exactly, where the target's exact dot product widens to s16
-    (AVX2, AVX-512BW without VNNI); elsewhere, or where no order needs to change, nothing."""
+    """Compute each tensor that u8 x s8 convolutions and matmuls read in one channel order under
+    which all their weights multiply as bytes exactly, or else give its readers one copy in such an
+    order, where the target's exact dot product widens to s16 (AVX2, AVX-512BW without VNNI);
+    elsewhere, or where no order needs to change, nothing."""
     target = Target.current(allow_none=True)
     dot = dot_product(target) if target is not None else None
     if dot is None or not dot.widens:
@@ -57,9 +62,13 @@ def shared_channel_orders(func: relax.Function, _mod: IRModule, _ctx) -> relax.F
     for value in list(graph.bound.values()):
         if not _integer_reader(value) or value.args[0] in seen:
             continue
-        stream = graph.stream(value.args[0], _channels(value))
-        seen.update(stream.axes if stream is not None else [value.args[0]])
+        start, axis = value.args[0], _channels(value)
+        stream = graph.stream(start, axis)
+        seen.update(stream.axes if stream is not None else [start])
         order = None if stream is None else stream.common_order()
+        if order is None:
+            stream = graph.copied(start, axis)
+            order = stream.common_order()
         if order is not None:
             values.update(stream.permuted(order, values))
     return _rebound(func, values) if values else func
@@ -119,14 +128,28 @@ class _Graph:
                 todo.append((user, out))
         return stream
 
+    def copied(self, start: relax.Var, axis: int) -> _Stream:
+        """``start``'s integer readers along ``axis``, to read one copy of it."""
+        stream = _Stream(self.bound, copied=(start, axis))
+        for user in self.users.get(start, []):
+            call = self.bound[user]
+            if (
+                _integer_reader(call)
+                and call.args[0].same_as(start)
+                and paired_channels(call) == axis
+            ):
+                stream.readers[user] = None
+        return stream
+
 
 class _Stream:
     """Tensors that can be computed in one channel order: each one's channel axis, the bindings
     that write it (with a constant weight's output channels) and the bindings that read it (as a
-    constant weight's reduction)."""
+    constant weight's reduction). Or, where ``copied`` names a tensor and its channel axis, only
+    readers, which read one copy of it in the order."""
 
-    def __init__(self, bound: dict):
-        self.bound = bound
+    def __init__(self, bound: dict, copied: tuple[relax.Var, int] | None = None):
+        self.bound, self.copied = bound, copied
         self.axes: dict[relax.Var, int] = {}
         # in the function's order (insertion-ordered), so that the common order is the same in
         # every process that lowers the model
@@ -152,7 +175,12 @@ class _Stream:
     def permuted(self, order: np.ndarray, values: dict) -> dict[relax.Var, relax.Call]:
         """The new value of every binding the order changes, over ``values`` (those other
         streams' orders changed: a convolution may read one stream and write another)."""
-        changed = {}
+        changed, source = {}, None
+        if self.copied is not None:
+            start, axis = self.copied
+            first = next(iter(self.readers))
+            source = type(first)(f"{start.name}_ordered", start.ty)
+            changed[source] = channel_copy(start, order, axis)
         for var, axis in self.axes.items():
             value = values.get(var, self.bound[var])
             if var in self.writers:
@@ -162,6 +190,8 @@ class _Stream:
                 changed[var] = relax.Call(value.op, args, value.attrs)
         for var in self.readers:
             value = changed.get(var, values.get(var, self.bound[var]))
+            if source is not None:
+                value = relax.Call(value.op, [source, *value.args[1:]], value.attrs)
             changed[var] = with_weight_taken(value, order, _weight_reduction(value))
         return changed
 
@@ -241,8 +271,9 @@ def _output_axis(call: relax.Call, var: relax.Var, axis: int) -> int | None:
 
 
 def _integer_reader(call: relax.Call) -> bool:
-    """A u8 x s8 -> s32 convolution with a constant weight: one whose weight's pairs matter."""
-    return call.op.name == "relax.nn.conv2d" and reads_channels(call) and multiplies_u8_by_s8(call)
+    """A u8 x s8 -> s32 convolution or matmul with a constant weight: one whose weight's pairs
+    matter."""
+    return reads_channels(call) and multiplies_u8_by_s8(call)
 
 
 def _channels(call: relax.Call) -> int:
@@ -271,12 +302,19 @@ def _bindings(func: relax.Function) -> list[tuple[relax.Var, relax.Expr]]:
 
 
 def _rebound(func: relax.Function, values: dict) -> relax.Function:
-    """``func`` with the bindings of ``values``' variables bound to their new values."""
+    """``func`` with the bindings of ``values``' variables bound to their new values; a variable
+    ``func`` does not bind yet (a copy) is bound just before the first binding that reads it."""
+    bound = {var for var, _ in _bindings(func)}
+    new = {v: e for v, e in values.items() if v not in bound}
     blocks = []
     for block in func.body.blocks:
-        bindings = [
-            relax.VarBinding(b.var, values[b.var]) if b.var in values else b for b in block.bindings
-        ]
+        bindings = []
+        for b in block.bindings:
+            value = values.get(b.var, b.value)
+            bindings += [
+                relax.VarBinding(v, new.pop(v)) for v in relax.analysis.free_vars(value) if v in new
+            ]
+            bindings.append(relax.VarBinding(b.var, value) if b.var in values else b)
         kind = relax.DataflowBlock if isinstance(block, relax.DataflowBlock) else relax.BindingBlock
         blocks.append(kind(bindings))
     body = relax.SeqExpr(blocks, func.body.body)
