@@ -341,6 +341,54 @@ def test_matmuls_reading_one_normalized_activation_share_one_copy_that_fuses_wit
     assert len(takes) == 1 and "quantize" in takes[0], names
 
 
+@pytest.mark.parametrize("reduce", ["max", "sum"])
+def test_a_dynamically_quantized_hidden_layer_is_computed_in_its_readers_order(reduce):
+    """BERT's FFN: an int8 matmul writes the hidden layer, a dynamic quantization takes its range
+    (max - min over every element) and the next int8 matmul reads its bytes, with a weight that
+    wants another order. The range is the same in any order, so the first matmul writes the hidden
+    layer in that order (its weight's columns, and the per-column constants after it, permuted):
+    no copy, the same outputs. A sum over the layer in place of the max would differ in its last
+    bits; there the reader takes its copy."""
+    rng = np.random.default_rng(0)
+    first = rng.integers(-128, 128, (8, 8)).astype(np.int8)
+    second = np.tile(np.array([0, 1, 127, 127, -128, -128, 1, 0], np.int8)[:, None], (1, 8))
+    scale = rng.uniform(1e-3, 1e-2, 8).astype("float32")
+    bias = rng.standard_normal(8).astype("float32")
+    builder = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((4, 8), "uint8"))
+    with builder.function("main", [x]):
+        with builder.dataflow():
+            product = relax.op.matmul(x, relax.const(first), out_dtype="int32")
+            hidden = builder.emit(
+                relax.op.add(
+                    relax.op.multiply(relax.op.astype(product, "float32"), relax.const(scale)),
+                    relax.const(bias),
+                )
+            )
+            extent = relax.op.subtract(getattr(relax.op, reduce)(hidden), relax.op.min(hidden))
+            step = builder.emit(relax.op.divide(relax.op.maximum(extent, 1.0), relax.const(255.0)))
+            quantized = builder.emit(
+                relax.op.quantize(hidden, step, relax.const(128, "uint8"), -1, "uint8")
+            )
+            y = builder.emit_output(relax.op.matmul(quantized, relax.const(second), "int32"))
+        builder.emit_func_output(y)
+    before = relax.transform.Normalize()(builder.get())
+    with Target({"kind": "llvm", "mcpu": "haswell", "num-cores": 2}):
+        after = shared_channel_orders(before)
+    writer, reader = (constant_value(b.value.args[1]) for b in _op_bindings(after, "relax.matmul"))
+    assert bytes_multiply_exactly(reader, 0) and not bytes_multiply_exactly(second, 0)
+    takes = _op_bindings(after, "relax.take")
+    if reduce == "max":
+        assert not takes, after.script()
+        order = [int(np.flatnonzero((first.T == c).all(1))[0]) for c in writer.T]
+        np.testing.assert_array_equal(writer, first[:, order])
+        np.testing.assert_array_equal(reader, second[order])
+    else:
+        assert len(takes) == 1 and np.array_equal(writer, first)
+    inputs = np.random.default_rng(1).integers(0, 256, (4, 8)).astype(np.uint8)
+    assert_same_outputs(before, after, inputs)
+
+
 def test_a_quantized_resnets_residual_streams_each_take_one_channel_order_and_no_copy():
     """A QDQ ResNet (two stages of two bottlenecks, quantized by ONNX Runtime with 8-bit weights)
     lowered for AVX2: each residual stream -- written by the stem and max pool, by the

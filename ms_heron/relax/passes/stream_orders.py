@@ -1,4 +1,4 @@
-"""One channel order for a tensor that several convolutions read: a residual stream.
+"""One channel order for a tensor that int8 convolutions and matmuls read: a residual stream.
 
 :func:`~.narrow_weights.s16_weights` pairs each 8-bit weight's reduction anew
 (:func:`~ms_heron.hardware.dot_products.narrowing_order`) and takes the activation's channels in
@@ -10,7 +10,8 @@ own order, so each kept its copy (1.6 ms of ResNet-50's 25 compiled for AVX2).
 Here one order serves them all: it pairs the rows of all the readers' weights at once (their
 columns side by side), and the whole stream -- the tensors joined through element-wise ops, adds,
 transposes, (de)quantizes, channel-keeping pads, reshapes, poolings and reductions -- is computed
-in it. The kernels that write it permute their weights' output channels, per-channel constants on
+in it; a max or min over the channels, the range a dynamic quantization takes, reads it in any
+order. The kernels that write it permute their weights' output channels, per-channel constants on
 the way are permuted alike, and the readers' weights are stored with their rows in that order: no
 copy remains, and each reader's weight then multiplies as bytes as it stands. A stream that
 reaches anything else (the function's result, a parameter, an op that mixes channels, such as
@@ -122,6 +123,8 @@ class _Graph:
                         return None
                     stream.readers[user] = None
                     continue
+                if _extreme_over(call, axis):
+                    continue  # the same in any order
                 out = _output_axis(call, var, axis)
                 if out is None:
                     return None
@@ -179,7 +182,11 @@ class _Stream:
         if self.copied is not None:
             start, axis = self.copied
             first = next(iter(self.readers))
-            source = type(first)(f"{start.name}_ordered", start.ty)
+            # a variable of the dataflow block its readers are in, if they are in one
+            dataflow = any(isinstance(v, relax.DataflowVar) for v in (start, first))
+            source = (relax.DataflowVar if dataflow else relax.Var)(
+                f"{start.name}_ordered", start.ty
+            )
             changed[source] = channel_copy(start, order, axis)
         for var, axis in self.axes.items():
             value = values.get(var, self.bound[var])
@@ -268,6 +275,15 @@ def _output_axis(call: relax.Call, var: relax.Var, axis: int) -> int | None:
         ):
             return out
     return None
+
+
+def _extreme_over(call: relax.Call, axis: int) -> bool:
+    """``call`` is a max or min over ``axis`` of its operand (a dynamic quantization's range): its
+    result holds no channel, whatever their order. (A sum would differ in its last bits.)"""
+    if call.op.name not in ("relax.max", "relax.min"):
+        return False
+    rank = len(static_shape(call.args[0]))
+    return call.attrs.axis is None or axis in {int(a) % rank for a in call.attrs.axis}
 
 
 def _integer_reader(call: relax.Call) -> bool:
