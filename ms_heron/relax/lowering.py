@@ -124,8 +124,8 @@ def lower_for_tuning(
     them in whatever layout their kernels read best. On a CPU without VNNI, s8 ones whose pairs
     cannot saturate are marked narrow (:func:`.passes.record_narrow_weights`), so that it may
     multiply them as bytes, most others once their reduction is paired in another order (one
-    order for a residual stream and all the convolutions that read it,
-    :func:`.passes.shared_channel_orders`), and the rest are stored as s16
+    order for a residual stream and all the convolutions and matmuls that read it, or one copy
+    they share, :func:`.passes.shared_channel_orders`), and the rest are stored as s16
     (:func:`.passes.s16_weights`), as its exact dot product reads them.
     Floating-point convolutions run channels-last (:mod:`.passes.channels_last`), so their
     vector lanes run along contiguous channels, and their 3x3 ones as Winograd's F(2x2, 3x3) or

@@ -39,8 +39,8 @@ says so (:mod:`.guard`).
   product multiplies them, unless they are narrow, as they are or with their reduction paired anew
   (the activation's channels taken in that order);
 * :func:`shared_channel_orders` (before :func:`s16_weights`): one such order for a tensor several
-  convolutions read (a residual stream), computed in it from the kernels that write it, so that
-  none takes a copy;
+  convolutions or matmuls read (a residual stream), computed in it from the kernels that write it,
+  so that none takes a copy; where no order passes (a LayerNorm), its readers share one copy;
 * :func:`channel_orders_into_producers`: such an order applied to the weight of the kernel that
   produces the activation, instead of a copy; :func:`gathers_as_injective` lets the copies that
   stay fuse with the element-wise ops before them;
