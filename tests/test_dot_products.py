@@ -341,6 +341,52 @@ def test_matmuls_reading_one_normalized_activation_share_one_copy_that_fuses_wit
     assert len(takes) == 1 and "quantize" in takes[0], names
 
 
+def test_each_tensor_of_a_stream_no_order_fits_gives_its_readers_one_copy():
+    """A convolution-like stream (an int8 matmul writes ``a``, an element-wise max makes ``b`` of
+    it) whose four readers admit no common order: ``a``'s two readers share one copy in an order
+    that fits both, and so do ``b``'s (before, only the first tensor's readers shared one; the
+    others took a copy each)."""
+    columns = [
+        [0, 0, 127, 1, 127, 1, -128, -128],
+        [127, 127, 127, -128, 0, 127, 1, 0],
+        [0, 1, -128, -128, -128, 0, -128, 127],
+        [1, 0, -128, 0, -128, -128, 127, -128],
+    ]
+    weights = [np.tile(np.array(c, np.int8)[:, None], (1, 8)) for c in columns]
+    first = np.random.default_rng(0).integers(-128, 128, (8, 8)).astype(np.int8)
+    builder = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((4, 8), "uint8"))
+    with builder.function("main", [x]):
+        with builder.dataflow():
+            product = relax.op.astype(relax.op.matmul(x, relax.const(first), "int32"), "float32")
+            a = builder.emit(
+                relax.op.quantize(
+                    product, relax.const(50.0), relax.const(128, "uint8"), -1, "uint8"
+                )
+            )
+            b = builder.emit(relax.op.maximum(a, relax.const(100, "uint8")))
+            reads = [
+                builder.emit(relax.op.matmul(v, relax.const(w), "int32"))
+                for v, w in zip((a, a, b, b), weights)
+            ]
+            out = builder.emit_output(relax.Tuple(reads))
+        builder.emit_func_output(out)
+    before = builder.get()
+    with Target({"kind": "llvm", "mcpu": "haswell", "num-cores": 2}):
+        after = shared_channel_orders(before)
+    takes = _op_bindings(after, "relax.take")
+    assert [t.value.args[0].name for t in takes] == [a.name, b.name], after.script()
+    matmuls = _op_bindings(after, "relax.matmul")
+    np.testing.assert_array_equal(constant_value(matmuls[0].value.args[1]), first)
+    for read, weight, copy in zip(matmuls[1:], weights, (0, 0, 1, 1)):
+        assert read.value.args[0].same_as(takes[copy].var)
+        order = constant_value(takes[copy].value.args[1])
+        np.testing.assert_array_equal(constant_value(read.value.args[1]), weight[order])
+        assert bytes_multiply_exactly(weight[order], 0) and not bytes_multiply_exactly(weight, 0)
+    inputs = np.random.default_rng(1).integers(0, 256, (4, 8)).astype(np.uint8)
+    assert_same_outputs(before, after, inputs)
+
+
 @pytest.mark.parametrize("reduce", ["max", "sum"])
 def test_a_dynamically_quantized_hidden_layer_is_computed_in_its_readers_order(reduce):
     """BERT's FFN: an int8 matmul writes the hidden layer, a dynamic quantization takes its range

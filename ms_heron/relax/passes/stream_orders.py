@@ -59,19 +59,29 @@ def shared_channel_orders(func: relax.Function, _mod: IRModule, _ctx) -> relax.F
         return func
     graph = _Graph(func)
     values: dict[relax.Var, relax.Call] = {}
-    seen: set[relax.Var] = set()
+    # walked (a stream is walked once, from the first of its tensors a reader reads), computed in
+    # a common order, and given a copy its readers share
+    walked: set[relax.Var] = set()
+    ordered: set[relax.Var] = set()
+    copied: set[relax.Var] = set()
     for value in list(graph.bound.values()):
-        if not _integer_reader(value) or value.args[0] in seen:
+        if not _integer_reader(value):
             continue
         start, axis = value.args[0], _channels(value)
-        stream = graph.stream(start, axis)
-        seen.update(stream.axes if stream is not None else [start])
-        order = None if stream is None else stream.common_order()
-        if order is None:
-            stream = graph.copied(start, axis)
-            order = stream.common_order()
+        if start not in walked:
+            stream = graph.stream(start, axis)
+            walked.update(stream.axes if stream is not None else [start])
+            order = None if stream is None else stream.common_order()
+            if order is not None:
+                values.update(stream.permuted(order, values))
+                ordered.update(stream.axes)
+        if start in ordered or start in copied:
+            continue
+        copied.add(start)
+        copy = graph.copied(start, axis)
+        order = copy.common_order()
         if order is not None:
-            values.update(stream.permuted(order, values))
+            values.update(copy.permuted(order, values))
     return _rebound(func, values) if values else func
 
 
@@ -280,10 +290,10 @@ def _output_axis(call: relax.Call, var: relax.Var, axis: int) -> int | None:
 def _extreme_over(call: relax.Call, axis: int) -> bool:
     """``call`` is a max or min over ``axis`` of its operand (a dynamic quantization's range): its
     result holds no channel, whatever their order. (A sum would differ in its last bits.)"""
-    if call.op.name not in ("relax.max", "relax.min"):
+    shape = static_shape(call.args[0])
+    if call.op.name not in ("relax.max", "relax.min") or shape is None:
         return False
-    rank = len(static_shape(call.args[0]))
-    return call.attrs.axis is None or axis in {int(a) % rank for a in call.attrs.axis}
+    return call.attrs.axis is None or axis in {int(a) % len(shape) for a in call.attrs.axis}
 
 
 def _integer_reader(call: relax.Call) -> bool:
