@@ -342,8 +342,8 @@ def test_matmuls_reading_one_normalized_activation_share_one_copy_that_fuses_wit
 
 
 def test_each_tensor_of_a_stream_no_order_fits_gives_its_readers_one_copy():
-    """A convolution-like stream (an int8 matmul writes ``a``, an element-wise max makes ``b`` of
-    it) whose four readers admit no common order: ``a``'s two readers share one copy in an order
+    """A stream (an int8 matmul writes ``a``, an element-wise max makes ``b`` of it) whose four
+    readers admit no common order: ``a``'s two readers share one copy in an order
     that fits both, and so do ``b``'s (before, only the first tensor's readers shared one; the
     others took a copy each)."""
     columns = [
