@@ -102,15 +102,19 @@ def assert_same_outputs(before: tvm.IRModule, after: tvm.IRModule, inputs: np.nd
         np.testing.assert_array_equal(got, expected)
 
 
+def op_bindings(mod, name: str) -> list[relax.VarBinding]:
+    """``main``'s bindings of a call of op ``name``, in order."""
+    return [
+        binding
+        for block in mod["main"].body.blocks
+        for binding in block.bindings
+        if isinstance(binding.value, relax.Call) and binding.value.op.name == name
+    ]
+
+
 def kernel_calls(lowered) -> list[str]:
     """The kernels ``main`` calls, in order, one entry per call."""
-    call_tir = tvm.ir.Op.get("relax.call_tir")
-    return [
-        binding.value.args[0].name_hint
-        for block in lowered["main"].body.blocks
-        for binding in block.bindings
-        if isinstance(binding.value, relax.Call) and binding.value.op.same_as(call_tir)
-    ]
+    return [b.value.args[0].name_hint for b in op_bindings(lowered, "relax.call_tir")]
 
 
 def timing_out_runner():

@@ -15,7 +15,7 @@ import onnx
 import pytest
 import tvm
 import tvm_ffi
-from conftest import assert_same_outputs, ms_heron_cli
+from conftest import assert_same_outputs, ms_heron_cli, op_bindings
 from rule_helpers import allocations, block_names, finished, stock_design_spaces
 from tvm import relax
 from tvm.s_tir import Schedule, TensorIntrin
@@ -251,15 +251,6 @@ def _stream(returned: bool) -> tuple[tvm.IRModule, list[np.ndarray]]:
     return builder.get(), weights
 
 
-def _op_bindings(mod: tvm.IRModule, name: str) -> list[relax.VarBinding]:
-    return [
-        b
-        for block in mod["main"].body.blocks
-        for b in block.bindings
-        if isinstance(b.value, relax.Call) and b.value.op.name == name
-    ]
-
-
 @pytest.mark.parametrize("returned", [False, True], ids=["read by convolutions", "returned"])
 def test_a_tensor_several_convolutions_read_is_computed_in_one_order_that_fits_them_all(returned):
     """Each reader wants its own order of the tensor's channels (a take each, as a residual stream
@@ -275,7 +266,7 @@ def test_a_tensor_several_convolutions_read_is_computed_in_one_order_that_fits_t
         with cpu:
             after = shared_channel_orders(before)
         assert tvm_ffi.structural_equal(after, before) == (not widens)
-    convs, takes = _op_bindings(after, "relax.nn.conv2d"), _op_bindings(after, "relax.take")
+    convs, takes = op_bindings(after, "relax.nn.conv2d"), op_bindings(after, "relax.take")
     stored = [constant_value(b.value.args[1]) for b in convs]
     if returned:
         (copy,) = takes
@@ -328,9 +319,9 @@ def test_matmuls_reading_one_normalized_activation_share_one_copy_that_fuses_wit
     haswell = Target({"kind": "llvm", "mcpu": "haswell", "num-cores": 2})
     with haswell:
         after = shared_channel_orders(before)
-    (copy,) = _op_bindings(after, "relax.take")
+    (copy,) = op_bindings(after, "relax.take")
     order = constant_value(copy.value.args[1])
-    for read, weight in zip(_op_bindings(after, "relax.matmul"), weights):
+    for read, weight in zip(op_bindings(after, "relax.matmul"), weights):
         assert read.value.args[0].same_as(copy.var)
         got = constant_value(read.value.args[1])
         assert not bytes_multiply_exactly(weight, 0) and bytes_multiply_exactly(got, 0)
@@ -374,9 +365,9 @@ def test_each_tensor_of_a_stream_no_order_fits_gives_its_readers_one_copy():
     before = builder.get()
     with Target({"kind": "llvm", "mcpu": "haswell", "num-cores": 2}):
         after = shared_channel_orders(before)
-    takes = _op_bindings(after, "relax.take")
+    takes = op_bindings(after, "relax.take")
     assert [t.value.args[0].name for t in takes] == [a.name, b.name], after.script()
-    matmuls = _op_bindings(after, "relax.matmul")
+    matmuls = op_bindings(after, "relax.matmul")
     np.testing.assert_array_equal(constant_value(matmuls[0].value.args[1]), first)
     for read, weight, copy in zip(matmuls[1:], weights, (0, 0, 1, 1)):
         assert read.value.args[0].same_as(takes[copy].var)
@@ -421,9 +412,9 @@ def test_a_dynamically_quantized_hidden_layer_is_computed_in_its_readers_order(r
     before = relax.transform.Normalize()(builder.get())
     with Target({"kind": "llvm", "mcpu": "haswell", "num-cores": 2}):
         after = shared_channel_orders(before)
-    writer, reader = (constant_value(b.value.args[1]) for b in _op_bindings(after, "relax.matmul"))
+    writer, reader = (constant_value(b.value.args[1]) for b in op_bindings(after, "relax.matmul"))
     assert bytes_multiply_exactly(reader, 0) and not bytes_multiply_exactly(second, 0)
-    takes = _op_bindings(after, "relax.take")
+    takes = op_bindings(after, "relax.take")
     if reduce == "max":
         assert not takes, after.script()
         order = [int(np.flatnonzero((first.T == c).all(1))[0]) for c in writer.T]
