@@ -25,6 +25,7 @@ from tvm.relax.frontend import nn
 from tvm.s_tir import meta_schedule as ms
 
 from ms_heron.cli.tune_model import check_outputs
+from ms_heron.hardware.dot_products import kernel_dot_product
 from ms_heron.hardware.peak import flops_per_byte
 from ms_heron.hardware.targets import has_avx_vnni, has_vnni, host_target, vector_bytes
 from ms_heron.records import confirmed_seconds, open_database, record_seconds
@@ -592,17 +593,21 @@ def test_every_sample_of_every_space_tensorizes_and_keeps_its_weight_packed_at_c
     assert checked >= 8
 
 
-def _operand_dtypes(lowered, kernel: str) -> list[list[str]]:
+def _operands_and_weights(lowered, kernel: str, target) -> tuple[list[list[str]], list[str]]:
     """The dtypes each ``kernel`` block (``conv2d``, ``matmul``) of a lowered model's TIR functions
-    reads."""
-    dtypes = []
+    reads, and beside them the weight dtype of the dot product each one's function may use: s8 for
+    the byte multiply (where the lowering found the weight exact for it, in its channel order), s16
+    where the CPU's exact form widens."""
+    dtypes, weights = [], []
     for _, func in lowered.functions_items():
         if isinstance(func, tvm.tirx.PrimFunc):
             sch = tvm.s_tir.Schedule(func)
             for block in map(sch.get, sch.get_child_blocks(sch.get_sblock("root"))):
                 if block.name_hint.startswith(kernel):
                     dtypes.append([str(region.source.dtype) for region in block.reads])
-    return dtypes
+                    dot = kernel_dot_product(func, target)
+                    weights.append(["uint8", dot.weight_dtype if dot else "int8"])
+    return dtypes, weights
 
 
 def test_a_qdq_model_from_quantize_static_reaches_the_dot_product_within_one_quantization_step(
@@ -617,10 +622,12 @@ def test_a_qdq_model_from_quantize_static_reaches_the_dot_product_within_one_qua
     assert {"QuantizeLinear", "DequantizeLinear"} <= {n.op_type for n in model.proto.graph.node}
     mod = from_onnx(model.proto)
     lowered = lower_for_tuning(mod, None, int8_target)
-    # 8-bit weights: stored widened where the exact dot product multiplies s16 (vpmaddwd), and
-    # there the 3x3 convolution runs as integer Winograd
-    direct = 2 if HOST_DOT.widens else 3
-    assert _operand_dtypes(lowered, "conv2d") == [["uint8", HOST_DOT.weight_dtype]] * direct
+    # 8-bit weights: stored widened where the exact dot product multiplies s16 (vpmaddwd), unless
+    # a channel order makes them exact for the byte multiply; there the 3x3 convolution runs as
+    # integer Winograd
+    dtypes, weights = _operands_and_weights(lowered, "conv2d", int8_target)
+    assert dtypes == weights
+    assert len(dtypes) == (2 if HOST_DOT.widens else 3)
     names = [t.task_name for t in extract_tasks(lowered, int8_target)]
     # requantized: to bytes, or (where only a dequantize reads them) rounded in float
     requantized = r"fused_.*(conv2d|winograd_output).*_(quantize|tir_round)"
@@ -840,9 +847,11 @@ def test_a_dynamically_quantized_model_runs_u8_x_s8_matmuls_and_matches_the_exac
     model = models.quantized_dynamic(models.mlp())
     assert "DynamicQuantizeLinear" in {n.op_type for n in model.proto.graph.node}
     lowered = lower_for_tuning(from_onnx(model.proto), None, cpu_target)
-    # widened where the dot product multiplies s16
-    weight = HOST_DOT.weight_dtype if HOST_DOT else "int8"
-    assert _operand_dtypes(lowered, "matmul") == [["uint8", weight]] * 2
+    # widened where the dot product multiplies s16, unless a channel order makes them exact for
+    # the byte multiply
+    dtypes, weights = _operands_and_weights(lowered, "matmul", cpu_target)
+    assert dtypes == weights
+    assert len(dtypes) == 2
     (got,) = run_model(untuned(model.proto, cpu_target), model.inputs)
     (expected,) = reference_outputs(model.proto, model.inputs)
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
