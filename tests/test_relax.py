@@ -593,7 +593,7 @@ def test_every_sample_of_every_space_tensorizes_and_keeps_its_weight_packed_at_c
     assert checked >= 8
 
 
-def _operands_and_weights(lowered, kernel: str, target) -> tuple[list[list[str]], list[str]]:
+def _operands_and_weights(lowered, kernel: str, target) -> tuple[list[list[str]], list[list[str]]]:
     """The dtypes each ``kernel`` block (``conv2d``, ``matmul``) of a lowered model's TIR functions
     reads, and beside them the weight dtype of the dot product each one's function may use: s8 for
     the byte multiply (where the lowering found the weight exact for it, in its channel order), s16
