@@ -59,11 +59,10 @@ def shared_channel_orders(func: relax.Function, _mod: IRModule, _ctx) -> relax.F
         return func
     graph = _Graph(func)
     values: dict[relax.Var, relax.Call] = {}
-    # walked (a stream is walked once, from the first of its tensors a reader reads), computed in
-    # a common order, and given a copy its readers share
+    # walked (a stream is walked once, from the first of its tensors a reader reads); settled
+    # (computed in a common order, or given a copy its readers share)
     walked: set[relax.Var] = set()
-    ordered: set[relax.Var] = set()
-    copied: set[relax.Var] = set()
+    settled: set[relax.Var] = set()
     for value in list(graph.bound.values()):
         if not _integer_reader(value):
             continue
@@ -74,10 +73,10 @@ def shared_channel_orders(func: relax.Function, _mod: IRModule, _ctx) -> relax.F
             order = None if stream is None else stream.common_order()
             if order is not None:
                 values.update(stream.permuted(order, values))
-                ordered.update(stream.axes)
-        if start in ordered or start in copied:
+                settled.update(stream.axes)
+        if start in settled:
             continue
-        copied.add(start)
+        settled.add(start)
         copy = graph.copied(start, axis)
         order = copy.common_order()
         if order is not None:
