@@ -27,7 +27,7 @@ import results_io
 from tuning_vs_default import TIMING_ROUNDS
 
 from ms_heron import workloads
-from ms_heron.hardware.peak import dot_peak_gops, fma_peak_gops
+from ms_heron.hardware.peak import unit_peak
 from ms_heron.hardware.targets import host_target
 from ms_heron.records import open_database
 from ms_heron.report.baselines import medians_in_turn
@@ -130,9 +130,7 @@ def _time(runs: dict, args, commits: list[str], target) -> list[dict]:
             key: (lambda lib=lib, w=cases[key[0]]: time_lib(lib, w, repeat=3).seconds)
             for key, lib in libs.items()
         }
-        # measured anew each round
-        peak = (dot_peak_gops if dtype == "int8" else fma_peak_gops).__wrapped__
-        samplers["peak"] = lambda: 1 / peak(target)
+        samplers["peak"] = lambda dtype=dtype: 1 / unit_peak(target, dtype, anew=True)[1]
         seconds = medians_in_turn(samplers, TIMING_ROUNDS)
         peak_gops = 1 / seconds.pop("peak")
         for (case, seed, commit), secs in seconds.items():

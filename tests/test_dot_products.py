@@ -27,17 +27,26 @@ from ms_heron import HeronSearch, HeronSpace, workloads
 from ms_heron.constraints import Solver, derive, replay
 from ms_heron.hardware.dot_products import (
     DOT_PRODUCTS,
+    NARROW_WEIGHT,
     NARROW_WEIGHTS,
     VNNI,
     bytes_multiply_exactly,
     dot_product,
     dot_products,
     kernel_dot_product,
+    narrow_dot_product,
+    narrow_weight_params,
     narrowing_order,
     native_dtype,
     require_dot_product,
 )
-from ms_heron.hardware.peak import bound_parts, dot_chains, dot_peak_gops, fma_peak_gops
+from ms_heron.hardware.peak import (
+    bound_parts,
+    dot_chains,
+    dot_peak_gops,
+    fma_peak_gops,
+    unit_peak,
+)
 from ms_heron.hardware.probes import PEAK_CHAINS, dot_kernel
 from ms_heron.hardware.targets import (
     ISA_MCPU,
@@ -64,7 +73,8 @@ from ms_heron.schedule.register_tile import row_multiple
 from ms_heron.space import default_postprocs, design_spaces
 from ms_heron.testing import models
 from ms_heron.testing.int8 import adversarial_inputs
-from ms_heron.tuning import tune_model
+from ms_heron.tuning import RunSpec, TuningRun, tune_model
+from ms_heron.workloads import WorkloadError
 from ms_heron.workloads.evaluate import build, run_and_check
 
 
@@ -775,6 +785,55 @@ def test_tune_int8_on_a_forced_avx2_target_reports_its_share_of_the_avx2_peak(tm
     # asserted
     share = re.search(r"\| % of measured AVX2 peak \| ([\d.]+)%", (work / "report.md").read_text())
     assert share and float(share.group(1)) < 100, (work / "report.md").read_text()
+
+
+def test_a_workload_with_narrow_weights_tunes_to_the_byte_multiply_and_is_exact(tmp_path):
+    """``workloads.make(..., narrow_weights=True)`` for a Haswell target: 7-bit weights, packed
+    for the byte multiply and recorded as narrow on the function. A run of it reopens to the same
+    workload and tunes to a ``vpmaddubsw`` kernel, bit-exact on the widest pairs the form sums
+    exactly. A CPU with VNNI has no narrow form and fp32 has no weights to narrow: both are refused,
+    naming the fix."""
+    haswell = Target({"kind": "llvm", "mcpu": "haswell", "num-cores": 2})
+    shape = dict(M=32, N=64, K=64)
+    workload = workloads.make("gemm", "int8", target=haswell, narrow_weights=True, **shape)
+    narrow = narrow_dot_product(haswell)
+    assert narrow.narrow_weights and workload.tile == narrow.tile
+    assert narrow_weight_params(workload.func) == {1}
+    _, weight = workload.random_inputs(0)
+    assert weight.dtype == np.int8 and np.abs(weight.astype(int)).max() <= NARROW_WEIGHT
+    TuningRun.create(tmp_path, RunSpec.of(workload, haswell, seed=0))
+    run = TuningRun.open(tmp_path)
+    assert run.spec.narrow_weights and "(7-bit weights)" in run.spec.describe()
+    run.tune(8, num_trials_per_iter=4)
+    lib = build(run.best_schedule().mod, haswell)
+    assert "vpmaddubsw" in lib.mod.inspect_source("asm")
+    for seed in range(2):
+        run_and_check(lib, workload, inputs=adversarial_inputs(workload, seed, narrow))
+    znver4 = Target({"kind": "llvm", "mcpu": "znver4", "num-cores": 2})
+    with pytest.raises(TargetError, match=r"'znver4' multiplies every s8 weight exactly .*haswell"):
+        workloads.make("gemm", "int8", target=znver4, narrow_weights=True, **shape)
+    with pytest.raises(WorkloadError, match="narrow weights are an int8 form .* dtype 'int8'"):
+        workloads.make("gemm", "fp32", target=haswell, narrow_weights=True, **shape)
+
+
+def test_a_peak_measured_anew_leaves_the_processs_first_measurement_in_place():
+    """Bounds and reports keep each unit's first peak in a process; a benchmark that times the
+    peak in turn with its kernels measures it anew each round, and that leaves the first one as
+    it was."""
+    target = narrowed(host_target(), "avx2")
+    dot = dot_product(target)
+    try:
+        dot_peak_gops.assume(target, 1.0, dot)
+        fma_peak_gops.assume(target, 1.0)
+        assert unit_peak(target, "int8") == ("AVX2", 1.0)
+        assert unit_peak(target, "fp32") == ("FMA", 1.0)
+        unit, anew = unit_peak(target, "int8", anew=True)
+        assert unit == "AVX2" and anew > 10, anew  # a real core's GOPS
+        assert unit_peak(target, "fp32", anew=True)[1] > 10
+        assert unit_peak(target, "int8") == ("AVX2", 1.0)
+    finally:
+        dot_peak_gops.cache_clear()
+        fma_peak_gops.cache_clear()
 
 
 @pytest.mark.parametrize("reduce_range", [True, False], ids=["7-bit weights", "8-bit weights"])

@@ -1,6 +1,6 @@
 """``ms-heron demo``: tune a GEMM on this CPU and compare it with ONNX Runtime in the same run:
-int8 (u8 x s8 -> s32, against ``MatMulInteger``) where the CPU has AVX-512 VNNI, else fp32
-(against ``MatMul``)."""
+int8 (u8 x s8 -> s32, against ``MatMulInteger``) on every x86 CPU with AVX2, whose dot products beat
+its fp32 FMA, else fp32 (against ``MatMul``)."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def add_parser(sub, shared: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     # pylint: disable=import-outside-toplevel
-    from ..hardware.peak import fma_peak_gops, int8_peak
+    from ..hardware.peak import unit_peak
     from ..report.baselines import (
         BaselineUnavailable,
         onnxruntime_int8_saturates,
@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
         lib = build(run.best_schedule().mod, target)
     run_and_check(lib, workload)
     tuned = time_lib(lib, workload)
-    unit, peak = int8_peak(target) if int8 else ("FMA", fma_peak_gops(target))
+    unit, peak = unit_peak(target, dtype)
     ort_name = "ONNX Runtime MatMulInteger" if int8 else "ONNX Runtime MatMul"
     try:
         ort_s = (

@@ -26,16 +26,15 @@ def add_parsers(sub) -> None:
 
 def run_report(args: argparse.Namespace) -> int:
     # pylint: disable=import-outside-toplevel
-    from ..hardware.peak import fma_peak_gops, int8_peak
+    from ..hardware.peak import unit_peak
     from ..hardware.targets import runs_here
     from ..report import write
 
     run = TuningRun.open(args.work_dir)
     peak = None  # also for another CPU's run: its peak cannot be measured here
-    if runs_here(run.target) and run.spec.dtype == "int8":
-        peak = int8_peak(run.target)
-    elif runs_here(run.target) and run.spec.dtype == "fp32" and not run.spec.kernel:
-        peak = ("FMA", fma_peak_gops(run.target))
+    fp32_suite = run.spec.dtype == "fp32" and not run.spec.kernel
+    if runs_here(run.target) and (run.spec.dtype == "int8" or fp32_suite):
+        peak = unit_peak(run.target, run.spec.dtype)
     report, curve = write(run, peak)
     print(report.read_text())
     print(f"wrote {report} and {curve}")

@@ -323,6 +323,22 @@ def dot_products(target: Target) -> list[DotProduct]:
     return [*narrow, exact, *s16]
 
 
+def narrow_dot_product(target: Target) -> DotProduct:
+    """The byte multiply ``target``'s CPU runs on narrow weights (:func:`bytes_multiply_exactly`):
+    the first of :func:`dot_products` where the exact form widens; a :class:`TargetError` naming
+    the CPU where the exact form multiplies every s8 weight as bytes already (VNNI), so that no
+    narrow form is offered."""
+    exact = require_dot_product(target)
+    first = dot_products(target)[0]
+    if not first.narrow_weights:
+        raise TargetError(
+            f"CPU '{cpu_name(target)}' multiplies every s8 weight exactly with {exact.isa}; "
+            "narrow weights have a form of their own only without VNNI: narrow the target to "
+            "such an instruction set (mcpu 'haswell' for AVX2, 'skylake-avx512' for AVX-512BW)"
+        )
+    return first
+
+
 def narrow_weight_params(func: tirx.PrimFunc) -> set[int]:
     """The parameters of ``func`` that the lowering recorded as narrow weights
     (:data:`NARROW_WEIGHTS`)."""

@@ -15,7 +15,7 @@ import functools
 import json
 import math
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 import numpy as np
 from tvm import DataType, IRModule
@@ -127,14 +127,41 @@ def amx_peak_gops(target: Target, iters: int = 200_000) -> float:
     return float(cores * iters * _AMX_TILE_PRODUCTS * _OPS_PER_TILE_PRODUCT / best / 1e9)
 
 
-def int8_peak(target: Target, dot: DotProduct | None = None) -> tuple[str, float]:
+def int8_peak(
+    target: Target, dot: DotProduct | None = None, *, anew: bool = False
+) -> tuple[str, float]:
     """The int8 unit the kernels use on ``target`` and its measured peak GOPS: AMX where this host
     runs tile code, else the dot product ``dot`` (None: the CPU's best exact one, "AVX-512 VNNI"
-    ... "AVX2")."""
+    ... "AVX2"). ``anew``: measured now, not the process's first measurement
+    (:func:`unit_peak`)."""
     if has_amx(target):
-        return "AMX", amx_peak_gops(target)
+        return "AMX", (amx_peak_gops.__wrapped__ if anew else amx_peak_gops)(target)
     dot = dot or require_dot_product(target)
-    return dot.isa, dot_peak_gops(target, dot)
+    return dot.isa, (dot_peak_gops.__wrapped__ if anew else dot_peak_gops)(target, dot)
+
+
+def unit_peak(
+    target: Target,
+    dtype: Literal["int8", "fp32"],
+    dot: DotProduct | None = None,
+    *,
+    anew: bool = False,
+) -> tuple[str, float]:
+    """The unit a kernel of ``dtype`` runs on (:func:`int8_peak`'s, or "FMA") and its peak GOPS.
+
+    Parameters
+    ----------
+    dot
+        For int8 without AMX: the dot product (None: the CPU's best exact one).
+    anew
+        Measure it now instead of keeping the process's first measurement. A benchmark times it
+        in turn with the kernels it holds against it: a shared host's speed drifts by a third from
+        one minute to the next, so a share of a peak taken at another moment measures the host as
+        much as the kernel.
+    """
+    if dtype == "int8":
+        return int8_peak(target, dot, anew=anew)
+    return "FMA", (fma_peak_gops.__wrapped__ if anew else fma_peak_gops)(target)
 
 
 @once_per_target

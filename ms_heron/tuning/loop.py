@@ -26,7 +26,7 @@ from tvm.s_tir.meta_schedule.utils import fork_seed
 from tvm.target import Target
 
 from ..errors import HeronError
-from ..hardware.dot_products import require_dot_product
+from ..hardware.dot_products import kernel_dot_product, require_dot_product
 from ..hardware.targets import cpu_name
 from ..intrinsics import ensure_registered
 from ..records import best_seconds, disk_errors_surface, result_seconds, was_run
@@ -155,7 +155,8 @@ def workload_task(workload: Workload, target: Target) -> Task:
     """A workload as a kernel run's one task; an int8 one the target has no dot product for, or
     whose weight is packed for another CPU's, is refused here, with the fix."""
     if workload.dtype == "int8":
-        dot = require_dot_product(target)
+        require_dot_product(target)
+        dot = kernel_dot_product(workload.func, target)  # the byte multiply's for narrow weights
         if workload.tile not in (None, dot.tile):
             lanes, red = workload.tile
             raise WorkloadError(

@@ -77,6 +77,8 @@ class RunSpec:
     #: A user's kernel: its TVMScript (the work dir then needs no other file) and its name.
     kernel: str = ""
     label: str = ""
+    #: A suite workload with 7-bit weights (:func:`ms_heron.workloads.make`'s ``narrow_weights``).
+    narrow_weights: bool = False
     #: An ONNX model: its path, the SHA-256 of its bytes, and static shapes for symbolic inputs.
     model: str = ""
     model_sha256: str = ""
@@ -105,6 +107,7 @@ class RunSpec:
             seed=seed,
             kernel=kernel,
             label=workload.label,
+            narrow_weights=workload.narrow_weights,
         )
 
     @staticmethod
@@ -169,7 +172,13 @@ class RunSpec:
     def workload(self) -> Workload:
         if self.kernel:
             return from_func(tvm.script.from_source(self.kernel), self.label)
-        return workloads.make(self.family, self.dtype, target=Target(self.target), **self.shape)
+        return workloads.make(
+            self.family,
+            self.dtype,
+            target=Target(self.target),
+            narrow_weights=self.narrow_weights,
+            **self.shape,
+        )
 
     def same_task(self, other: RunSpec) -> bool:
         def key(spec: RunSpec) -> tuple:
@@ -178,6 +187,7 @@ class RunSpec:
                 spec.shape,
                 spec.dtype,
                 spec.kernel,
+                spec.narrow_weights,
                 spec.model_sha256,
                 spec.input_shapes,
                 spec.exact_math,
@@ -192,7 +202,8 @@ class RunSpec:
         if self.kernel:
             return f"kernel {self.label} ({self.dtype})"
         dims = " ".join(f"{k}={v}" for k, v in self.shape.items())
-        return f"{self.family} {dims} {self.dtype}"
+        narrow = " (7-bit weights)" if self.narrow_weights else ""
+        return f"{self.family} {dims} {self.dtype}{narrow}"
 
 
 @dataclass(kw_only=True)

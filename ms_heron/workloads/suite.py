@@ -10,6 +10,7 @@ as a matmul with a lower-triangular ones matrix). Every one of these comes in th
   accumulation;
   checked bit-exactly. Where the tiles do not divide ``o`` and ``i`` (1000 classes, 3 input
   channels), the weight is stored as fp32's and the Tensorize rule pads the block to whole tiles.
+  With ``narrow_weights``, 7-bit weights in the byte multiply's layout (CPUs without VNNI).
 * ``fp32``: everything fp32 (CPU); weights as ``[*kernel, i, o]``.
 * ``fp16``: fp16 inputs, fp32 accumulation and output (GPU tensor cores); weights as fp32's.
 
@@ -23,6 +24,7 @@ definitions, as a model's Relax legalization produces them), are fp32 only.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Callable, Sequence
 
@@ -30,7 +32,14 @@ import numpy as np
 from tvm import te, tirx, topi
 from tvm.target import Target
 
-from ..hardware.dot_products import VNNI, DotProduct, require_dot_product
+from ..hardware.dot_products import (
+    NARROW_WEIGHT,
+    NARROW_WEIGHTS,
+    VNNI,
+    DotProduct,
+    narrow_dot_product,
+    require_dot_product,
+)
 from ..hardware.targets import is_cpu
 from ..intrinsics import DOT_MAX_PADDING_WASTE
 from .workload import Workload, WorkloadError, random_array
@@ -723,26 +732,73 @@ CASES: dict[str, tuple[str, dict]] = {
 
 
 def make(
-    family: str, dtype: str = "int8", *, target: Target | None = None, **shape: int
+    family: str,
+    dtype: str = "int8",
+    *,
+    target: Target | None = None,
+    narrow_weights: bool = False,
+    **shape: int,
 ) -> Workload:
-    """Build ``family`` (a key of :data:`FAMILIES`) at ``shape`` in the ``dtype`` form; an int8
-    weight packed for a CPU ``target``'s dot product (else AVX-512 VNNI's 16 x 4 tiles)."""
+    """Build ``family`` (a key of :data:`FAMILIES`) at ``shape`` in the ``dtype`` form.
+
+    Parameters
+    ----------
+    target
+        An int8 weight is packed for this CPU's dot product (None, or not a CPU: AVX-512 VNNI's
+        16 x 4 tiles).
+    narrow_weights
+        int8 on a CPU without VNNI: 7-bit weights (within +-:data:`NARROW_WEIGHT`, as ONNX
+        Runtime's ``reduce_range`` quantizes), packed for the CPU's byte multiply
+        (:func:`narrow_dot_product`) and recorded as narrow on the function, as the lowering
+        records a narrow constant, so that kernels may multiply them as bytes.
+    """
     if family not in FAMILIES:
         raise WorkloadError(f"unknown workload {family!r}; valid ones: {', '.join(FAMILIES)}")
     _check_dtype(dtype)
     cpu_int8 = target is not None and is_cpu(target) and dtype == "int8"
-    dot = require_dot_product(target) if cpu_int8 else VNNI
+    if narrow_weights and (not cpu_int8 or family in FP32_ONLY):
+        raise WorkloadError(
+            f"{family} {dtype}: narrow weights are an int8 form of a weighted family for a CPU "
+            "target; pass dtype 'int8' and target=<an x86 CPU>"
+        )
+    if narrow_weights:
+        dot = narrow_dot_product(target)
+    else:
+        dot = require_dot_product(target) if cpu_int8 else VNNI
     layout = {} if family in FP32_ONLY else {"dot": dot}
     try:
-        return FAMILIES[family](dtype=dtype, **layout, **shape)
+        workload = FAMILIES[family](dtype=dtype, **layout, **shape)
     except TypeError as err:
         raise WorkloadError(f"{family}: bad shape arguments {shape} ({err})") from err
+    return _with_narrow_weights(workload) if narrow_weights else workload
 
 
-def case(name: str, dtype: str = "int8", *, target: Target | None = None) -> Workload:
+def _with_narrow_weights(workload: Workload) -> Workload:
+    """``workload`` with its weight ``W`` narrow: random values clipped to 7 bits, the parameter
+    recorded as a narrow weight (:data:`NARROW_WEIGHTS`)."""
+    func = workload.func
+    weight = next(i for i, p in enumerate(func.params) if p.name == "W")
+    make_inputs = workload._make_inputs  # pylint: disable=protected-access
+
+    def inputs(rng):
+        arrays = make_inputs(rng)
+        arrays[weight] = np.clip(arrays[weight], -NARROW_WEIGHT, NARROW_WEIGHT)
+        return arrays
+
+    return dataclasses.replace(
+        workload,
+        func=func.with_attr(NARROW_WEIGHTS, [weight]),
+        _make_inputs=inputs,
+        narrow_weights=True,
+    )
+
+
+def case(
+    name: str, dtype: str = "int8", *, target: Target | None = None, narrow_weights: bool = False
+) -> Workload:
     """One of Heron's named configs, e.g. ``case("gemm.G1", "int8", target=host_target())``
-    (``target``: see :func:`make`)."""
+    (``target``, ``narrow_weights``: see :func:`make`)."""
     if name not in CASES:
         raise WorkloadError(f"unknown case {name!r}; valid ones: {', '.join(CASES)}")
     family, shape = CASES[name]
-    return make(family, dtype, target=target, **shape)
+    return make(family, dtype, target=target, narrow_weights=narrow_weights, **shape)

@@ -42,6 +42,9 @@ class Workload:
     label: str = ""
     #: An int8 suite workload's dot-product tile ``(lanes, reduction)``: its weight's packed layout.
     tile: tuple[int, int] | None = None
+    #: Its weight holds 7-bit values, recorded on its function as the lowering records a narrow
+    #: constant (:func:`~ms_heron.workloads.suite.make`).
+    narrow_weights: bool = False
 
     @property
     def name(self) -> str:
