@@ -17,8 +17,8 @@ the last line measures what an AVX2 CPU gets):
         --narrow-weights
 
 ``--narrow-weights`` gives int8 cases 7-bit weights, which CPUs without VNNI multiply as bytes
-(``vpmaddubsw``; its own peak). The peak is measured twice: at the start, the fastest of several
-bursts (the hardware's), and in turn with the kernels (their medians' yardstick on a shared host).
+(``vpmaddubsw``; its own peak). The peak is measured at the start (the fastest of several bursts)
+and again in each round of the timing, in turn with the kernels (a shared host's speed drifts).
 
 Writes bench/results/tuning_vs_default_<search>_<dtype>_<budgets>[_awkward][_<isa>][_narrow]
 .{md,json}.
@@ -218,9 +218,9 @@ def _report(args, rows) -> None:
         f"arms and the libraries then timed in turn, {TIMING_ROUNDS} rounds of 3 repeats of >= "
         f"100 ms, medians kept. % of peak: of the {peak_name} peak measured at the start of the "
         f"run, the fastest of its probe's bursts ({rows[0]['peak_gops']:.0f} GOPS); in turn: of "
-        "the same probe measured anew in each round of the timing, its median kept (a shared "
-        "host's speed drifts between the two moments). Libraries in the same run, operands fed as "
-        "inputs. "
+        "the same probe measured anew (the fastest of its bursts) in each round of the timing, "
+        "the median of the rounds kept (a shared host's speed drifts between the two moments). "
+        "Libraries in the same run, operands fed as inputs. "
         "Search s/round: the strategy's own work per round of 32 (generating candidates and "
         "taking in results; build and measurement excluded).",
         "",
