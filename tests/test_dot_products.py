@@ -106,12 +106,24 @@ def _tensorized_dense(intrin, dot, M=32, N=64, K=32):
 def _tensorized_conv(dot):
     """A padded 3x3 convolution through the Tensorize rule: its padded copy is the operand a
     widening dot product reads as s16, written so by the padding itself. The weight is marked
-    narrow, as the lowering records a narrow constant, for a form exact on such weights only."""
-    workload = workloads.c2d(N=1, H=6, W=6, CI=32, CO=32, KH=3, KW=3, pad=1, dot=dot)
-    func = workload.func.with_attr(NARROW_WEIGHTS, [1]) if dot.narrow_weights else workload.func
-    spaces = stock_design_spaces(func, [Tensorize(), MultiLevelTiling()], _target(dot))
+    narrow (``workloads.make``'s ``narrow_weights``), as the lowering records a narrow constant, for
+    a form exact on such weights only."""
+    workload = workloads.make(
+        "c2d",
+        target=_target(dot),
+        narrow_weights=dot.narrow_weights,
+        N=1,
+        H=6,
+        W=6,
+        CI=32,
+        CO=32,
+        KH=3,
+        KW=3,
+        pad=1,
+    )
+    spaces = stock_design_spaces(workload.func, [Tensorize(), MultiLevelTiling()], _target(dot))
     space = next(s for s in spaces if dot.name in str(s.trace))
-    return workload, finished(space, func)
+    return workload, finished(space, workload.func)
 
 
 def test_a_byte_multiply_is_exact_where_no_pair_of_weights_it_sums_can_leave_s16():
