@@ -44,6 +44,7 @@ from ms_heron.schedule.annotations import (
     AUTO_TENSORIZE,
     CACHE_LEVEL,
     LANE_REDUCTION,
+    LAYOUT_REWRITE_PREPROC,
     PACK_PANELS,
     SPM_LEVEL,
     TILING_STRUCTURE,
@@ -378,6 +379,16 @@ def test_add_cache_stage_needs_a_tiled_block(cpu_target):
     assert not schedule_steps(space)
 
 
+def _annotated(spaces, key: str) -> set[str]:
+    """The names of the blocks that carry annotation ``key`` in any of ``spaces``."""
+    return {
+        name
+        for space in spaces
+        for name in block_names(space)
+        if key in space.get(space.get_sblock(name)).annotations
+    }
+
+
 def test_multi_level_spm_adds_tile_buffers_as_a_second_space(int8_target):
     workload = suite("gemm", "int8", **SMALL_SHAPES["gemm"])
     rules = [Tensorize(), MultiLevelTiling(), MultiLevelSPM()]
@@ -386,20 +397,28 @@ def test_multi_level_spm_adds_tile_buffers_as_a_second_space(int8_target):
     )
     activation = "A_global" if HOST_DOT.widens else "A"  # vpmaddwd reads the u8 operand's s16 copy
     assert block_names(plain) == ([activation] if HOST_DOT.widens else []) + ["C_o"]
-    copies = [
-        n for n in block_names(packed) if SPM_LEVEL in packed.get(packed.get_sblock(n)).annotations
-    ]
-    assert sorted(copies) == [f"{activation}_global", "W_global"]
+    assert _annotated([packed], SPM_LEVEL) == {f"{activation}_global", "W_global"}
     check_random_samples(packed, workload, int8_target)
     # a constant weight arrives in the tile's order (RewriteLayout): only the activation is copied
     free = dataclasses.replace(workload, func=workload.func.with_attr("layout_free_buffers", [1]))
-    copied = {
-        n
-        for space in stock_design_spaces(free.func, rules, int8_target)
-        for n in block_names(space)
-        if SPM_LEVEL in space.get(space.get_sblock(n)).annotations
+    assert _annotated(stock_design_spaces(free.func, rules, int8_target), SPM_LEVEL) == {
+        f"{activation}_global"
     }
-    assert copied == {f"{activation}_global"}
+    # a constant weight stored as Relax's matmul reads it ([K, N]) is packed at compile time (the
+    # Tensorize rule's copy, which Relax folds): that packed copy is not copied again per call
+    shape = SMALL_SHAPES["gemm"]
+    a = te.placeholder((shape["M"], shape["K"]), "uint8", name="A")
+    w = te.placeholder((shape["K"], shape["N"]), HOST_DOT.weight_dtype, name="W")
+    k = te.reduce_axis((0, shape["K"]), name="k")
+    c = te.compute(
+        (shape["M"], shape["N"]),
+        lambda i, j: te.sum(a[i, k].astype("int32") * w[k, j].astype("int32"), axis=k),
+        name="C",
+    )
+    func = te.create_prim_func([a, w, c]).with_attr("layout_free_buffers", [1])
+    spaces = stock_design_spaces(func, rules, int8_target)
+    assert _annotated(spaces, LAYOUT_REWRITE_PREPROC) == {"W_global"}
+    assert _annotated(spaces, SPM_LEVEL) == {f"{activation}_global"}
 
 
 def test_multi_scope_spm_only_on_targets_with_scratchpads(cpu_target):

@@ -287,6 +287,22 @@ def is_layout_free(sch: Schedule, buffer: tirx.Buffer) -> bool:
     return param_index(sch, buffer) in [int(i) for i in indices]
 
 
+def is_constant_weight(sch: Schedule, buffer: tirx.Buffer) -> bool:
+    """Whether ``buffer`` holds a layout-free weight (:func:`is_layout_free`) or its re-laid-out
+    copy: the output of a block marked ``meta_schedule.layout_rewrite_preproc`` (the Tensorize
+    rule's packing, RewriteLayout's), which Relax computes once at compile time. Either way the
+    kernel reads it in the layout it wants, with no copy at run time."""
+    if is_layout_free(sch, buffer):
+        return True
+    for block in unchecked.get_child_blocks(sch, unchecked.get_sblock(sch, "root")):
+        stmt = unchecked.get(sch, block)
+        if any(w.source.same_as(buffer) for w in stmt.writes):
+            return LAYOUT_REWRITE_PREPROC in stmt.annotations and any(
+                is_layout_free(sch, r.source) for r in stmt.reads
+            )
+    return False
+
+
 def streamed_input(sch: Schedule, block: SBlockRV, lane_var) -> int | None:
     """Index among ``block``'s reads of the input its micro-kernel streams along the lane iterator
     ``lane_var``: a function input (not a layout-free weight, which RewriteLayout re-lays out)
