@@ -287,6 +287,28 @@ def test_a_consumer_that_reads_a_second_producer_is_written_back_not_fused(cpu_t
         check_random_samples(space, workload, cpu_target, samples=1)
 
 
+def test_a_consumer_whose_other_producer_inlines_is_fused(cpu_target):
+    """``(A @ W) - float(zp)``, a quantized GEMM's zero point cast at the root: the cast is inlined
+    into the epilogue first, which then follows the GEMM's tile (no second pass over C)."""
+    M, N, K = 16, 32, 16
+    a = te.placeholder((M, K), "float32", name="A")
+    w = te.placeholder((K, N), "float32", name="W")
+    zp = te.placeholder((), "int32", name="ZeroPoint")
+    r = te.reduce_axis((0, K), name="k")
+    c = te.compute((M, N), lambda i, j: te.sum(a[i, r] * w[r, j], axis=r), name="C")
+    shift = te.compute((), lambda: zp[()].astype("float32"), name="Shift")
+    out = te.compute((M, N), lambda i, j: c[i, j] - shift[()], name="Shifted")
+    workload = from_func(te.create_prim_func([a, w, zp, out]))
+    spaces = stock_design_spaces(workload.func, [MultiLevelTiling(), AddCacheStage()], cpu_target)
+    assert sorted(int(s.get(s.get_sblock("Shifted")).annotations[CACHE_LEVEL]) for s in spaces) == [
+        0,
+        1,
+    ]
+    for space in spaces:
+        assert block_names(space) == ["C", "Shifted"]
+        check_random_samples(space, workload, cpu_target, samples=1)
+
+
 def test_nchw_convolution_vectorizes_its_output_channels_through_a_transposed_accumulator(
     cpu_target,
 ):
