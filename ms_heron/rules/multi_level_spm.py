@@ -29,7 +29,8 @@ class MultiLevelSPM(HeronRule):
     (:func:`~ms_heron.schedule.analysis.is_constant_weight`): both are laid out at compile time, so
     the copy would only move it again, every call (ViT's FFN output GEMM with its weight copied ran
     3.95 ms warm, 2.93 ms without the copy, on an Emerald Rapids; BERT-base's int8 FFN GEMM for
-    AVX2, its packed weight copied, 2.99 against 2.66 ms, timed in turn on a Zen 3).
+    AVX2 with its packed weight copied, 2.69-3.00 against 2.59-2.66 ms without, timed in turn on a
+    Zen 3).
 
     Acts only on a block :class:`MultiLevelTiling` tiled (its tiling annotation); put it after.
 
