@@ -300,10 +300,8 @@ def test_a_consumer_whose_other_producer_inlines_is_fused(cpu_target):
     out = te.compute((M, N), lambda i, j: c[i, j] - shift[()], name="Shifted")
     workload = from_func(te.create_prim_func([a, w, zp, out]))
     spaces = stock_design_spaces(workload.func, [MultiLevelTiling(), AddCacheStage()], cpu_target)
-    assert sorted(int(s.get(s.get_sblock("Shifted")).annotations[CACHE_LEVEL]) for s in spaces) == [
-        0,
-        1,
-    ]
+    levels = sorted(int(s.get(s.get_sblock("Shifted")).annotations[CACHE_LEVEL]) for s in spaces)
+    assert levels == [0, 1]
     for space in spaces:
         assert block_names(space) == ["C", "Shifted"]
         check_random_samples(space, workload, cpu_target, samples=1)
