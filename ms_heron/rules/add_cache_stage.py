@@ -3,12 +3,12 @@
 from tvm.s_tir import Schedule
 from tvm.s_tir.schedule import SBlockRV
 
-from ..schedule import unchecked
 from ..schedule.analysis import (
     accumulates_in_tiles,
     consumers,
     fusible_consumer,
     is_tiled,
+    side_producers,
     strictly_inlinable,
     tile_levels,
     transposed_lane_dim,
@@ -99,9 +99,8 @@ def _inline_side_producers(sch: Schedule, block: SBlockRV) -> None:
     single = consumers(sch, block)
     if len(single) != 1:
         return
-    name = unchecked.get(sch, block).name_hint
-    for producer in unchecked.get_producers(sch, single[0]):
-        if unchecked.get(sch, producer).name_hint != name and strictly_inlinable(sch, producer):
+    for producer in side_producers(sch, block, single[0]):
+        if strictly_inlinable(sch, producer):
             sch.compute_inline(producer)
 
 

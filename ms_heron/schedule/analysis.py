@@ -177,16 +177,22 @@ def consumers(sch: Schedule, block: SBlockRV) -> list[SBlockRV]:
     return list(unchecked.get_consumers(sch, block))
 
 
+def side_producers(sch: Schedule, block: SBlockRV, consumer: SBlockRV) -> list[SBlockRV]:
+    """The producers of ``consumer`` other than ``block``: the other blocks whose output it
+    reads."""
+    name = unchecked.get(sch, block).name_hint
+    return [
+        p for p in unchecked.get_producers(sch, consumer) if unchecked.get(sch, p).name_hint != name
+    ]
+
+
 def fusible_consumer(sch: Schedule, block: SBlockRV) -> SBlockRV | None:
     """Heron's HasFusibleConsumer: the single consumer, if it is injective (bias, activation, cast)
     and reads no other block's output. A second producer (a dynamic quantization's scale, reduced
     from the activations at the root) could never sit under the block's tile loop, so
     ``reverse_compute_at`` would refuse the consumer there."""
     cons = consumers(sch, block)
-    if len(cons) != 1 or not is_injective(sch, cons[0]):
-        return None
-    name = unchecked.get(sch, block).name_hint
-    if any(unchecked.get(sch, p).name_hint != name for p in unchecked.get_producers(sch, cons[0])):
+    if len(cons) != 1 or not is_injective(sch, cons[0]) or side_producers(sch, block, cons[0]):
         return None
     return cons[0]
 
