@@ -16,8 +16,8 @@ from ms_heron.hardware.targets import (
     GpuLimits,
     TargetError,
     cpu_cache_bytes,
-    cpu_name,
     has_vnni,
+    narrowed,
     num_cores,
     parse_target,
     runs_here,
@@ -136,16 +136,14 @@ def test_cores_respect_cpu_affinity_and_the_container_quota(tmp_path):
 
 def test_cache_sizes_of_another_cpu_come_from_the_environment(monkeypatch, cpu_target):
     other = Target(
-        {
-            "kind": "llvm",
-            "mcpu": "haswell" if cpu_name(cpu_target) != "haswell" else "znver4",
-            "num-cores": 4,
-        }
+        {"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "neoverse-n1", "num-cores": 4}
     )
     host = cpu_cache_bytes(cpu_target)
     monkeypatch.setenv(CACHES_ENV, "L1=32K,L2=256K")
     assert cpu_cache_bytes(other) == {"L1": 32 * 1024, "L2": 256 * 1024}
     assert cpu_cache_bytes(cpu_target) == host  # the host's own are read from it
+    # code for a narrower instruction set runs here, so it meets this host's caches
+    assert cpu_cache_bytes(narrowed(cpu_target, "avx2")) == host
     monkeypatch.setenv(CACHES_ENV, "L1=lots")
     with pytest.raises(
         TargetError,
